@@ -1,0 +1,46 @@
+"""Settings: defaults, overridden by YOKE_* environment variables and then by
+explicit keyword arguments (the CLI passes its flags that way)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+DEFAULT_DATABASE_URL = "sqlite:///./.yoke/yoke.db"
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str = DEFAULT_DATABASE_URL
+    # Role the PostgreSQL runtime works through: no BYPASSRLS, so row-level
+    # security applies to every query it makes.
+    pg_role: str = "yoke_runtime"
+    pg_pool_min: int = 2
+    pg_pool_max: int = 10
+    # Per-stream in-memory budget for ephemeral events, oldest evicted first.
+    ephemeral_buffer_bytes: int = 10 * 1024 * 1024
+    max_event_bytes: int = 64 * 1024
+    # Most events one group commit writes in one transaction.
+    max_group_events: int = 10_000
+    # A tail rereads the store at least this often even without a wake-up,
+    # so a lost notification costs latency, never events.
+    tail_sweep_s: float = 1.0
+    # How often the runtime runs a retention pass.
+    prune_interval_s: float = 60.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:
+        env = dict(os.environ if env is None else env)
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name == "extra":
+                continue
+            raw = env.get("YOKE_" + f.name.upper())
+            if raw is None:
+                continue
+            kind = type(f.default)
+            values[f.name] = kind(raw) if kind in (int, float) else raw
+        settings = cls(**values)
+        return replace(settings, **{k: v for k, v in overrides.items() if v is not None})

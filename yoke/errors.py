@@ -1,0 +1,155 @@
+"""One error hierarchy for the whole API.
+
+Every error Yoke raises on purpose is a ``YokeError`` with a stable ``code``
+(a string clients can switch on), an ``http_status`` and optional ``details``
+that are safe to show to the caller. The HTTP layer renders them as
+``{"error": {"code", "message", ...details}}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class YokeError(Exception):
+    code = "yoke_error"
+    http_status = 500
+
+    def __init__(self, message: str | None = None, **details: Any) -> None:
+        self.message = message or self.__class__.__doc__ or self.code
+        self.details = details
+        super().__init__(self.message)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, **self.details}
+
+
+# --- 400: the caller sent something invalid -------------------------------
+
+
+class InvalidInput(YokeError):
+    """The request is invalid."""
+
+    code = "invalid_input"
+    http_status = 400
+
+
+class InvalidEvent(InvalidInput):
+    """The event is not a valid event."""
+
+    code = "invalid_event"
+
+
+class UnknownEventField(InvalidEvent):
+    """The event has a key that is not part of the event input."""
+
+    code = "unknown_field"
+
+
+class InvalidEventType(InvalidEvent):
+    """The event type is missing or not 1-256 characters of the allowed set."""
+
+    code = "invalid_event_type"
+
+
+class ReservedEventType(InvalidEvent):
+    """Event types starting with 'yoke.' are reserved for the kernel."""
+
+    code = "reserved_event_type"
+
+
+class InvalidIdempotencyKey(InvalidEvent):
+    """The idempotency key must be a string of 1-256 characters."""
+
+    code = "invalid_idempotency_key"
+
+
+class EphemeralWithIdempotencyKey(InvalidEvent):
+    """An ephemeral event cannot carry an idempotency key."""
+
+    code = "ephemeral_idempotency_key"
+
+
+class ForgedSource(InvalidEvent):
+    """Only the kernel may set source.copied_from."""
+
+    code = "forged_source"
+
+
+class InvalidPath(InvalidInput):
+    """A stream path is '/' or '/'-separated segments of [A-Za-z0-9._~:@-]."""
+
+    code = "invalid_path"
+
+
+class InvalidTenant(InvalidInput):
+    """A tenant is 1-64 characters of [A-Za-z0-9._-]."""
+
+    code = "invalid_tenant"
+
+
+class InvalidCursor(InvalidInput):
+    """The cursor is beyond the stream's head (a future cursor is not a reset)."""
+
+    code = "invalid_cursor"
+
+
+# --- 404 / 409 / 410 / 413: state of the stream ----------------------------
+
+
+class StreamNotFound(YokeError):
+    """The stream does not exist."""
+
+    code = "stream_not_found"
+    http_status = 404
+
+
+class EventNotFound(YokeError):
+    """No event at that offset."""
+
+    code = "event_not_found"
+    http_status = 404
+
+
+class StreamClosed(YokeError):
+    """The stream is closed and accepts no more appends."""
+
+    code = "stream_closed"
+    http_status = 409
+
+
+class IdempotencyConflict(YokeError):
+    """The idempotency key was already used for a different event."""
+
+    code = "idempotency_conflict"
+    http_status = 409
+
+
+class CursorGone(YokeError):
+    """Events after the cursor were removed by retention; resync from 'earliest'."""
+
+    code = "cursor_gone"
+    http_status = 410
+
+
+class EventTooLarge(YokeError):
+    """The serialized event is larger than the limit."""
+
+    code = "event_too_large"
+    http_status = 413
+
+
+class EphemeralTooLarge(EventTooLarge):
+    """The ephemeral event is larger than the whole ephemeral buffer."""
+
+    code = "ephemeral_too_large"
+
+
+# --- 503: the runtime cannot serve right now --------------------------------
+
+
+class RuntimeClosed(YokeError):
+    """The runtime is shut down."""
+
+    code = "runtime_closed"
+    http_status = 503

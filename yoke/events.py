@@ -1,0 +1,281 @@
+"""The event envelope: validation of appended input, and the stored shape.
+
+``prepare`` turns one caller dict into a ``PreparedEvent`` (validated, with its
+JSON parts serialized once, an id and a fingerprint for idempotency). The
+store persists prepared events and hands back ``Event`` objects on read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from . import errors
+
+MAX_EVENT_BYTES = 64 * 1024
+MAX_KEY_CHARS = 256
+MAX_TYPE_CHARS = 256
+RESERVED_TYPE_PREFIX = "yoke."
+
+# Event types: letters, digits and . _ - : / @ + (so "order.placed" and
+# "events.example.com/github/webhook-received" both work); '*' is kept for
+# filter patterns.
+TYPE_RE = re.compile(r"[A-Za-z0-9._:/@+\-]{1,256}")
+PATH_SEGMENT_RE = re.compile(r"[A-Za-z0-9._~:@\-]+")
+TENANT_RE = re.compile(r"[A-Za-z0-9._\-]{1,64}")
+MAX_PATH_CHARS = 512
+
+INPUT_KEYS = frozenset(
+    {
+        "type",
+        "payload",
+        "metadata",
+        "source",
+        "correlation",
+        "priority",
+        "group_id",
+        "idempotency_key",
+        "ephemeral",
+    }
+)
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def new_event_id() -> str:
+    """A 32-hex-char id that sorts by creation time (48-bit ms + 80 random bits)."""
+    return f"{now_ms():012x}{os.urandom(10).hex()}"
+
+
+def validate_tenant(tenant: str) -> str:
+    if not isinstance(tenant, str) or not TENANT_RE.fullmatch(tenant):
+        raise errors.InvalidTenant(f"invalid tenant {tenant!r}", tenant=str(tenant)[:80])
+    return tenant
+
+
+def validate_path(path: str) -> str:
+    """A stream path: '/' or '/seg/seg' with no empty segment and no '.' or '..'."""
+    if not isinstance(path, str) or not path.startswith("/") or len(path) > MAX_PATH_CHARS:
+        raise errors.InvalidPath(f"invalid stream path {str(path)[:80]!r}", path=str(path)[:80])
+    if path == "/":
+        return path
+    for segment in path[1:].split("/"):
+        if not PATH_SEGMENT_RE.fullmatch(segment) or segment in (".", ".."):
+            raise errors.InvalidPath(f"invalid stream path {path[:80]!r}", path=path[:80])
+    return path
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    offset: int
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    offset: int
+    id: str
+    at: int
+    type: str
+    payload: Any = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    source: dict[str, Any] | None = None
+    correlation: str | None = None
+    priority: int = 0
+    group_id: str | None = None
+    idempotency_key: str | None = None
+    tenant: str = "default"
+    path: str = "/"
+    ephemeral: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "offset": self.offset,
+            "id": self.id,
+            "at": self.at,
+            "type": self.type,
+            "payload": self.payload,
+            "metadata": self.metadata,
+            "source": self.source,
+            "correlation": self.correlation,
+            "priority": self.priority,
+            "group_id": self.group_id,
+            "idempotency_key": self.idempotency_key,
+            "tenant": self.tenant,
+            "path": self.path,
+            "ephemeral": self.ephemeral,
+        }
+
+
+@dataclass(slots=True)
+class PreparedEvent:
+    """A validated event, serialized once, waiting for its offset."""
+
+    id: str
+    type: str
+    payload_json: str
+    metadata_json: str
+    source_json: str | None
+    correlation: str | None
+    priority: int
+    group_id: str | None
+    idempotency_key: str | None
+    ephemeral: bool
+    fingerprint: str
+    size: int
+
+    def to_event(self, tenant: str, path: str, offset: int, at: int) -> Event:
+        return Event(
+            offset=offset,
+            id=self.id,
+            at=at,
+            type=self.type,
+            payload=orjson.loads(self.payload_json),
+            metadata=orjson.loads(self.metadata_json),
+            source=orjson.loads(self.source_json) if self.source_json else None,
+            correlation=self.correlation,
+            priority=self.priority,
+            group_id=self.group_id,
+            idempotency_key=self.idempotency_key,
+            tenant=tenant,
+            path=path,
+            ephemeral=self.ephemeral,
+        )
+
+
+def _dumps(value: Any, what: str) -> str:
+    # Sorted keys: one canonical text per value, so the idempotency
+    # fingerprint does not depend on the caller's key order.
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        raise errors.InvalidEvent(f"{what} is not JSON-serializable: {exc}", field=what) from None
+
+
+def _optional_str(raw: Mapping[str, Any], key: str, max_chars: int = MAX_KEY_CHARS) -> str | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= max_chars:
+        raise errors.InvalidEvent(f"{key} must be a string of 1-{max_chars} characters", field=key)
+    return value
+
+
+def prepare(
+    raw: Any, *, trusted: bool = False, max_event_bytes: int = MAX_EVENT_BYTES
+) -> PreparedEvent:
+    """Validate one appended event. ``trusted`` is for kernel appends only."""
+    if not isinstance(raw, Mapping):
+        raise errors.InvalidEvent("an event must be a JSON object")
+    unknown = set(raw) - INPUT_KEYS
+    if unknown:
+        raise errors.UnknownEventField(
+            f"unknown event field(s): {', '.join(sorted(map(str, unknown)))}",
+            fields=sorted(map(str, unknown)),
+        )
+
+    event_type = raw.get("type")
+    if not isinstance(event_type, str) or not TYPE_RE.fullmatch(event_type):
+        raise errors.InvalidEventType(
+            "type must be 1-256 characters of letters, digits and . _ - : / @ +"
+        )
+    if event_type.startswith(RESERVED_TYPE_PREFIX) and not trusted:
+        raise errors.ReservedEventType(
+            f"event types starting with {RESERVED_TYPE_PREFIX!r} are reserved", type=event_type
+        )
+
+    metadata = raw.get("metadata")
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, Mapping):
+        raise errors.InvalidEvent("metadata must be an object", field="metadata")
+    source = raw.get("source")
+    if source is not None and not isinstance(source, Mapping):
+        raise errors.InvalidEvent("source must be an object", field="source")
+    if source is not None and "copied_from" in source and not trusted:
+        raise errors.ForgedSource("source.copied_from is set by the kernel only")
+
+    priority = raw.get("priority", 0)
+    if priority is None:
+        priority = 0
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise errors.InvalidEvent("priority must be an integer", field="priority")
+    if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
+        raise errors.InvalidEvent("priority must fit in 32 bits", field="priority")
+
+    ephemeral = raw.get("ephemeral", False)
+    if ephemeral is None:
+        ephemeral = False
+    if not isinstance(ephemeral, bool):
+        raise errors.InvalidEvent("ephemeral must be a boolean", field="ephemeral")
+
+    key = raw.get("idempotency_key")
+    if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_CHARS):
+        raise errors.InvalidIdempotencyKey()
+    if ephemeral and key is not None:
+        raise errors.EphemeralWithIdempotencyKey()
+
+    correlation = _optional_str(raw, "correlation")
+    group_id = _optional_str(raw, "group_id")
+    payload_json = _dumps(raw.get("payload", {}), "payload")
+    metadata_json = _dumps(metadata, "metadata")
+    source_json = _dumps(source, "source") if source is not None else None
+
+    size = (
+        len(event_type)
+        + len(payload_json)
+        + len(metadata_json)
+        + len(source_json or "")
+        + len(correlation or "")
+        + len(group_id or "")
+        + len(key or "")
+        + 64  # the envelope's own keys and numbers
+    )
+    if size > max_event_bytes:
+        raise errors.EventTooLarge(
+            f"event is {size} bytes serialized; the limit is {max_event_bytes}",
+            size=size,
+            limit=max_event_bytes,
+        )
+
+    # The fingerprint decides "same event" for idempotency: every caller-set
+    # field except the key itself and the ephemeral flag.
+    fingerprint = hashlib.blake2b(
+        "\x1f".join(
+            (
+                event_type,
+                payload_json,
+                metadata_json,
+                source_json or "",
+                correlation or "",
+                str(priority),
+                group_id or "",
+            )
+        ).encode(),
+        digest_size=16,
+    ).hexdigest()
+
+    return PreparedEvent(
+        id=new_event_id(),
+        type=event_type,
+        payload_json=payload_json,
+        metadata_json=metadata_json,
+        source_json=source_json,
+        correlation=correlation,
+        priority=priority,
+        group_id=group_id,
+        idempotency_key=key,
+        ephemeral=ephemeral,
+        fingerprint=fingerprint,
+        size=size,
+    )

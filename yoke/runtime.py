@@ -1,0 +1,97 @@
+"""The Runtime: assembles the store and the stream services.
+
+``yoke.open(url)`` is the entry point::
+
+    async with yoke.open("sqlite:///./.yoke/yoke.db") as y:
+        await y.stream("/orders").append({"type": "order.placed"})
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from . import errors
+from .config import Settings
+from .events import validate_path, validate_tenant
+from .store import Store, StreamInfo, connect_store
+from .streams.append import AppendService
+from .streams.ephemeral import EphemeralBuffers
+from .streams.handle import Stream
+from .streams.retention import prune_forever, prune_once
+from .streams.wakeups import WakeupHub
+
+
+class Runtime:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.store: Store = connect_store(settings)
+        self.hub = WakeupHub()
+        self.buffers = EphemeralBuffers(settings.ephemeral_buffer_bytes)
+        self.appends = AppendService(
+            self.store, self.hub, self.buffers, max_group_events=settings.max_group_events
+        )
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._started = False
+
+    async def start(self) -> None:
+        await self.store.start(on_wakeup=self.hub.wake, on_resync=self.hub.wake_all)
+        self._started = True
+        self._tasks.append(
+            asyncio.create_task(
+                prune_forever(self.store, self.settings.prune_interval_s), name="yoke-retention"
+            )
+        )
+
+    async def close(self) -> None:
+        """Stop accepting appends, finish the queued ones, stop background work."""
+        if not self._started:
+            return
+        self._started = False
+        self.appends.closing = True
+        await self.appends.drain()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        self.hub.wake_all()
+        await self.store.close()
+
+    def stream(self, path: str, tenant: str = "default") -> Stream:
+        if not self._started:
+            raise errors.RuntimeClosed("the runtime is not open")
+        return Stream(self, path, tenant)
+
+    async def streams(
+        self, tenant: str = "default", prefix: str = "/", *, limit: int = 1000, after: str | None = None
+    ) -> list[StreamInfo]:
+        """Streams of ``tenant`` whose path starts with ``prefix``, by path."""
+        validate_tenant(tenant)
+        if not isinstance(prefix, str) or not prefix.startswith("/"):
+            raise errors.InvalidPath("a prefix starts with '/'", path=str(prefix)[:80])
+        if not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise errors.InvalidInput("limit must be 1-10000", field="limit")
+        if after is not None:
+            validate_path(after)
+        return await self.store.list_streams(tenant, prefix, limit, after)
+
+    async def prune(self) -> int:
+        """Run one retention pass now; returns the number of events removed."""
+        return await prune_once(self.store)
+
+
+@contextlib.asynccontextmanager
+async def open(url: str | None = None, **overrides: Any) -> AsyncIterator[Runtime]:  # noqa: A001
+    """Open a runtime on ``url`` (default: ``YOKE_DATABASE_URL`` or
+    ``sqlite:///./.yoke/yoke.db``). Keyword arguments override settings."""
+    settings = Settings.from_env(database_url=url, **overrides)
+    runtime = Runtime(settings)
+    await runtime.start()
+    try:
+        yield runtime
+    finally:
+        await runtime.close()

@@ -1,0 +1,92 @@
+"""LISTEN for appends made by any process, and survive losing the connection.
+
+NOTIFY payloads are ``tenant|path`` only (never event data) and PostgreSQL
+delivers them at commit, so a wake-up never precedes the commit it
+announces. When the listening connection dies (database restart, a killed
+backend), the listener reconnects with backoff, LISTENs again and calls
+``on_resync`` so every tail rereads: anything announced while we were deaf
+is picked up from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import asyncpg
+
+from ..contract import WakeupCallback
+
+log = logging.getLogger("yoke.store.postgres.listener")
+
+CHANNEL = "yoke_stream"
+
+
+class Listener:
+    def __init__(self, dsn: str, on_wakeup: WakeupCallback, on_resync: Callable[[], None]) -> None:
+        self._dsn = dsn
+        self._on_wakeup = on_wakeup
+        self._on_resync = on_resync
+        self._conn: asyncpg.Connection | None = None
+        self._lost = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._connected = asyncio.Condition()
+        self.generation = 0  # incremented on every (re)connection
+
+    @property
+    def backend_pid(self) -> int | None:
+        conn = self._conn
+        return conn.get_server_pid() if conn is not None and not conn.is_closed() else None
+
+    async def start(self) -> None:
+        await self._connect()
+        self._task = asyncio.create_task(self._supervise(), name="yoke-pg-listener")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        if self._conn is not None and not self._conn.is_closed():
+            await self._conn.close()
+
+    async def wait_generation(self, at_least: int) -> None:
+        """Wait until the listener has (re)connected ``at_least`` times."""
+        async with self._connected:
+            await self._connected.wait_for(lambda: self.generation >= at_least)
+
+    def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        tenant, _, path = payload.partition("|")
+        self._on_wakeup(tenant, path)
+
+    def _terminated(self, _conn: object) -> None:
+        self._lost.set()
+
+    async def _connect(self) -> None:
+        conn = await asyncpg.connect(self._dsn)
+        conn.add_termination_listener(self._terminated)
+        await conn.add_listener(CHANNEL, self._notified)
+        self._conn = conn
+        self._lost.clear()
+        async with self._connected:
+            self.generation += 1
+            self._connected.notify_all()
+
+    async def _supervise(self) -> None:
+        while True:
+            await self._lost.wait()
+            log.warning("LISTEN connection lost; reconnecting")
+            delay = 0.05
+            while True:
+                try:
+                    await self._connect()
+                    break
+                except (OSError, asyncpg.PostgresError) as exc:
+                    log.warning("LISTEN reconnect failed: %s; retrying in %.2fs", exc, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+            # We were deaf for a while: make every tail reread the store.
+            self._on_resync()

@@ -1,0 +1,1 @@
+"""The stream core: append (group commit), read, tail, ephemeral events, retention."""

@@ -1,0 +1,211 @@
+"""Append with group commit.
+
+One ``Appender`` per stream per process. Concurrent ``append`` and
+``append_many`` calls queue up while a commit is in flight; the next commit
+takes everything queued (up to ``max_group_events``) into one transaction:
+lock the stream row, take the offsets, insert every row in one statement,
+commit, resolve each caller, then wake the tails. A caller's batch stays
+atomic, and an invalid or conflicting batch fails only its own call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .. import errors
+from ..events import AppendResult, PreparedEvent, now_ms
+from ..store.contract import CommitResult, Store
+from .ephemeral import EphemeralBuffers
+from .wakeups import WakeupHub
+
+log = logging.getLogger("yoke.streams.append")
+
+
+def new_stream_id() -> str:
+    return "str_" + os.urandom(12).hex()
+
+
+@dataclass(slots=True)
+class _Request:
+    events: Sequence[PreparedEvent]
+    future: asyncio.Future[list[AppendResult]]
+
+
+class Appender:
+    def __init__(self, service: AppendService, tenant: str, path: str) -> None:
+        self._service = service
+        self.tenant = tenant
+        self.path = path
+        self._queue: deque[_Request] = deque()
+        self._task: asyncio.Task[None] | None = None
+
+    def submit(self, events: Sequence[PreparedEvent]) -> asyncio.Future[list[AppendResult]]:
+        future: asyncio.Future[list[AppendResult]] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Request(events, future))
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"yoke-append:{self.tenant}:{self.path}")
+        return future
+
+    async def _run(self) -> None:
+        try:
+            while self._queue:
+                group = self._take_group()
+                await self._commit(group)
+        finally:
+            self._task = None
+            self._service._idle(self)
+
+    def _take_group(self) -> list[_Request]:
+        """Queued requests for one transaction: at least one, at most
+        ``max_group_events`` events, and no idempotency key twice (a repeated
+        key waits for the next commit, which then sees the first one)."""
+        limit = self._service.max_group_events
+        group: list[_Request] = []
+        keys: set[str] = set()
+        count = 0
+        while self._queue:
+            request = self._queue[0]
+            request_keys = {e.idempotency_key for e in request.events if e.idempotency_key}
+            if group and (count + len(request.events) > limit or keys & request_keys):
+                break
+            self._queue.popleft()
+            group.append(request)
+            keys |= request_keys
+            count += len(request.events)
+        return group
+
+    async def _commit(self, group: list[_Request]) -> None:
+        service = self._service
+        events: list[PreparedEvent] = []
+        batch_of: list[int] = []
+        for index, request in enumerate(group):
+            events.extend(request.events)
+            batch_of.extend([index] * len(request.events))
+        has_ephemeral = any(e.ephemeral for e in events)
+        buffer = service.buffers.ensure(self.tenant, self.path) if has_ephemeral else None
+        if buffer is not None:
+            buffer.inflight += 1
+        now = now_ms()
+        try:
+            result = await service.store.commit(
+                self.tenant, self.path, events, batch_of, now, new_stream_id()
+            )
+        except BaseException as exc:
+            if buffer is not None:
+                buffer.inflight -= 1
+            for request in group:
+                if not request.future.done():
+                    request.future.set_exception(exc if isinstance(exc, Exception) else errors.RuntimeClosed())
+            if not isinstance(exc, Exception):
+                raise
+            log.error("append to %s %s failed: %r", self.tenant, self.path, exc)
+            return
+        self._settle(group, events, result, now)
+
+    def _settle(
+        self, group: list[_Request], events: list[PreparedEvent], result: CommitResult, now: int
+    ) -> None:
+        # No await in here: buffer the ephemeral events and settle the head in
+        # the same turn the commit is observed, then resolve, then wake.
+        service = self._service
+        buffer = service.buffers.get(self.tenant, self.path)
+        if result.closed:
+            if buffer is not None and any(e.ephemeral for e in events):
+                buffer.inflight -= 1
+            for request in group:
+                request.future.set_exception(
+                    errors.StreamClosed(f"stream {self.path} is closed", path=self.path)
+                )
+            return
+        position = 0
+        for request in group:
+            outcomes = result.outcomes[position : position + len(request.events)]
+            prepared = events[position : position + len(request.events)]
+            position += len(request.events)
+            if any(o.status == "conflict" for o in outcomes):
+                keys = [
+                    e.idempotency_key
+                    for e, o in zip(prepared, outcomes)
+                    if e.idempotency_key is not None
+                ]
+                request.future.set_exception(
+                    errors.IdempotencyConflict(
+                        "idempotency key already used for a different event", keys=keys
+                    )
+                )
+                continue
+            for e, o in zip(prepared, outcomes):
+                if e.ephemeral and o.status == "ok" and buffer is not None:
+                    assert o.offset is not None
+                    buffer.add(e.to_event(self.tenant, self.path, o.offset, now), e.size)
+            if not request.future.done():
+                request.future.set_result([AppendResult(o.offset, o.id) for o in outcomes])  # type: ignore[arg-type]
+        if buffer is not None:
+            buffer.settled_head = max(buffer.settled_head, result.head)
+            if any(e.ephemeral for e in events):
+                buffer.inflight -= 1
+        service.appended(self.tenant, self.path, len(events))
+
+
+class AppendService:
+    """Validates calls and routes them to the stream's appender."""
+
+    def __init__(
+        self,
+        store: Store,
+        hub: WakeupHub,
+        buffers: EphemeralBuffers,
+        *,
+        max_group_events: int,
+    ) -> None:
+        self.store = store
+        self.hub = hub
+        self.buffers = buffers
+        self.max_group_events = max_group_events
+        self._appenders: dict[tuple[str, str], Appender] = {}
+        self.closing = False
+
+    async def append(
+        self, tenant: str, path: str, events: Sequence[PreparedEvent]
+    ) -> list[AppendResult]:
+        if self.closing:
+            raise errors.RuntimeClosed("the runtime is shutting down")
+        if not events:
+            return []
+        keys = [e.idempotency_key for e in events if e.idempotency_key is not None]
+        if len(keys) != len(set(keys)):
+            raise errors.InvalidIdempotencyKey("an idempotency key appears twice in one batch")
+        for e in events:
+            if e.ephemeral and e.size > self.buffers.budget:
+                # Rejected before an offset is taken.
+                raise errors.EphemeralTooLarge(
+                    f"ephemeral event of {e.size} bytes exceeds the {self.buffers.budget}-byte buffer",
+                    size=e.size,
+                    limit=self.buffers.budget,
+                )
+        appender = self._appenders.get((tenant, path))
+        if appender is None:
+            appender = self._appenders[(tenant, path)] = Appender(self, tenant, path)
+        # Shield: a cancelled caller must not cancel a commit it shares with others.
+        return await asyncio.shield(appender.submit(events))
+
+    def appended(self, tenant: str, path: str, count: int) -> None:
+        """Called after each commit, after callers are resolved."""
+        self.hub.wake(tenant, path)
+
+    def _idle(self, appender: Appender) -> None:
+        if not appender._queue and self._appenders.get((appender.tenant, appender.path)) is appender:
+            del self._appenders[(appender.tenant, appender.path)]
+
+    async def drain(self) -> None:
+        """Wait until every queued append is committed."""
+        while self._appenders:
+            tasks = [a._task for a in self._appenders.values() if a._task is not None]
+            if not tasks:
+                break
+            await asyncio.gather(*tasks, return_exceptions=True)

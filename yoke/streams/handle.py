@@ -1,0 +1,172 @@
+"""``Stream``: the handle for one stream, ``runtime.stream(path, tenant=...)``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from ..events import AppendResult, Event, now_ms, prepare, validate_path, validate_tenant
+from ..store.contract import ReadPage, Retention, StreamInfo
+from .append import new_stream_id
+from .tail import tail
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+MAX_READ_LIMIT = 10_000
+
+
+def _check_offset(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise errors.InvalidInput(f"{name} must be a non-negative integer", field=name)
+    return value
+
+
+def _check_retention(max_age_s: float | None, max_events: int | None) -> Retention:
+    if max_age_s is not None and (
+        isinstance(max_age_s, bool) or not isinstance(max_age_s, (int, float)) or max_age_s <= 0
+    ):
+        raise errors.InvalidInput("max_age_s must be a positive number", field="max_age_s")
+    if max_events is not None and (
+        isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1
+    ):
+        raise errors.InvalidInput("max_events must be a positive integer", field="max_events")
+    return Retention(
+        max_age_s=float(max_age_s) if max_age_s is not None else None, max_events=max_events
+    )
+
+
+class Stream:
+    def __init__(self, runtime: Runtime, path: str, tenant: str = "default") -> None:
+        self.runtime = runtime
+        self.tenant = validate_tenant(tenant)
+        self.path = validate_path(path)
+
+    def __repr__(self) -> str:
+        return f"<Stream {self.tenant}:{self.path}>"
+
+    # --- append --------------------------------------------------------------
+
+    async def append(self, event: Mapping[str, Any]) -> AppendResult:
+        """Append one event; returns after the durable commit."""
+        return (await self.append_many([event]))[0]
+
+    async def append_many(self, events: Iterable[Mapping[str, Any]]) -> list[AppendResult]:
+        """Append a batch atomically: all events get consecutive offsets, or none is written."""
+        return await self._append(events, trusted=False)
+
+    async def _append(
+        self, events: Iterable[Mapping[str, Any]], *, trusted: bool
+    ) -> list[AppendResult]:
+        limit = self.runtime.settings.max_event_bytes
+        prepared = [prepare(e, trusted=trusted, max_event_bytes=limit) for e in events]
+        return await self.runtime.appends.append(self.tenant, self.path, prepared)
+
+    # --- read ------------------------------------------------------------------
+
+    def _check_cursor(self, page: ReadPage, after: int) -> None:
+        if after > page.head:
+            raise errors.InvalidCursor(
+                f"cursor {after} is beyond the head {page.head}", requested=after, latest=page.head
+            )
+        if after < page.pruned_through:
+            raise errors.CursorGone(
+                f"events after {after} were removed by retention",
+                requested=after,
+                earliest=page.pruned_through + 1,
+                latest=page.head,
+                reason="retention",
+            )
+
+    async def read(
+        self, after: int = 0, limit: int = 1000, *, include_ephemeral: bool = False
+    ) -> list[Event]:
+        """Events with offset > after, ascending, at most ``limit``.
+
+        A cursor beyond the head is ``InvalidCursor``; a cursor whose next
+        event was removed by retention is ``CursorGone``.
+        """
+        _check_offset(after, "after")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_READ_LIMIT:
+            raise errors.InvalidInput(f"limit must be 1-{MAX_READ_LIMIT}", field="limit")
+        page = await self.runtime.store.read(self.tenant, self.path, after, limit)
+        self._check_cursor(page, after)
+        if include_ephemeral:
+            buffer = self.runtime.buffers.get(self.tenant, self.path)
+            if buffer is not None:
+                return buffer.merge(page.events, after, limit)
+        return page.events
+
+    async def get(self, offset: int) -> Event:
+        """The event at ``offset`` (an ephemeral one while it is still buffered)."""
+        _check_offset(offset, "offset")
+        if offset == 0:
+            raise errors.InvalidInput("offsets start at 1", field="offset")
+        page = await self.runtime.store.read_one(self.tenant, self.path, offset)
+        if page.events:
+            return page.events[0]
+        buffer = self.runtime.buffers.get(self.tenant, self.path)
+        ephemeral = buffer.get(offset) if buffer is not None else None
+        if ephemeral is not None:
+            return ephemeral
+        if offset <= page.pruned_through:
+            raise errors.CursorGone(
+                f"event {offset} was removed by retention",
+                requested=offset,
+                earliest=page.pruned_through + 1,
+                latest=page.head,
+                reason="retention",
+            )
+        raise errors.EventNotFound(f"no event at offset {offset}", offset=offset, latest=page.head)
+
+    def tail(self, after: int = 0, *, include_ephemeral: bool = True) -> AsyncIterator[Event]:
+        """Every event with offset > after, then live ones as they commit, forever."""
+        _check_offset(after, "after")
+        return tail(
+            self,
+            after,
+            include_ephemeral=include_ephemeral,
+            sweep_s=self.runtime.settings.tail_sweep_s,
+        )
+
+    # --- settings --------------------------------------------------------------
+
+    async def info(self) -> StreamInfo:
+        info = await self.runtime.store.info(self.tenant, self.path)
+        if info is None:
+            raise errors.StreamNotFound(f"stream {self.path} does not exist", path=self.path)
+        return info
+
+    async def create(
+        self, *, max_age_s: float | None = None, max_events: int | None = None
+    ) -> StreamInfo:
+        """Create the stream with these settings; an existing stream is returned as is."""
+        retention = _check_retention(max_age_s, max_events)
+        info, _ = await self.runtime.store.create_stream(
+            self.tenant, self.path, new_stream_id(), now_ms(), retention
+        )
+        return info
+
+    async def _update(self, **changes: Any) -> StreamInfo:
+        info = await self.runtime.store.update_stream(self.tenant, self.path, **changes)
+        if info is None:
+            raise errors.StreamNotFound(f"stream {self.path} does not exist", path=self.path)
+        return info
+
+    async def close(self) -> StreamInfo:
+        """Close the stream: later appends fail with ``StreamClosed``; reads still work."""
+        return await self._update(closed=True)
+
+    async def set_retention(
+        self, *, max_age_s: float | None = None, max_events: int | None = None
+    ) -> StreamInfo:
+        """Keep events younger than ``max_age_s`` and the newest ``max_events``
+        (None: no limit). Pruning passes remove the rest unless a legal hold is on."""
+        return await self._update(retention=_check_retention(max_age_s, max_events))
+
+    async def set_legal_hold(self, on: bool) -> StreamInfo:
+        """While on, retention removes nothing from this stream."""
+        if not isinstance(on, bool):
+            raise errors.InvalidInput("legal hold is true or false", field="legal_hold")
+        return await self._update(legal_hold=on)

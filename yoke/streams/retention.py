@@ -1,0 +1,32 @@
+"""Retention: a background loop that runs pruning passes.
+
+The store does the work (``Store.prune``): per stream, remove events older
+than ``max_age_s`` or beyond the newest ``max_events``, unless the stream is
+under legal hold, and raise ``pruned_through`` so reads below it get
+``CursorGone``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ..events import now_ms
+from ..store.contract import Store
+
+log = logging.getLogger("yoke.streams.retention")
+
+
+async def prune_once(store: Store) -> int:
+    return await store.prune(now_ms())
+
+
+async def prune_forever(store: Store, interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            removed = await prune_once(store)
+            if removed:
+                log.info("retention removed %d events", removed)
+        except Exception:  # keep the loop alive; the next pass retries
+            log.exception("retention pass failed")

@@ -1,0 +1,71 @@
+"""In-process wake-ups for tails.
+
+A wake-up only says "stream (tenant, path) may have new events; reread".
+Appends in this process wake after their commit; the PostgreSQL listener
+forwards appends from other processes. A waiter subscribes *before* its
+backfill read, and its flag stays set until it next waits, so a wake-up
+that lands during the read is never lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+Key = tuple[str, str]
+
+
+class Waiter:
+    __slots__ = ("_flag", "_hub", "_key")
+
+    def __init__(self, hub: WakeupHub, key: Key) -> None:
+        self._hub = hub
+        self._key = key
+        self._flag = asyncio.Event()
+
+    def wake(self) -> None:
+        self._flag.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait for a wake-up or ``timeout`` seconds (the periodic sweep).
+        Returns True when woken."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._flag.wait()
+        except TimeoutError:
+            return False
+        finally:
+            self._flag.clear()
+        return True
+
+    def close(self) -> None:
+        self._hub._remove(self)
+
+
+class WakeupHub:
+    def __init__(self) -> None:
+        self._waiters: dict[Key, set[Waiter]] = defaultdict(set)
+
+    def subscribe(self, tenant: str, path: str) -> Waiter:
+        waiter = Waiter(self, (tenant, path))
+        self._waiters[(tenant, path)].add(waiter)
+        return waiter
+
+    def wake(self, tenant: str, path: str) -> None:
+        for waiter in self._waiters.get((tenant, path), ()):
+            waiter.wake()
+
+    def wake_all(self) -> None:
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                waiter.wake()
+
+    def count(self) -> int:
+        return sum(len(w) for w in self._waiters.values())
+
+    def _remove(self, waiter: Waiter) -> None:
+        waiters = self._waiters.get(waiter._key)
+        if waiters is not None:
+            waiters.discard(waiter)
+            if not waiters:
+                del self._waiters[waiter._key]
