@@ -1,0 +1,328 @@
+#!/usr/bin/env python
+"""Append benchmark: Yoke against what the database alone can do.
+
+For PostgreSQL and for SQLite, in one run:
+
+(a) raw limit: rows shaped exactly like Yoke's ``events`` rows, written by
+    the driver alone in batches of 1000, one transaction per batch, into a
+    scratch table with the same columns and indexes (asyncpg
+    ``copy_records_to_table``; stdlib sqlite3 ``executemany`` with WAL and
+    synchronous=FULL, as Yoke runs SQLite). Rows are built before timing.
+(b) naive path: one transaction per event -- bump a per-tenant counter
+    (upsert ... RETURNING) then insert the event row; one connection,
+    sequential.
+(c) Yoke through the public API (``yoke.open(url)``, ``stream.append``):
+    1 producer appending single events one after another (p50/p99 latency
+    per append), and 64 producers (asyncio tasks) appending single events
+    concurrently to one stream (events/s; group commit).
+
+Targets on the 2-core machine, PostgreSQL: (c) at 64 producers >= 40% of (a)
+and >= 20x (b); single-producer p50 <= 1.5 ms.
+
+PostgreSQL runs in a scratch database created through ``YOKE_BENCH_PG_URL``
+(default postgresql://postgres@127.0.0.1:5432/postgres) and dropped at the
+end; SQLite runs in a temporary directory, removed at the end. The last line
+printed is one JSON object with every figure.
+
+    python bench/append.py [--backend all|postgres|sqlite] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+import yoke
+from yoke.events import now_ms, prepare
+
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+TENANT = "bench"
+SID = 1
+BATCH = 1000
+
+COLUMNS = (
+    "tenant_id", "sid", "seq", "id", "at", "type", "payload", "metadata", "source",
+    "correlation", "priority", "group_id", "idempotency_key", "fingerprint", "size",
+)  # fmt: skip
+
+# Scratch tables: the columns, key and index of each backend's ``events``.
+PG_SCHEMA = """
+CREATE TABLE {table} (
+    tenant_id text NOT NULL, sid bigint NOT NULL, seq bigint NOT NULL, id text NOT NULL,
+    at bigint NOT NULL, type text NOT NULL, payload jsonb NOT NULL, metadata jsonb NOT NULL,
+    source jsonb, correlation text, priority integer NOT NULL DEFAULT 0, group_id text,
+    idempotency_key text, fingerprint text NOT NULL, size integer NOT NULL,
+    PRIMARY KEY (tenant_id, sid, seq));
+CREATE UNIQUE INDEX ON {table} (tenant_id, sid, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+"""
+SQLITE_SCHEMA = """
+CREATE TABLE {table} (
+    tenant_id TEXT NOT NULL, sid INTEGER NOT NULL, seq INTEGER NOT NULL, id TEXT NOT NULL,
+    at INTEGER NOT NULL, type TEXT NOT NULL, payload TEXT NOT NULL, metadata TEXT NOT NULL,
+    source TEXT, correlation TEXT, priority INTEGER NOT NULL DEFAULT 0, group_id TEXT,
+    idempotency_key TEXT, fingerprint TEXT NOT NULL, size INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, sid, seq)) WITHOUT ROWID;
+CREATE UNIQUE INDEX {table}_idempotency ON {table} (tenant_id, sid, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+"""
+COUNTERS_SCHEMA = "CREATE TABLE counters (tenant_id text PRIMARY KEY, next_seq bigint NOT NULL);"
+
+PG_BUMP = (
+    "INSERT INTO counters (tenant_id, next_seq) VALUES ($1, 2) ON CONFLICT (tenant_id)"
+    " DO UPDATE SET next_seq = counters.next_seq + 1 RETURNING next_seq - 1"
+)
+PG_INSERT = (
+    f"INSERT INTO naive_events ({', '.join(COLUMNS)})"
+    f" VALUES ({', '.join(f'${i}' for i in range(1, 16))})"
+)
+SQLITE_BUMP = PG_BUMP.replace("$1", "?")
+SQLITE_INSERT = f"INSERT INTO {{table}} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * 15)})"
+
+
+@dataclass(frozen=True)
+class Counts:
+    raw: int  # (a) rows
+    naive: int  # (b) events
+    warmup: int  # (c) appends before the latency sample
+    single: int  # (c) 1 producer: appends timed
+    producers: int  # (c) concurrent producers
+    per_producer: int  # (c) appends per concurrent producer
+
+
+FULL = Counts(raw=100_000, naive=2000, warmup=200, single=2000, producers=64, per_producer=300)
+QUICK = Counts(raw=10_000, naive=300, warmup=50, single=300, producers=64, per_producer=50)
+
+
+# --- the event --------------------------------------------------------------
+
+
+def new_event(i: int) -> dict[str, Any]:
+    return {
+        "type": "order.placed",
+        "payload": {"order_id": i, "sku": "ABC-123", "qty": 2, "note": "x" * 64},
+    }
+
+
+def event_row(seq: int) -> tuple[Any, ...]:
+    """The ``events`` row Yoke would store for ``new_event(seq)`` at offset ``seq``."""
+    e = prepare(new_event(seq))
+    return (
+        TENANT, SID, seq, e.id, now_ms(), e.type, e.payload_json, e.metadata_json, e.source_json,
+        e.correlation, e.priority, e.group_id, e.idempotency_key, e.fingerprint, e.size,
+    )  # fmt: skip
+
+
+def say(backend: str, label: str, value: str) -> None:
+    print(f"{backend:<8} {label:<58} {value}", flush=True)
+
+
+# --- (c) Yoke, either backend ------------------------------------------------
+
+
+async def yoke_single(y: yoke.Runtime, counts: Counts) -> tuple[float, float]:
+    """1 producer, sequential single-event appends: (p50 ms, p99 ms)."""
+    stream = y.stream("/bench/single")
+    for i in range(counts.warmup):
+        await stream.append(new_event(i))
+    latencies = []
+    for i in range(counts.single):
+        start = time.perf_counter()
+        await stream.append(new_event(i))
+        latencies.append((time.perf_counter() - start) * 1000)
+    cuts = statistics.quantiles(latencies, n=100)
+    return cuts[49], cuts[98]
+
+
+async def yoke_concurrent(y: yoke.Runtime, counts: Counts) -> float:
+    """``counts.producers`` tasks appending single events to one stream: events/s."""
+    stream = y.stream("/bench/concurrent")
+    await stream.append(new_event(0))  # create the stream outside the timing
+
+    async def producer(p: int) -> None:
+        for i in range(counts.per_producer):
+            await stream.append(new_event(p * counts.per_producer + i))
+
+    start = time.perf_counter()
+    await asyncio.gather(*(producer(p) for p in range(counts.producers)))
+    return counts.producers * counts.per_producer / (time.perf_counter() - start)
+
+
+async def measure_yoke(backend: str, url: str, counts: Counts) -> tuple[float, float, float]:
+    async with yoke.open(url) as y:
+        p50, p99 = await yoke_single(y, counts)
+        label = "(c) yoke, 1 producer: append latency p50 / p99"
+        say(backend, label, f"{p50:.3f} / {p99:.3f} ms")
+        eps = await yoke_concurrent(y, counts)
+        label = f"(c) yoke, {counts.producers} producers: single-event appends"
+        say(backend, label, f"{eps:,.0f} events/s")
+    return p50, p99, eps
+
+
+def figures(raw: float, naive: float, p50: float, p99: float, eps64: float) -> dict[str, float]:
+    return {
+        "raw_batched_eps": round(raw),
+        "naive_eps": round(naive),
+        "yoke_1_p50_ms": round(p50, 3),
+        "yoke_1_p99_ms": round(p99, 3),
+        "yoke_64_eps": round(eps64),
+        "yoke_64_vs_raw": round(eps64 / raw, 3),
+        "yoke_64_vs_naive": round(eps64 / naive, 2),
+    }
+
+
+# --- PostgreSQL ---------------------------------------------------------------
+
+
+def with_database(url: str, name: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path="/" + name))
+
+
+@contextlib.asynccontextmanager
+async def pg_scratch_database(admin_url: str) -> AsyncIterator[str]:
+    """A fresh database (URL yielded), dropped on the way out, error or not."""
+    name = "yoke_bench_" + os.urandom(6).hex()
+    admin = await asyncpg.connect(admin_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield with_database(admin_url, name)
+        finally:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+async def pg_raw(conn: asyncpg.Connection, counts: Counts) -> float:
+    """(a) COPY batches of ``BATCH`` rows, each its own transaction: events/s."""
+    rows = [event_row(seq) for seq in range(1, counts.raw + 1)]
+    start = time.perf_counter()
+    for i in range(0, len(rows), BATCH):
+        batch = rows[i : i + BATCH]
+        await conn.copy_records_to_table("raw_events", records=batch, columns=COLUMNS)
+    return len(rows) / (time.perf_counter() - start)
+
+
+async def pg_naive(conn: asyncpg.Connection, counts: Counts) -> float:
+    """(b) One transaction per event: counter upsert, then the row: events/s."""
+    start = time.perf_counter()
+    for _ in range(counts.naive):
+        async with conn.transaction():
+            seq = await conn.fetchval(PG_BUMP, TENANT)
+            await conn.execute(PG_INSERT, *event_row(seq))
+    return counts.naive / (time.perf_counter() - start)
+
+
+async def run_postgres(admin_url: str, counts: Counts) -> dict[str, float]:
+    async with pg_scratch_database(admin_url) as url:
+        conn = await asyncpg.connect(url)
+        try:
+            version, sync = await conn.fetchrow("SELECT version(), current_setting('synchronous_commit')")
+            say("postgres", "server", f"{version.split(' on ')[0]}, synchronous_commit={sync}")
+            schema = PG_SCHEMA.format(table="raw_events") + PG_SCHEMA.format(table="naive_events")
+            await conn.execute(schema + COUNTERS_SCHEMA)
+            raw = await pg_raw(conn, counts)
+            say("postgres", f"(a) raw: COPY {BATCH} rows per transaction", f"{raw:,.0f} events/s")
+            naive = await pg_naive(conn, counts)
+            say("postgres", "(b) naive: 1 transaction per event (upsert + insert)", f"{naive:,.0f} events/s")
+        finally:
+            await conn.close()
+        p50, p99, eps = await measure_yoke("postgres", url, counts)
+    return figures(raw, naive, p50, p99, eps)
+
+
+# --- SQLite ---------------------------------------------------------------------
+
+
+def sqlite_connect(path: Path) -> sqlite3.Connection:
+    """Autocommit connection set up as Yoke's: WAL, synchronous=FULL."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
+def sqlite_raw(conn: sqlite3.Connection, counts: Counts) -> float:
+    """(a) ``executemany`` of ``BATCH`` rows per transaction: events/s."""
+    rows = [event_row(seq) for seq in range(1, counts.raw + 1)]
+    insert = SQLITE_INSERT.format(table="raw_events")
+    start = time.perf_counter()
+    for i in range(0, len(rows), BATCH):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(insert, rows[i : i + BATCH])
+        conn.execute("COMMIT")
+    return len(rows) / (time.perf_counter() - start)
+
+
+def sqlite_naive(conn: sqlite3.Connection, counts: Counts) -> float:
+    """(b) One transaction per event: counter upsert, then the row: events/s."""
+    insert = SQLITE_INSERT.format(table="naive_events")
+    start = time.perf_counter()
+    for _ in range(counts.naive):
+        conn.execute("BEGIN IMMEDIATE")
+        seq = conn.execute(SQLITE_BUMP, (TENANT,)).fetchall()[0][0]
+        conn.execute(insert, event_row(seq))
+        conn.execute("COMMIT")
+    return counts.naive / (time.perf_counter() - start)
+
+
+async def run_sqlite(counts: Counts) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="yoke_bench_") as folder:
+        with contextlib.closing(sqlite_connect(Path(folder) / "scratch.db")) as conn:
+            say("sqlite", "library", f"{sqlite3.sqlite_version}, journal_mode=WAL, synchronous=FULL")
+            schema = SQLITE_SCHEMA.format(table="raw_events") + SQLITE_SCHEMA.format(table="naive_events")
+            conn.executescript(schema + COUNTERS_SCHEMA)
+            raw = sqlite_raw(conn, counts)
+            say("sqlite", f"(a) raw: executemany {BATCH} rows per transaction", f"{raw:,.0f} events/s")
+            naive = sqlite_naive(conn, counts)
+            say("sqlite", "(b) naive: 1 transaction per event (upsert + insert)", f"{naive:,.0f} events/s")
+        p50, p99, eps = await measure_yoke("sqlite", f"sqlite:///{Path(folder) / 'yoke.db'}", counts)
+    return figures(raw, naive, p50, p99, eps)
+
+
+# --- main -------------------------------------------------------------------------
+
+
+def check_postgres_targets(f: dict[str, float]) -> None:
+    for label, ok in (
+        ("(c)64 >= 40% of (a)", f["yoke_64_vs_raw"] >= 0.40),
+        ("(c)64 >= 20x (b)", f["yoke_64_vs_naive"] >= 20),
+        ("(c)1 p50 <= 1.5 ms", f["yoke_1_p50_ms"] <= 1.5),
+    ):
+        say("postgres", f"target {label}", "met" if ok else "MISSED")
+
+
+async def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=("all", "postgres", "sqlite"), default="all")
+    parser.add_argument("--quick", action="store_true", help="smaller counts, for a smoke run")
+    args = parser.parse_args(argv)
+    counts = QUICK if args.quick else FULL
+
+    results: dict[str, dict[str, float]] = {}
+    if args.backend in ("all", "postgres"):
+        admin_url = os.environ.get("YOKE_BENCH_PG_URL", DEFAULT_PG_URL)
+        results["postgres"] = await run_postgres(admin_url, counts)
+        check_postgres_targets(results["postgres"])
+    if args.backend in ("all", "sqlite"):
+        results["sqlite"] = await run_sqlite(counts)
+    print(json.dumps(results), flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1:]))

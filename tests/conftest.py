@@ -1,0 +1,66 @@
+"""Shared fixtures. PostgreSQL tests use a uniquely named database created
+for the run on ``YOKE_TEST_PG_URL`` and dropped afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+import yoke
+
+PG_ADMIN_URL = os.environ.get("YOKE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def with_database(url: str, database: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + database))
+
+
+async def _admin(sql: str) -> None:
+    conn = await asyncpg.connect(PG_ADMIN_URL)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    name = f"yoke_test_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
+    try:
+        yield with_database(PG_ADMIN_URL, name)
+    finally:
+        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    """The database URL of each backend; a test runs once per backend
+    (``indirect`` parametrization with ["postgres"] selects one)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/yoke.db"
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def backend(db_url: str) -> str:
+    return "sqlite" if db_url.startswith("sqlite") else "postgres"
+
+
+@pytest.fixture
+def tenant() -> str:
+    """A tenant of its own per test, so tests sharing one database never meet."""
+    return "t" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+async def y(db_url: str) -> AsyncIterator[yoke.Runtime]:
+    async with yoke.open(db_url) as runtime:
+        yield runtime

@@ -1,0 +1,67 @@
+"""Tenant isolation: through the API on both backends, and row-level security
+on PostgreSQL whatever the query."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+import yoke
+from yoke import errors
+
+
+async def test_tenants_do_not_see_each_other(y, tenant):
+    other = tenant + "-b"
+    a, b = y.stream("/shared/path", tenant=tenant), y.stream("/shared/path", tenant=other)
+    await a.append({"type": "secret", "payload": "a's"})
+    assert await b.read() == []
+    with pytest.raises(errors.StreamNotFound):
+        await b.info()
+    with pytest.raises(errors.InvalidCursor):
+        await b.read(after=1)
+    await b.append({"type": "mine", "payload": "b's"})
+    assert [e.payload for e in await a.read()] == ["a's"]
+    assert [e.payload for e in await b.read()] == ["b's"]
+    assert [s.tenant for s in await y.streams(tenant=other)] == [other]
+    await b.close()
+    assert not (await a.info()).closed
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+async def test_row_level_security_hides_other_tenants(db_url, tenant):
+    async with yoke.open(db_url) as y:
+        await y.stream("/a", tenant=tenant).append({"type": "x"})
+        await y.stream("/b", tenant=tenant + "-b").append({"type": "y"})
+        # The runtime's own pool works through the role without BYPASSRLS.
+        async with y.store.pool.acquire() as conn:
+            assert await conn.fetchval("SELECT current_user") == "yoke_runtime"
+            assert not await conn.fetchval(
+                "SELECT rolbypassrls OR rolsuper FROM pg_roles WHERE rolname = current_user"
+            )
+
+    conn = await asyncpg.connect(db_url)
+    try:
+        await conn.execute("SET ROLE yoke_runtime")
+        async with conn.transaction():
+            await conn.execute("SELECT set_config('yoke.tenant', $1, true)", tenant)
+            tenants = {r[0] for r in await conn.fetch("SELECT tenant_id FROM events")}
+            assert tenants == {tenant}
+            assert {r[0] for r in await conn.fetch("SELECT tenant_id FROM streams")} == {tenant}
+            # Even an explicit filter on the other tenant finds nothing ...
+            assert await conn.fetchval(
+                "SELECT count(*) FROM events WHERE tenant_id = $1", tenant + "-b"
+            ) == 0
+            # ... and changes nothing.
+            assert await conn.execute(
+                "UPDATE streams SET closed = true WHERE tenant_id = $1", tenant + "-b"
+            ) == "UPDATE 0"
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await conn.execute(
+                    "INSERT INTO streams (tenant_id, path, stream_id, created_at)"
+                    " VALUES ($1, '/forged', 'x', 0)",
+                    tenant + "-b",
+                )
+        # No tenant set: no rows at all.
+        assert await conn.fetchval("SELECT count(*) FROM events") == 0
+    finally:
+        await conn.close()

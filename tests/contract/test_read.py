@@ -1,0 +1,94 @@
+"""Reads: the exact cursor rule, point reads, and a property test against a model."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import yoke
+from yoke import errors
+
+
+async def test_cursor_rule(y, tenant):
+    s = y.stream("/r", tenant=tenant)
+    await s.append_many([{"type": "e", "payload": i} for i in range(1, 11)])
+    assert [e.offset for e in await s.read(after=0, limit=3)] == [1, 2, 3]
+    assert [e.offset for e in await s.read(after=7)] == [8, 9, 10]
+    assert await s.read(after=10) == []
+    with pytest.raises(errors.InvalidCursor) as exc:
+        await s.read(after=11)
+    assert (exc.value.code, exc.value.http_status) == ("invalid_cursor", 400)
+    assert exc.value.details == {"requested": 11, "latest": 10}
+
+
+async def test_missing_stream_reads_empty_but_rejects_future_cursor(y, tenant):
+    s = y.stream("/nothing", tenant=tenant)
+    assert await s.read() == []
+    with pytest.raises(errors.InvalidCursor):
+        await s.read(after=1)
+
+
+@pytest.mark.parametrize("kwargs", [{"after": -1}, {"after": "3"}, {"after": True}, {"limit": 0}, {"limit": 10_001}])
+async def test_invalid_read_arguments(y, tenant, kwargs):
+    with pytest.raises(errors.InvalidInput) as exc:
+        await y.stream("/r", tenant=tenant).read(**kwargs)
+    assert exc.value.http_status == 400
+
+
+async def test_point_read(y, tenant):
+    s = y.stream("/p", tenant=tenant)
+    r = await s.append({"type": "a", "payload": {"x": 1}})
+    assert (await s.get(r.offset)).id == r.id
+    with pytest.raises(errors.EventNotFound) as exc:
+        await s.get(2)
+    assert exc.value.http_status == 404
+    with pytest.raises(errors.InvalidInput):
+        await s.get(0)
+
+
+# --- property test: read(after=c) against a model ---------------------------
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.lists(st.booleans(), min_size=1, max_size=5)),
+        st.tuples(st.just("read"), st.integers(min_value=0, max_value=40), st.integers(1, 8)),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+async def _run_model(url: str, tenant: str, ops) -> None:
+    async with yoke.open(url) as y:
+        s = y.stream("/model", tenant=tenant)
+        durable: list[int] = []  # offsets of durable events, the model
+        head = 0
+        for op in ops:
+            if op[0] == "append":
+                flags = op[1]  # True = ephemeral
+                results = await s.append_many([{"type": "m", "ephemeral": f} for f in flags])
+                assert [r.offset for r in results] == list(range(head + 1, head + 1 + len(flags)))
+                durable += [r.offset for r, f in zip(results, flags) if not f]
+                head += len(flags)
+            else:
+                _, after, limit = op
+                if after > head:
+                    with pytest.raises(errors.InvalidCursor):
+                        await s.read(after=after, limit=limit)
+                    continue
+                got = [e.offset for e in await s.read(after=after, limit=limit)]
+                assert got == [o for o in durable if o > after][:limit]
+                everything = [e.offset for e in await s.read(after=after, limit=limit, include_ephemeral=True)]
+                assert everything == list(range(after + 1, head + 1))[:limit]
+        assert (await s.info()).head == head if head else True
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=operations)
+def test_read_matches_model(db_url, ops):
+    import uuid
+
+    asyncio.run(_run_model(db_url, "m" + uuid.uuid4().hex[:10], ops))
