@@ -66,7 +66,7 @@ CREATE TABLE {table} (
     tenant_id text NOT NULL, sid bigint NOT NULL, seq bigint NOT NULL, id text NOT NULL,
     at bigint NOT NULL, type text NOT NULL, payload jsonb NOT NULL, metadata jsonb NOT NULL,
     source jsonb, correlation text, priority integer NOT NULL DEFAULT 0, group_id text,
-    idempotency_key text, fingerprint text NOT NULL, size integer NOT NULL,
+    idempotency_key text, fingerprint text, size integer NOT NULL,
     PRIMARY KEY (tenant_id, sid, seq));
 CREATE UNIQUE INDEX ON {table} (tenant_id, sid, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
@@ -76,7 +76,7 @@ CREATE TABLE {table} (
     tenant_id TEXT NOT NULL, sid INTEGER NOT NULL, seq INTEGER NOT NULL, id TEXT NOT NULL,
     at INTEGER NOT NULL, type TEXT NOT NULL, payload TEXT NOT NULL, metadata TEXT NOT NULL,
     source TEXT, correlation TEXT, priority INTEGER NOT NULL DEFAULT 0, group_id TEXT,
-    idempotency_key TEXT, fingerprint TEXT NOT NULL, size INTEGER NOT NULL,
+    idempotency_key TEXT, fingerprint TEXT, size INTEGER NOT NULL,
     PRIMARY KEY (tenant_id, sid, seq)) WITHOUT ROWID;
 CREATE UNIQUE INDEX {table}_idempotency ON {table} (tenant_id, sid, idempotency_key)
     WHERE idempotency_key IS NOT NULL;

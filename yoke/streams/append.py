@@ -36,40 +36,77 @@ class _Request:
     future: asyncio.Future[list[AppendResult]]
 
 
+def _fail(request: _Request, error: Exception) -> None:
+    if not request.future.done():  # the caller may have been cancelled
+        request.future.set_exception(error)
+
+
 class Appender:
+    """Group commit for one stream.
+
+    Up to ``MAX_INFLIGHT`` commits run at once, so the next group is being
+    assembled and sent while the previous one commits (they still commit one
+    after the other, under the stream row lock). A group holding ephemeral
+    events runs alone: its events must be buffered before any later commit
+    becomes visible (see ``ephemeral``).
+    """
+
+    MAX_INFLIGHT = 2
+
     def __init__(self, service: AppendService, tenant: str, path: str) -> None:
         self._service = service
         self.tenant = tenant
         self.path = path
         self._queue: deque[_Request] = deque()
-        self._task: asyncio.Task[None] | None = None
+        self._commits: set[asyncio.Task[None]] = set()
+        self._ephemeral_inflight = False
+        self._pump_scheduled = False
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._queue or self._commits)
 
     def submit(self, events: Sequence[PreparedEvent]) -> asyncio.Future[list[AppendResult]]:
-        future: asyncio.Future[list[AppendResult]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[AppendResult]] = loop.create_future()
         self._queue.append(_Request(events, future))
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"yoke-append:{self.tenant}:{self.path}")
+        if not self._pump_scheduled:
+            # Start on the next loop turn, so every caller woken by the last
+            # commit gets to queue its next append into the same group.
+            self._pump_scheduled = True
+            loop.call_soon(self._pump)
         return future
 
-    async def _run(self) -> None:
-        try:
-            while self._queue:
-                group = self._take_group()
-                await self._commit(group)
-        finally:
-            self._task = None
+    def _pump(self) -> None:
+        self._pump_scheduled = False
+        while self._queue and len(self._commits) < self.MAX_INFLIGHT and not self._ephemeral_inflight:
+            group = self._take_group(allow_ephemeral=not self._commits)
+            if not group:
+                break
+            task = asyncio.create_task(self._commit(group), name=f"yoke-append:{self.tenant}:{self.path}")
+            self._commits.add(task)
+            task.add_done_callback(self._committed)
+
+    def _committed(self, task: asyncio.Task[None]) -> None:
+        self._commits.discard(task)
+        self._pump()
+        if not self.busy:
             self._service._idle(self)
 
-    def _take_group(self) -> list[_Request]:
-        """Queued requests for one transaction: at least one, at most
-        ``max_group_events`` events, and no idempotency key twice (a repeated
-        key waits for the next commit, which then sees the first one)."""
+    def _take_group(self, *, allow_ephemeral: bool) -> list[_Request]:
+        """Queued requests for one transaction: at most ``max_group_events``
+        events (but at least one request), no idempotency key twice (a
+        repeated key waits for the next commit, which then sees the first
+        one), and ephemeral events only when nothing else is in flight."""
         limit = self._service.max_group_events
         group: list[_Request] = []
         keys: set[str] = set()
         count = 0
         while self._queue:
             request = self._queue[0]
+            has_ephemeral = any(e.ephemeral for e in request.events)
+            if has_ephemeral and not allow_ephemeral:
+                break
             request_keys = {e.idempotency_key for e in request.events if e.idempotency_key}
             if group and (count + len(request.events) > limit or keys & request_keys):
                 break
@@ -77,6 +114,8 @@ class Appender:
             group.append(request)
             keys |= request_keys
             count += len(request.events)
+            if has_ephemeral:
+                self._ephemeral_inflight = True
         return group
 
     async def _commit(self, group: list[_Request]) -> None:
@@ -98,14 +137,17 @@ class Appender:
         except BaseException as exc:
             if buffer is not None:
                 buffer.inflight -= 1
+            self._ephemeral_inflight = self._ephemeral_inflight and not has_ephemeral
+            failure = exc if isinstance(exc, Exception) else errors.RuntimeClosed()
             for request in group:
-                if not request.future.done():
-                    request.future.set_exception(exc if isinstance(exc, Exception) else errors.RuntimeClosed())
+                _fail(request, failure)
             if not isinstance(exc, Exception):
                 raise
             log.error("append to %s %s failed: %r", self.tenant, self.path, exc)
             return
         self._settle(group, events, result, now)
+        if has_ephemeral:
+            self._ephemeral_inflight = False
 
     def _settle(
         self, group: list[_Request], events: list[PreparedEvent], result: CommitResult, now: int
@@ -118,9 +160,7 @@ class Appender:
             if buffer is not None and any(e.ephemeral for e in events):
                 buffer.inflight -= 1
             for request in group:
-                request.future.set_exception(
-                    errors.StreamClosed(f"stream {self.path} is closed", path=self.path)
-                )
+                _fail(request, errors.StreamClosed(f"stream {self.path} is closed", path=self.path))
             return
         position = 0
         for request in group:
@@ -133,10 +173,11 @@ class Appender:
                     for e, o in zip(prepared, outcomes)
                     if e.idempotency_key is not None
                 ]
-                request.future.set_exception(
+                _fail(
+                    request,
                     errors.IdempotencyConflict(
                         "idempotency key already used for a different event", keys=keys
-                    )
+                    ),
                 )
                 continue
             for e, o in zip(prepared, outcomes):
@@ -168,6 +209,7 @@ class AppendService:
         self.buffers = buffers
         self.max_group_events = max_group_events
         self._appenders: dict[tuple[str, str], Appender] = {}
+        self._drained: asyncio.Event | None = None
         self.closing = False
 
     async def append(
@@ -191,21 +233,22 @@ class AppendService:
         appender = self._appenders.get((tenant, path))
         if appender is None:
             appender = self._appenders[(tenant, path)] = Appender(self, tenant, path)
-        # Shield: a cancelled caller must not cancel a commit it shares with others.
-        return await asyncio.shield(appender.submit(events))
+        # A cancelled caller cancels only its own future: the shared commit
+        # goes on (and may still write its events).
+        return await appender.submit(events)
 
     def appended(self, tenant: str, path: str, count: int) -> None:
         """Called after each commit, after callers are resolved."""
         self.hub.wake(tenant, path)
 
     def _idle(self, appender: Appender) -> None:
-        if not appender._queue and self._appenders.get((appender.tenant, appender.path)) is appender:
+        if self._appenders.get((appender.tenant, appender.path)) is appender:
             del self._appenders[(appender.tenant, appender.path)]
+        if not self._appenders and self._drained is not None:
+            self._drained.set()
 
     async def drain(self) -> None:
         """Wait until every queued append is committed."""
-        while self._appenders:
-            tasks = [a._task for a in self._appenders.values() if a._task is not None]
-            if not tasks:
-                break
-            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._appenders:
+            self._drained = asyncio.Event()
+            await self._drained.wait()

@@ -23,6 +23,12 @@ from .migrate import migrate
 MAX_OFFSET = 2**63 - 1
 
 
+async def _keep_session(_conn: asyncpg.Connection) -> None:
+    """Pool release hook. The default one costs a round trip per use to reset
+    session state; Yoke keeps none (the tenant setting is transaction-local,
+    and asyncpg still rolls back any open transaction itself)."""
+
+
 class PostgresStore:
     def __init__(self, dsn: str, *, role: str = "yoke_runtime", pool_min: int = 2, pool_max: int = 10) -> None:
         self.dsn = dsn
@@ -52,7 +58,11 @@ class PostgresStore:
                 await c.execute(f'SET ROLE "{role}"')
 
         self._pool = await asyncpg.create_pool(
-            self.dsn, min_size=self._pool_min, max_size=self._pool_max, init=init
+            self.dsn,
+            min_size=self._pool_min,
+            max_size=self._pool_max,
+            init=init,
+            reset=_keep_session,
         )
         self.listener = Listener(self.dsn, on_wakeup, on_resync)
         await self.listener.start()
@@ -107,10 +117,15 @@ class PostgresStore:
             [e.size for e in events],
             [e.ephemeral for e in events],
         )
-        if rows and rows[0][0] == "closed":
-            return CommitResult(closed=True, outcomes=[], head=rows[0][4])
-        outcomes = [Outcome(r[0], r[1], r[2], r[3]) for r in rows]
-        return CommitResult(closed=False, outcomes=outcomes, head=rows[-1][4] if rows else 0)
+        status, first, _, at, head = rows[0]
+        if status == "closed":
+            return CommitResult(closed=True, outcomes=[], head=head)
+        if all(e.idempotency_key is None for e in events):
+            # The keyless fast path: consecutive offsets from ``first``.
+            outcomes = [Outcome("ok", first + i, e.id, at) for i, e in enumerate(events)]
+        else:
+            outcomes = [Outcome(r[0], r[1], r[2], r[3]) for r in rows]
+        return CommitResult(closed=False, outcomes=outcomes, head=head)
 
     async def create_stream(
         self, tenant: str, path: str, stream_id: str, now: int, retention: Retention

@@ -51,7 +51,7 @@ CREATE TABLE events (
     priority        integer NOT NULL DEFAULT 0,
     group_id        text,
     idempotency_key text,
-    fingerprint     text    NOT NULL,
+    fingerprint     text,              -- set when there is an idempotency_key
     size            integer NOT NULL,
     PRIMARY KEY (tenant_id, sid, seq)
 );
@@ -78,8 +78,9 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON streams, events TO yoke_runtime;
 -- stream row, resolve idempotency keys (a caller batch with a conflicting
 -- key is rejected whole), number the accepted events from head + 1, insert
 -- the durable ones, raise the head and NOTIFY (delivered at commit).
--- Returns one row per input event, in input order; a closed stream returns
--- a single row with status 'closed' and writes nothing.
+-- Returns one row per input event, in input order, or, when no event has an
+-- idempotency key, a single 'ok' row carrying the first offset; a closed
+-- stream returns a single row with status 'closed' and writes nothing.
 CREATE FUNCTION yoke_append(
     p_tenant text, p_path text, p_stream_id text, p_now bigint,
     p_batch integer[], p_id text[], p_type text[], p_payload text[], p_metadata text[],
@@ -123,9 +124,8 @@ BEGIN
         UPDATE streams SET head = v_head + cardinality(p_id)
             WHERE tenant_id = p_tenant AND sid = v_sid;
         PERFORM pg_notify('yoke_stream', p_tenant || '|' || p_path);
-        RETURN QUERY
-            SELECT 'ok'::text, v_head + t.ord, t.id, p_now, v_head + cardinality(p_id)
-            FROM unnest(p_id) WITH ORDINALITY AS t(id, ord) ORDER BY t.ord;
+        -- Offsets are head + 1 .. head + n in input order: one row says it all.
+        RETURN QUERY SELECT 'ok'::text, v_head + 1, NULL::text, p_now, v_head + cardinality(p_id);
         RETURN;
     END IF;
 

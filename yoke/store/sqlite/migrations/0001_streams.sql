@@ -28,7 +28,7 @@ CREATE TABLE events (
     priority        INTEGER NOT NULL DEFAULT 0,
     group_id        TEXT,
     idempotency_key TEXT,
-    fingerprint     TEXT    NOT NULL,
+    fingerprint     TEXT,              -- set when there is an idempotency_key
     size            INTEGER NOT NULL,
     PRIMARY KEY (tenant_id, sid, seq)
 ) WITHOUT ROWID;
