@@ -85,3 +85,15 @@ async def test_settings_on_missing_stream(y, tenant):
         await y.stream("/ghost", tenant=tenant).set_legal_hold(True)
     with pytest.raises(errors.StreamNotFound):
         await y.stream("/ghost", tenant=tenant).set_retention(max_events=3)
+
+
+async def test_runtime_prunes_periodically(db_url, tenant):
+    async with yoke.open(db_url, prune_interval_s=0.05) as y:
+        s = y.stream("/auto", tenant=tenant)
+        await s.append_many([{"type": "e"}] * 5)
+        await s.set_retention(max_events=2)
+        # The background pass runs on its own; wait for its effect.
+        async with asyncio.timeout(20):
+            while (await s.info()).earliest != 4:
+                await asyncio.sleep(0.02)
+        assert [e.offset for e in await s.read(after=3)] == [4, 5]
