@@ -94,7 +94,30 @@ class InvalidCursor(InvalidInput):
     code = "invalid_cursor"
 
 
-# --- 404 / 409 / 410 / 413: state of the stream ----------------------------
+class InvalidAck(InvalidInput):
+    """An acknowledgement must be an offset between 0 and the stream's head."""
+
+    code = "invalid_ack"
+
+
+# --- 401 / 403: who is asking ------------------------------------------------
+
+
+class Unauthorized(YokeError):
+    """A valid bearer token is required."""
+
+    code = "unauthorized"
+    http_status = 401
+
+
+class Forbidden(YokeError):
+    """The token does not allow this (scope or tenant)."""
+
+    code = "forbidden"
+    http_status = 403
+
+
+# --- 404 / 409 / 410 / 413 / 429 / 507: state of the stream -----------------
 
 
 class StreamNotFound(YokeError):
@@ -125,6 +148,55 @@ class IdempotencyConflict(YokeError):
     http_status = 409
 
 
+class StreamPinned(YokeError):
+    """The stream is a pinned definition: its retention, limits and metadata never change."""
+
+    code = "stream_pinned"
+    http_status = 409
+
+
+class AckRegression(YokeError):
+    """Acknowledgements only advance."""
+
+    code = "ack_regression"
+    http_status = 409
+
+
+class ObjectNotFound(YokeError):
+    """No such object on this stream."""
+
+    code = "object_not_found"
+    http_status = 404
+
+
+class ObjectStateConflict(YokeError):
+    """The object is not in a state that allows this step."""
+
+    code = "object_state"
+    http_status = 409
+
+
+class ObjectMismatch(YokeError):
+    """The uploaded bytes do not match the prepared size and sha256 digest."""
+
+    code = "object_mismatch"
+    http_status = 422
+
+
+class Backpressure(YokeError):
+    """The stream's unread ceiling is reached: retry after consumers acknowledge."""
+
+    code = "backpressure"
+    http_status = 429
+
+
+class QuotaExhausted(YokeError):
+    """The stream's total ceiling is reached: nothing was appended."""
+
+    code = "quota_exhausted"
+    http_status = 507
+
+
 class CursorGone(YokeError):
     """Events after the cursor were removed by retention; resync from 'earliest'."""
 
@@ -137,6 +209,12 @@ class EventTooLarge(YokeError):
 
     code = "event_too_large"
     http_status = 413
+
+
+class ObjectTooLarge(EventTooLarge):
+    """Objects are at most 32 MiB."""
+
+    code = "object_too_large"
 
 
 class EphemeralTooLarge(EventTooLarge):

@@ -134,6 +134,7 @@ class PreparedEvent:
     ephemeral: bool
     fingerprint: str | None  # only events with an idempotency key need one
     size: int
+    object_id: str | None = None  # kernel only: the record commits this object
 
     def to_event(self, tenant: str, path: str, offset: int, at: int) -> Event:
         return Event(

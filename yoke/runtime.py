@@ -22,6 +22,7 @@ from .streams.ephemeral import EphemeralBuffers
 from .streams.handle import Stream
 from .streams.retention import prune_forever, prune_once
 from .streams.wakeups import WakeupHub
+from .tokens import Tokens
 
 
 class Runtime:
@@ -33,6 +34,7 @@ class Runtime:
         self.appends = AppendService(
             self.store, self.hub, self.buffers, max_group_events=settings.max_group_events
         )
+        self.tokens = Tokens(self.store)
         self._tasks: list[asyncio.Task[Any]] = []
         self._started = False
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from ..events import Event, PreparedEvent
 
@@ -18,6 +18,31 @@ from ..events import Event, PreparedEvent
 class Retention:
     max_age_s: float | None = None
     max_events: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Producer credit ceilings. Unread counts durable events after the
+    minimum consumer acknowledgement (only when the stream has consumers);
+    total counts every retained durable event."""
+
+    max_unread_events: int | None = None
+    max_unread_bytes: int | None = None
+    max_total_events: int | None = None
+    max_total_bytes: int | None = None
+    overflow: Literal["reject", "block"] = "reject"
+    block_timeout_s: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What counts against the limits, from durable rows."""
+
+    durable_events: int = 0
+    durable_bytes: int = 0
+    unread_events: int = 0
+    unread_bytes: int = 0
+    min_ack: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,13 +56,63 @@ class StreamInfo:
     closed: bool
     legal_hold: bool
     retention: Retention = field(default_factory=Retention)
+    limits: Limits = field(default_factory=Limits)
+    usage: Usage = field(default_factory=Usage)
+    pinned: bool = False  # a definition: retention, limits and metadata never change
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSettings:
+    """Everything a stream can be created with."""
+
+    retention: Retention = field(default_factory=Retention)
+    limits: Limits = field(default_factory=Limits)
+    pinned: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerInfo:
+    consumer_id: str
+    acked: int
+    created_at: int
+    updated_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    object_id: str
+    tenant: str
+    path: str
+    idempotency_key: str
+    sha256: str
+    size: int
+    content_type: str
+    state: Literal["prepared", "uploaded", "committed", "aborted"]
+    created_at: int
+    expires_at: int
+    committed_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    token_id: str
+    tenant: str
+    name: str
+    scopes: tuple[str, ...]
+    secret_hash: str
+    created_at: int
+    revoked_at: int | None
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What happened to one event of a group commit."""
 
-    status: Literal["ok", "duplicate", "conflict"]
+    # conflict: key reused for another event; object: the referenced object
+    # is not uploaded; unread_full / quota: no producer credit.
+    status: Literal["ok", "duplicate", "conflict", "object", "unread_full", "quota"]
     offset: int | None
     id: str
     at: int
@@ -99,7 +174,7 @@ class Store(Protocol):
     ) -> list[StreamInfo]: ...
 
     async def create_stream(
-        self, tenant: str, path: str, stream_id: str, now: int, retention: Retention
+        self, tenant: str, path: str, stream_id: str, now: int, settings: StreamSettings
     ) -> tuple[StreamInfo, bool]:
         """Create the stream if missing; returns (info, created)."""
 
@@ -111,8 +186,56 @@ class Store(Protocol):
         closed: bool | None = None,
         legal_hold: bool | None = None,
         retention: Retention | None = None,
+        limits: Limits | None = None,
     ) -> StreamInfo | None:
-        """Change settings; None when the stream does not exist."""
+        """Change settings; None when the stream does not exist. Retention
+        and limits of a pinned stream raise ``StreamPinned``."""
 
     async def prune(self, now: int) -> int:
         """One retention pass over every tenant; returns events removed."""
+
+    # --- consumers -----------------------------------------------------------
+
+    async def ack(
+        self, tenant: str, path: str, consumer_id: str, offset: int, now: int
+    ) -> ConsumerInfo:
+        """Advance (or create) a consumer under the stream row lock, keeping
+        the unread counters exact. Raises ``StreamNotFound``, ``InvalidAck``
+        (beyond the head) or ``AckRegression``."""
+
+    async def consumers(self, tenant: str, path: str) -> list[ConsumerInfo]: ...
+
+    async def delete_consumer(self, tenant: str, path: str, consumer_id: str) -> bool: ...
+
+    # --- large objects ------------------------------------------------------
+
+    async def prepare_object(
+        self, tenant: str, path: str, object_id: str, key: str, sha256: str, size: int,
+        content_type: str, now: int, expires_at: int, new_stream_id: str,
+    ) -> ObjectInfo:
+        """Record an intent; the same idempotency key returns the existing one."""
+
+    async def upload_object(
+        self, tenant: str, path: str, object_id: str, data: bytes
+    ) -> ObjectInfo:
+        """Store the bytes of a prepared object (they must match its size and
+        digest) and mark it uploaded. Raises ``ObjectNotFound``/``ObjectMismatch``."""
+
+    async def object_info(self, tenant: str, path: str, object_id: str) -> ObjectInfo | None: ...
+
+    async def object_data(self, tenant: str, path: str, object_id: str) -> bytes | None: ...
+
+    async def abort_object(self, tenant: str, path: str, object_id: str) -> ObjectInfo | None: ...
+
+    async def cleanup_objects(self, now: int) -> int:
+        """Remove aborted and expired uncommitted objects (not under legal hold)."""
+
+    # --- tokens --------------------------------------------------------------
+
+    async def create_token(self, token: TokenInfo) -> None: ...
+
+    async def find_token(self, token_id: str) -> TokenInfo | None: ...
+
+    async def list_tokens(self, tenant: str) -> list[TokenInfo]: ...
+
+    async def revoke_token(self, tenant: str, token_id: str, now: int) -> bool: ...

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
+from .. import errors
 from ..events import Event
-from .contract import Retention, StreamInfo
+from .contract import ConsumerInfo, Limits, ObjectInfo, Retention, StreamInfo, TokenInfo, Usage
 
 # Column order of every event SELECT in both backends.
 EVENT_COLUMNS = (
@@ -16,8 +18,15 @@ EVENT_COLUMNS = (
 )
 STREAM_COLUMNS = (
     "stream_id, tenant_id, path, created_at, head, pruned_through, closed, legal_hold,"
-    " max_age_s, max_events"
+    " max_age_s, max_events, max_unread_events, max_unread_bytes, max_total_events,"
+    " max_total_bytes, overflow, block_timeout_s, durable_events, durable_bytes,"
+    " unread_events, unread_bytes, min_ack, pinned, metadata"
 )
+OBJECT_COLUMNS = (
+    "object_id, tenant_id, idempotency_key, sha256, size, content_type, state, created_at,"
+    " expires_at, committed_seq"
+)
+TOKEN_COLUMNS = "token_id, tenant_id, name, scopes, secret_hash, created_at, revoked_at"
 
 
 def _json(value: Any) -> Any:
@@ -55,10 +64,124 @@ def stream_from_row(row: Sequence[Any]) -> StreamInfo:
         closed=bool(row[6]),
         legal_hold=bool(row[7]),
         retention=Retention(max_age_s=row[8], max_events=row[9]),
+        limits=Limits(
+            max_unread_events=row[10],
+            max_unread_bytes=row[11],
+            max_total_events=row[12],
+            max_total_bytes=row[13],
+            overflow=row[14],
+            block_timeout_s=row[15],
+        ),
+        usage=Usage(
+            durable_events=row[16],
+            durable_bytes=row[17],
+            unread_events=row[18],
+            unread_bytes=row[19],
+            min_ack=row[20],
+        ),
+        pinned=bool(row[21]),
+        metadata=_json(row[22]) or {},
     )
+
+
+def object_from_row(path: str, row: Sequence[Any]) -> ObjectInfo:
+    return ObjectInfo(
+        object_id=row[0],
+        tenant=row[1],
+        path=path,
+        idempotency_key=row[2],
+        sha256=row[3],
+        size=row[4],
+        content_type=row[5],
+        state=row[6],
+        created_at=row[7],
+        expires_at=row[8],
+        committed_offset=row[9],
+    )
+
+
+def token_from_row(row: Sequence[Any]) -> TokenInfo:
+    scopes = row[3]
+    if isinstance(scopes, str):  # SQLite keeps them comma-separated
+        scopes = [s for s in scopes.split(",") if s]
+    return TokenInfo(
+        token_id=row[0],
+        tenant=row[1],
+        name=row[2],
+        scopes=tuple(scopes),
+        secret_hash=row[4],
+        created_at=row[5],
+        revoked_at=row[6],
+    )
+
+
+def consumer_from_row(row: Sequence[Any]) -> ConsumerInfo:
+    return ConsumerInfo(consumer_id=row[0], acked=row[1], created_at=row[2], updated_at=row[3])
 
 
 def like_prefix(prefix: str) -> str:
     """A LIKE pattern matching strings that start with ``prefix`` (escape '\\')."""
     escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return escaped + "%"
+
+
+def check_object_bytes(info: ObjectInfo, data: bytes) -> None:
+    """Uploaded bytes must match the size and sha256 digest pinned at prepare."""
+    digest = hashlib.sha256(data).hexdigest()
+    if len(data) != info.size or digest != info.sha256:
+        raise errors.ObjectMismatch(
+            "uploaded bytes do not match the prepared size and sha256",
+            expected_size=info.size,
+            size=len(data),
+            expected_sha256=info.sha256,
+            sha256=digest,
+        )
+
+
+def credit_lacking(stream: Mapping[str, Any], events: int, size: int) -> str | None:
+    """Would adding ``events`` durable events of ``size`` bytes exceed a
+    ceiling? 'quota' (total) or 'unread_full' (unread), else None."""
+
+    def over(used: int, limit: int | None, extra: int) -> bool:
+        return limit is not None and used + extra > limit
+
+    if over(stream["durable_events"], stream["max_total_events"], events) or over(
+        stream["durable_bytes"], stream["max_total_bytes"], size
+    ):
+        return "quota"
+    if stream["min_ack"] is not None and (
+        over(stream["unread_events"], stream["max_unread_events"], events)
+        or over(stream["unread_bytes"], stream["max_unread_bytes"], size)
+    ):
+        return "unread_full"
+    return None
+
+
+def setting_changes(
+    closed: bool | None,
+    legal_hold: bool | None,
+    retention: Retention | None,
+    limits: Limits | None,
+) -> tuple[list[str], list[Any]]:
+    """The stream columns (and values) an update_stream call changes."""
+    columns: list[str] = []
+    values: list[Any] = []
+    if closed is not None:
+        columns.append("closed")
+        values.append(closed)
+    if legal_hold is not None:
+        columns.append("legal_hold")
+        values.append(legal_hold)
+    if retention is not None:
+        columns += ["max_age_s", "max_events"]
+        values += [retention.max_age_s, retention.max_events]
+    if limits is not None:
+        columns += [
+            "max_unread_events", "max_unread_bytes", "max_total_events", "max_total_bytes",
+            "overflow", "block_timeout_s",
+        ]
+        values += [
+            limits.max_unread_events, limits.max_unread_bytes, limits.max_total_events,
+            limits.max_total_bytes, limits.overflow, limits.block_timeout_s,
+        ]
+    return columns, values

@@ -36,6 +36,27 @@ class _Request:
     future: asyncio.Future[list[AppendResult]]
 
 
+# Outcome statuses that refuse a caller's whole batch.
+REFUSALS = ("conflict", "object", "unread_full", "quota")
+# A producer blocked on credit rechecks at least this often (acks made by
+# other processes on SQLite arrive without a wake-up).
+CREDIT_RECHECK_S = 0.25
+RETRY_AFTER_S = 1
+
+
+def _refusal_error(status: str, path: str, events: Sequence[PreparedEvent]) -> errors.YokeError:
+    if status == "conflict":
+        keys = [e.idempotency_key for e in events if e.idempotency_key is not None]
+        return errors.IdempotencyConflict("idempotency key already used for a different event", keys=keys)
+    if status == "object":
+        return errors.ObjectStateConflict("the referenced object is not uploaded", state="not_uploaded")
+    if status == "unread_full":
+        return errors.Backpressure(
+            f"stream {path} reached its unread ceiling", path=path, retry_after=RETRY_AFTER_S
+        )
+    return errors.QuotaExhausted(f"stream {path} reached its total ceiling", path=path)
+
+
 def _fail(request: _Request, error: Exception) -> None:
     if not request.future.done():  # the caller may have been cancelled
         request.future.set_exception(error)
@@ -167,18 +188,9 @@ class Appender:
             outcomes = result.outcomes[position : position + len(request.events)]
             prepared = events[position : position + len(request.events)]
             position += len(request.events)
-            if any(o.status == "conflict" for o in outcomes):
-                keys = [
-                    e.idempotency_key
-                    for e, o in zip(prepared, outcomes)
-                    if e.idempotency_key is not None
-                ]
-                _fail(
-                    request,
-                    errors.IdempotencyConflict(
-                        "idempotency key already used for a different event", keys=keys
-                    ),
-                )
+            refusal = next((o.status for o in outcomes if o.status in REFUSALS), None)
+            if refusal is not None:
+                _fail(request, _refusal_error(refusal, self.path, prepared))
                 continue
             for e, o in zip(prepared, outcomes):
                 if e.ephemeral and o.status == "ok" and buffer is not None:
@@ -230,12 +242,39 @@ class AppendService:
                     size=e.size,
                     limit=self.buffers.budget,
                 )
+        deadline: float | None = None
+        waiter = None
+        try:
+            while True:
+                try:
+                    return await self._submit(tenant, path, events)
+                except errors.Backpressure:
+                    # Overflow policy 'block': wait for acknowledgements to
+                    # free credit, up to the stream's block timeout.
+                    info = await self.store.info(tenant, path)
+                    if info is None or info.limits.overflow != "block":
+                        raise
+                    loop = asyncio.get_running_loop()
+                    if deadline is None:
+                        deadline = loop.time() + info.limits.block_timeout_s
+                        waiter = self.hub.subscribe(tenant, path)
+                    remaining = deadline - loop.time()
+                    if remaining <= 0 or waiter is None:
+                        raise
+                    await waiter.wait(min(remaining, CREDIT_RECHECK_S))
+        finally:
+            if waiter is not None:
+                waiter.close()
+
+    def _submit(
+        self, tenant: str, path: str, events: Sequence[PreparedEvent]
+    ) -> asyncio.Future[list[AppendResult]]:
         appender = self._appenders.get((tenant, path))
         if appender is None:
             appender = self._appenders[(tenant, path)] = Appender(self, tenant, path)
         # A cancelled caller cancels only its own future: the shared commit
         # goes on (and may still write its events).
-        return await appender.submit(events)
+        return appender.submit(events)
 
     def appended(self, tenant: str, path: str, count: int) -> None:
         """Called after each commit, after callers are resolved."""

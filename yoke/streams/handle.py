@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..events import AppendResult, Event, now_ms, prepare, validate_path, validate_tenant
-from ..store.contract import ReadPage, Retention, StreamInfo
+from ..store.contract import ConsumerInfo, Limits, ReadPage, Retention, StreamInfo, StreamSettings
 from .append import new_stream_id
+from .objects import StreamObjects
 from .tail import tail
 
 if TYPE_CHECKING:
@@ -42,6 +44,7 @@ class Stream:
         self.runtime = runtime
         self.tenant = validate_tenant(tenant)
         self.path = validate_path(path)
+        self.objects = StreamObjects(self)
 
     def __repr__(self) -> str:
         return f"<Stream {self.tenant}:{self.path}>"
@@ -139,14 +142,44 @@ class Stream:
         return info
 
     async def create(
-        self, *, max_age_s: float | None = None, max_events: int | None = None
+        self,
+        *,
+        max_age_s: float | None = None,
+        max_events: int | None = None,
+        limits: Limits | None = None,
+        pinned: bool = False,
+        metadata: Mapping[str, Any] | None = None,
     ) -> StreamInfo:
-        """Create the stream with these settings; an existing stream is returned as is."""
-        retention = _check_retention(max_age_s, max_events)
-        info, _ = await self.runtime.store.create_stream(
-            self.tenant, self.path, new_stream_id(), now_ms(), retention
+        """Create the stream with these settings; an existing stream is returned as is.
+
+        ``pinned`` makes it a definition: its retention, limits and metadata
+        can never change afterwards."""
+        info, _ = await self.create_if_missing(
+            max_age_s=max_age_s, max_events=max_events, limits=limits, pinned=pinned, metadata=metadata
         )
         return info
+
+    async def create_if_missing(
+        self,
+        *,
+        max_age_s: float | None = None,
+        max_events: int | None = None,
+        limits: Limits | None = None,
+        pinned: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> tuple[StreamInfo, bool]:
+        """Like ``create``; also says whether this call created the stream."""
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise errors.InvalidInput("metadata must be an object", field="metadata")
+        settings = StreamSettings(
+            retention=_check_retention(max_age_s, max_events),
+            limits=check_limits(limits or Limits()),
+            pinned=bool(pinned),
+            metadata=dict(metadata or {}),
+        )
+        return await self.runtime.store.create_stream(
+            self.tenant, self.path, new_stream_id(), now_ms(), settings
+        )
 
     async def _update(self, **changes: Any) -> StreamInfo:
         info = await self.runtime.store.update_stream(self.tenant, self.path, **changes)
@@ -165,8 +198,59 @@ class Stream:
         (None: no limit). Pruning passes remove the rest unless a legal hold is on."""
         return await self._update(retention=_check_retention(max_age_s, max_events))
 
+    async def set_limits(self, limits: Limits) -> StreamInfo:
+        """Producer credit ceilings and the overflow policy (see ``Limits``)."""
+        return await self._update(limits=check_limits(limits))
+
     async def set_legal_hold(self, on: bool) -> StreamInfo:
         """While on, retention removes nothing from this stream."""
         if not isinstance(on, bool):
             raise errors.InvalidInput("legal hold is true or false", field="legal_hold")
         return await self._update(legal_hold=on)
+
+    # --- consumers -------------------------------------------------------------
+
+    async def ack(self, consumer: str, offset: int) -> ConsumerInfo:
+        """Record that ``consumer`` has processed everything through ``offset``.
+
+        Acknowledgements only advance (``AckRegression``) and never pass the
+        head (``InvalidAck``); the first ack creates the consumer. The minimum
+        acknowledgement over all consumers frees producer credit."""
+        _check_consumer(consumer)
+        _check_offset(offset, "offset")
+        info = await self.runtime.store.ack(self.tenant, self.path, consumer, offset, now_ms())
+        self.runtime.hub.wake(self.tenant, self.path)  # producers waiting for credit
+        return info
+
+    async def consumers(self) -> list[ConsumerInfo]:
+        return await self.runtime.store.consumers(self.tenant, self.path)
+
+    async def remove_consumer(self, consumer: str) -> bool:
+        _check_consumer(consumer)
+        removed = await self.runtime.store.delete_consumer(self.tenant, self.path, consumer)
+        self.runtime.hub.wake(self.tenant, self.path)
+        return removed
+
+
+CONSUMER_RE = re.compile(r"[A-Za-z0-9._:@\-]{1,128}")
+
+
+def _check_consumer(consumer: Any) -> str:
+    if not isinstance(consumer, str) or not CONSUMER_RE.fullmatch(consumer):
+        raise errors.InvalidInput(
+            "a consumer id is 1-128 characters of A-Z a-z 0-9 . _ : @ -", field="consumer"
+        )
+    return consumer
+
+
+def check_limits(limits: Limits) -> Limits:
+    for name in ("max_unread_events", "max_unread_bytes", "max_total_events", "max_total_bytes"):
+        value = getattr(limits, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise errors.InvalidInput(f"{name} must be a positive integer", field=name)
+    if limits.overflow not in ("reject", "block"):
+        raise errors.InvalidInput("overflow is 'reject' or 'block'", field="overflow")
+    timeout = limits.block_timeout_s
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 300:
+        raise errors.InvalidInput("block_timeout_s must be in (0, 300]", field="block_timeout_s")
+    return limits

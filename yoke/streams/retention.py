@@ -18,7 +18,10 @@ log = logging.getLogger("yoke.streams.retention")
 
 
 async def prune_once(store: Store) -> int:
-    return await store.prune(now_ms())
+    """One pass: prune events, then remove aborted and expired uncommitted objects."""
+    removed = await store.prune(now_ms())
+    await store.cleanup_objects(now_ms())
+    return removed
 
 
 async def prune_forever(store: Store, interval_s: float) -> None:

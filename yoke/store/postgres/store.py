@@ -10,13 +10,39 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from dataclasses import replace
 
 import asyncpg
+import orjson
 
+from ... import errors
 from ...events import PreparedEvent
-from ..contract import CommitResult, Outcome, ReadPage, Retention, StreamInfo, WakeupCallback
-from ..rows import STREAM_COLUMNS, event_from_row, like_prefix, stream_from_row
+from ..contract import (
+    CommitResult,
+    ConsumerInfo,
+    Limits,
+    ObjectInfo,
+    Outcome,
+    ReadPage,
+    Retention,
+    StreamInfo,
+    StreamSettings,
+    TokenInfo,
+    WakeupCallback,
+)
+from ..rows import (
+    OBJECT_COLUMNS,
+    STREAM_COLUMNS,
+    TOKEN_COLUMNS,
+    check_object_bytes,
+    consumer_from_row,
+    event_from_row,
+    like_prefix,
+    object_from_row,
+    setting_changes,
+    stream_from_row,
+    token_from_row,
+)
 from .listener import Listener
 from .migrate import migrate
 
@@ -98,7 +124,7 @@ class PostgresStore:
         new_stream_id: str,
     ) -> CommitResult:
         rows = await self.pool.fetch(
-            "SELECT * FROM yoke_append($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17)",
+            "SELECT * FROM yoke_append($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)",
             tenant,
             path,
             new_stream_id,
@@ -116,28 +142,36 @@ class PostgresStore:
             [e.fingerprint for e in events],
             [e.size for e in events],
             [e.ephemeral for e in events],
+            [e.object_id for e in events],
         )
         status, first, _, at, head = rows[0]
         if status == "closed":
             return CommitResult(closed=True, outcomes=[], head=head)
-        if all(e.idempotency_key is None for e in events):
-            # The keyless fast path: consecutive offsets from ``first``.
+        if rows[0][2] is None:
+            # The fast path (a single row, no id): consecutive offsets from ``first``.
             outcomes = [Outcome("ok", first + i, e.id, at) for i, e in enumerate(events)]
         else:
             outcomes = [Outcome(r[0], r[1], r[2], r[3]) for r in rows]
         return CommitResult(closed=False, outcomes=outcomes, head=head)
 
     async def create_stream(
-        self, tenant: str, path: str, stream_id: str, now: int, retention: Retention
+        self, tenant: str, path: str, stream_id: str, now: int, settings: StreamSettings
     ) -> tuple[StreamInfo, bool]:
+        lim, ret = settings.limits, settings.retention
         async with self._tx(tenant) as conn:
             await conn.execute(
                 "INSERT INTO yoke_tenants VALUES ($1, $2) ON CONFLICT DO NOTHING", tenant, now
             )
             created = await conn.fetchval(
-                "INSERT INTO streams (tenant_id, path, stream_id, created_at, max_age_s, max_events)"
-                " VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT DO NOTHING RETURNING true",
-                tenant, path, stream_id, now, retention.max_age_s, retention.max_events,
+                "INSERT INTO streams (tenant_id, path, stream_id, created_at, max_age_s, max_events,"
+                " max_unread_events, max_unread_bytes, max_total_events, max_total_bytes, overflow,"
+                " block_timeout_s, pinned, metadata)"
+                " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14::jsonb)"
+                " ON CONFLICT DO NOTHING RETURNING true",
+                tenant, path, stream_id, now, ret.max_age_s, ret.max_events,
+                lim.max_unread_events, lim.max_unread_bytes, lim.max_total_events,
+                lim.max_total_bytes, lim.overflow, lim.block_timeout_s, settings.pinned,
+                orjson.dumps(settings.metadata).decode(),
             )
             row = await conn.fetchrow(
                 f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant_id=$1 AND path=$2", tenant, path
@@ -152,36 +186,31 @@ class PostgresStore:
         closed: bool | None = None,
         legal_hold: bool | None = None,
         retention: Retention | None = None,
+        limits: Limits | None = None,
     ) -> StreamInfo | None:
-        sets: list[str] = []
-        params: list[Any] = [tenant, path]
-        if closed is not None:
-            params.append(closed)
-            sets.append(f"closed=${len(params)}")
-        if legal_hold is not None:
-            params.append(legal_hold)
-            sets.append(f"legal_hold=${len(params)}")
-        if retention is not None:
-            params += [retention.max_age_s, retention.max_events]
-            sets += [f"max_age_s=${len(params) - 1}", f"max_events=${len(params)}"]
+        columns, values = setting_changes(closed, legal_hold, retention, limits)
         async with self._tx(tenant) as conn:
-            if sets:
-                row = await conn.fetchrow(
-                    f"UPDATE streams SET {', '.join(sets)} WHERE tenant_id=$1 AND path=$2"
-                    f" RETURNING {STREAM_COLUMNS}",
-                    *params,
+            pinned = await conn.fetchval(
+                "SELECT pinned FROM streams WHERE tenant_id=$1 AND path=$2 FOR UPDATE", tenant, path
+            )
+            if pinned is None:
+                return None
+            if pinned and (retention is not None or limits is not None):
+                raise errors.StreamPinned(f"stream {path} is a pinned definition", path=path)
+            if columns:
+                assignments = ", ".join(f"{c}=${i + 3}" for i, c in enumerate(columns))
+                await conn.execute(
+                    f"UPDATE streams SET {assignments} WHERE tenant_id=$1 AND path=$2",
+                    tenant, path, *values,
                 )
-            else:
-                row = await conn.fetchrow(
-                    f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant_id=$1 AND path=$2",
-                    tenant, path,
-                )
-        return stream_from_row(row) if row else None
+            row = await conn.fetchrow(
+                f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant_id=$1 AND path=$2", tenant, path
+            )
+        return stream_from_row(row)
 
     async def prune(self, now: int) -> int:
         removed = 0
-        tenants = [r[0] for r in await self.pool.fetch("SELECT tenant_id FROM yoke_tenants")]
-        for tenant in tenants:
+        for tenant in await self._tenants():
             async with self._tx(tenant) as conn:
                 candidates = await conn.fetch(
                     "SELECT sid FROM streams WHERE tenant_id=$1 AND NOT legal_hold"
@@ -192,42 +221,268 @@ class PostgresStore:
                 removed += await self._prune_stream(tenant, sid, now)
         return removed
 
+    async def _tenants(self) -> list[str]:
+        return [r[0] for r in await self.pool.fetch("SELECT tenant_id FROM yoke_tenants")]
+
     async def _prune_stream(self, tenant: str, sid: int, now: int) -> int:
         async with self._tx(tenant) as conn:
-            # Lock the stream row: a legal hold set meanwhile wins.
-            row = await conn.fetchrow(
-                "SELECT pruned_through, legal_hold, max_age_s, max_events FROM streams"
-                " WHERE tenant_id=$1 AND sid=$2 FOR UPDATE",
-                tenant, sid,
+            # Lock the stream row: a legal hold set meanwhile wins, and the
+            # credit counters change with the rows.
+            s = await conn.fetchrow(
+                "SELECT * FROM streams WHERE tenant_id=$1 AND sid=$2 FOR UPDATE", tenant, sid
             )
-            if row is None or row["legal_hold"]:
+            if s is None or s["legal_hold"]:
                 return 0
             threshold = 0
-            if row["max_events"] is not None:
+            if s["max_events"] is not None:
                 seq = await conn.fetchval(
                     "SELECT seq FROM events WHERE tenant_id=$1 AND sid=$2"
                     " ORDER BY seq DESC LIMIT 1 OFFSET $3",
-                    tenant, sid, row["max_events"],
+                    tenant, sid, s["max_events"],
                 )
                 threshold = max(threshold, seq or 0)
-            if row["max_age_s"] is not None:
-                cutoff = now - int(row["max_age_s"] * 1000)
+            if s["max_age_s"] is not None:
+                cutoff = now - int(s["max_age_s"] * 1000)
                 seq = await conn.fetchval(
                     "SELECT max(seq) FROM events WHERE tenant_id=$1 AND sid=$2 AND at < $3",
                     tenant, sid, cutoff,
                 )
                 threshold = max(threshold, seq or 0)
-            if threshold <= row["pruned_through"]:
+            if threshold <= s["pruned_through"]:
                 return 0
-            status = await conn.execute(
-                "DELETE FROM events WHERE tenant_id=$1 AND sid=$2 AND seq <= $3",
-                tenant, sid, threshold,
+            min_ack = s["min_ack"] if s["min_ack"] is not None else threshold
+            n, size, n_unread, size_unread = await conn.fetchrow(
+                "WITH gone AS (DELETE FROM events WHERE tenant_id=$1 AND sid=$2 AND seq <= $3"
+                " RETURNING seq, size)"
+                " SELECT count(*), coalesce(sum(size), 0), count(*) FILTER (WHERE seq > $4),"
+                " coalesce(sum(size) FILTER (WHERE seq > $4), 0) FROM gone",
+                tenant, sid, threshold, min_ack,
             )
             await conn.execute(
-                "UPDATE streams SET pruned_through=$3 WHERE tenant_id=$1 AND sid=$2",
-                tenant, sid, threshold,
+                "UPDATE streams SET pruned_through=$3, durable_events=durable_events-$4,"
+                " durable_bytes=durable_bytes-$5, unread_events=unread_events-$6,"
+                " unread_bytes=unread_bytes-$7 WHERE tenant_id=$1 AND sid=$2",
+                tenant, sid, threshold, n, size, n_unread, size_unread,
             )
-        return int(status.split()[-1])
+        return n
+
+    # --- consumers -----------------------------------------------------------
+
+    async def ack(
+        self, tenant: str, path: str, consumer_id: str, offset: int, now: int
+    ) -> ConsumerInfo:
+        async with self._tx(tenant) as conn:
+            s = await conn.fetchrow(
+                "SELECT * FROM streams WHERE tenant_id=$1 AND path=$2 FOR UPDATE", tenant, path
+            )
+            if s is None:
+                raise errors.StreamNotFound(f"stream {path} does not exist", path=path)
+            if offset > s["head"]:
+                raise errors.InvalidAck(
+                    f"offset {offset} is beyond the head {s['head']}", offset=offset, latest=s["head"]
+                )
+            row = await conn.fetchrow(
+                "SELECT acked, created_at FROM consumers WHERE tenant_id=$1 AND sid=$2 AND consumer_id=$3",
+                tenant, s["sid"], consumer_id,
+            )
+            if row is not None and offset < row[0]:
+                raise errors.AckRegression(
+                    f"consumer {consumer_id} already acknowledged {row[0]}",
+                    consumer=consumer_id, acked=row[0], offset=offset,
+                )
+            created = row[1] if row is not None else now
+            await conn.execute(
+                "INSERT INTO consumers (tenant_id, sid, consumer_id, acked, created_at, updated_at)"
+                " VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (tenant_id, sid, consumer_id)"
+                " DO UPDATE SET acked=excluded.acked, updated_at=excluded.updated_at",
+                tenant, s["sid"], consumer_id, offset, created, now,
+            )
+            await self._recount_unread(conn, tenant, s)
+            # Producers blocked on credit (in any process) should look again.
+            await conn.execute("SELECT pg_notify('yoke_stream', $1)", f"{tenant}|{path}")
+        return ConsumerInfo(consumer_id, offset, created, now)
+
+    async def _recount_unread(self, conn: asyncpg.Connection, tenant: str, s: asyncpg.Record) -> None:
+        """After consumers changed: move min_ack and keep the unread counters exact."""
+        sid, old = s["sid"], s["min_ack"]
+        new = await conn.fetchval(
+            "SELECT min(acked) FROM consumers WHERE tenant_id=$1 AND sid=$2", tenant, sid
+        )
+        if new == old:
+            return
+        if new is None:
+            events = size = 0
+        elif old is not None and new > old:
+            n, b = await conn.fetchrow(
+                "SELECT count(*), coalesce(sum(size), 0) FROM events"
+                " WHERE tenant_id=$1 AND sid=$2 AND seq > $3 AND seq <= $4",
+                tenant, sid, old, new,
+            )
+            events, size = s["unread_events"] - n, s["unread_bytes"] - b
+        else:
+            events, size = await conn.fetchrow(
+                "SELECT count(*), coalesce(sum(size), 0) FROM events"
+                " WHERE tenant_id=$1 AND sid=$2 AND seq > $3",
+                tenant, sid, new,
+            )
+        await conn.execute(
+            "UPDATE streams SET min_ack=$3, unread_events=$4, unread_bytes=$5"
+            " WHERE tenant_id=$1 AND sid=$2",
+            tenant, sid, new, events, size,
+        )
+
+    async def consumers(self, tenant: str, path: str) -> list[ConsumerInfo]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                "SELECT c.consumer_id, c.acked, c.created_at, c.updated_at FROM consumers c"
+                " JOIN streams s ON s.tenant_id = c.tenant_id AND s.sid = c.sid"
+                " WHERE s.tenant_id=$1 AND s.path=$2 ORDER BY c.consumer_id",
+                tenant, path,
+            )
+        return [consumer_from_row(r) for r in rows]
+
+    async def delete_consumer(self, tenant: str, path: str, consumer_id: str) -> bool:
+        async with self._tx(tenant) as conn:
+            s = await conn.fetchrow(
+                "SELECT * FROM streams WHERE tenant_id=$1 AND path=$2 FOR UPDATE", tenant, path
+            )
+            if s is None:
+                return False
+            status = await conn.execute(
+                "DELETE FROM consumers WHERE tenant_id=$1 AND sid=$2 AND consumer_id=$3",
+                tenant, s["sid"], consumer_id,
+            )
+            deleted = status != "DELETE 0"
+            if deleted:
+                await self._recount_unread(conn, tenant, s)
+        return deleted
+
+    # --- large objects ------------------------------------------------------
+
+    _OBJECT_SELECT = (
+        f"SELECT {', '.join('o.' + c.strip() for c in OBJECT_COLUMNS.split(','))}, s.sid"
+        " FROM objects o JOIN streams s ON s.tenant_id = o.tenant_id AND s.sid = o.sid"
+        " WHERE s.tenant_id=$1 AND s.path=$2 AND o.object_id=$3"
+    )
+
+    async def prepare_object(
+        self, tenant: str, path: str, object_id: str, key: str, sha256: str, size: int,
+        content_type: str, now: int, expires_at: int, new_stream_id: str,
+    ) -> ObjectInfo:
+        async with self._tx(tenant) as conn:
+            await conn.execute(
+                "INSERT INTO yoke_tenants VALUES ($1, $2) ON CONFLICT DO NOTHING", tenant, now
+            )
+            await conn.execute(
+                "INSERT INTO streams (tenant_id, path, stream_id, created_at)"
+                " VALUES ($1,$2,$3,$4) ON CONFLICT DO NOTHING",
+                tenant, path, new_stream_id, now,
+            )
+            sid = await conn.fetchval(
+                "SELECT sid FROM streams WHERE tenant_id=$1 AND path=$2", tenant, path
+            )
+            await conn.execute(
+                "INSERT INTO objects (tenant_id, sid, object_id, idempotency_key, sha256, size,"
+                " content_type, state, created_at, expires_at)"
+                " VALUES ($1,$2,$3,$4,$5,$6,$7,'prepared',$8,$9) ON CONFLICT DO NOTHING",
+                tenant, sid, object_id, key, sha256, size, content_type, now, expires_at,
+            )
+            row = await conn.fetchrow(
+                f"SELECT {OBJECT_COLUMNS} FROM objects WHERE tenant_id=$1 AND sid=$2 AND idempotency_key=$3",
+                tenant, sid, key,
+            )
+        return object_from_row(path, row)
+
+    async def upload_object(self, tenant: str, path: str, object_id: str, data: bytes) -> ObjectInfo:
+        async with self._tx(tenant) as conn:
+            row = await conn.fetchrow(self._OBJECT_SELECT + " FOR UPDATE OF o", tenant, path, object_id)
+            if row is None:
+                raise errors.ObjectNotFound(f"no object {object_id}", object_id=object_id)
+            info = object_from_row(path, row)
+            if info.state in ("uploaded", "committed"):
+                return info  # a retried upload of the same bytes
+            if info.state != "prepared":
+                raise errors.ObjectStateConflict(f"object {object_id} is {info.state}", state=info.state)
+            check_object_bytes(info, data)
+            await conn.execute(
+                "UPDATE objects SET state='uploaded', data=$4 WHERE tenant_id=$1 AND sid=$2 AND object_id=$3",
+                tenant, row["sid"], object_id, data,
+            )
+        return replace(info, state="uploaded")
+
+    async def object_info(self, tenant: str, path: str, object_id: str) -> ObjectInfo | None:
+        async with self._tx(tenant) as conn:
+            row = await conn.fetchrow(self._OBJECT_SELECT, tenant, path, object_id)
+        return object_from_row(path, row) if row else None
+
+    async def object_data(self, tenant: str, path: str, object_id: str) -> bytes | None:
+        async with self._tx(tenant) as conn:
+            return await conn.fetchval(
+                "SELECT o.data FROM objects o JOIN streams s ON s.tenant_id = o.tenant_id AND s.sid = o.sid"
+                " WHERE s.tenant_id=$1 AND s.path=$2 AND o.object_id=$3"
+                " AND o.state IN ('uploaded', 'committed')",
+                tenant, path, object_id,
+            )
+
+    async def abort_object(self, tenant: str, path: str, object_id: str) -> ObjectInfo | None:
+        async with self._tx(tenant) as conn:
+            row = await conn.fetchrow(self._OBJECT_SELECT + " FOR UPDATE OF o", tenant, path, object_id)
+            if row is None:
+                return None
+            info = object_from_row(path, row)
+            if info.state == "committed":
+                raise errors.ObjectStateConflict(f"object {object_id} is committed", state="committed")
+            await conn.execute(
+                "UPDATE objects SET state='aborted', data=NULL WHERE tenant_id=$1 AND sid=$2 AND object_id=$3",
+                tenant, row["sid"], object_id,
+            )
+        return replace(info, state="aborted")
+
+    async def cleanup_objects(self, now: int) -> int:
+        removed = 0
+        for tenant in await self._tenants():
+            async with self._tx(tenant) as conn:
+                status = await conn.execute(
+                    "DELETE FROM objects o USING streams s"
+                    " WHERE o.tenant_id = $1 AND s.tenant_id = o.tenant_id AND s.sid = o.sid"
+                    " AND NOT s.legal_hold AND o.state != 'committed'"
+                    " AND (o.state = 'aborted' OR o.expires_at < $2)",
+                    tenant, now,
+                )
+            removed += int(status.split()[-1])
+        return removed
+
+    # --- tokens --------------------------------------------------------------
+
+    async def create_token(self, token: TokenInfo) -> None:
+        async with self._tx(token.tenant) as conn:
+            await conn.execute(
+                f"INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7)",
+                token.token_id, token.tenant, token.name, list(token.scopes), token.secret_hash,
+                token.created_at, token.revoked_at,
+            )
+
+    async def find_token(self, token_id: str) -> TokenInfo | None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT set_config('yoke.token_id', $1, true)", token_id)
+            row = await conn.fetchrow(f"SELECT {TOKEN_COLUMNS} FROM tokens WHERE token_id=$1", token_id)
+        return token_from_row(row) if row else None
+
+    async def list_tokens(self, tenant: str) -> list[TokenInfo]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                f"SELECT {TOKEN_COLUMNS} FROM tokens WHERE tenant_id=$1 ORDER BY created_at, token_id",
+                tenant,
+            )
+        return [token_from_row(r) for r in rows]
+
+    async def revoke_token(self, tenant: str, token_id: str, now: int) -> bool:
+        async with self._tx(tenant) as conn:
+            status = await conn.execute(
+                "UPDATE tokens SET revoked_at=$3 WHERE tenant_id=$1 AND token_id=$2 AND revoked_at IS NULL",
+                tenant, token_id, now,
+            )
+        return status != "UPDATE 0"
 
     # --- reads ---------------------------------------------------------------
 

@@ -10,17 +10,48 @@ makes every commit durable before ``commit`` returns.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..contract import CommitResult, Outcome, ReadPage, Retention, StreamInfo, WakeupCallback
-from ..rows import EVENT_COLUMNS, STREAM_COLUMNS, event_from_row, stream_from_row
+import orjson
+
+from ... import errors
 from ...events import PreparedEvent
+from ..contract import (
+    CommitResult,
+    ConsumerInfo,
+    Limits,
+    ObjectInfo,
+    Outcome,
+    ReadPage,
+    Retention,
+    StreamInfo,
+    StreamSettings,
+    TokenInfo,
+    WakeupCallback,
+)
+from ..rows import (
+    EVENT_COLUMNS,
+    OBJECT_COLUMNS,
+    STREAM_COLUMNS,
+    TOKEN_COLUMNS,
+    check_object_bytes,
+    consumer_from_row,
+    credit_lacking as _credit_lacking,
+    event_from_row,
+    object_from_row,
+    setting_changes as _setting_changes,
+    stream_from_row,
+    token_from_row,
+)
 
 T = TypeVar("T")
 
@@ -62,6 +93,7 @@ class SqliteStore:
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA busy_timeout=10000")
@@ -85,15 +117,13 @@ class SqliteStore:
         for version, sql in _migrations():
             if version <= current:
                 continue
-            conn.execute("BEGIN IMMEDIATE")
             try:
-                for statement in sql.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {version}")
-                conn.execute("COMMIT")
+                conn.executescript(
+                    f"BEGIN IMMEDIATE;\n{sql}\n;PRAGMA user_version = {version};\nCOMMIT;"
+                )
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
 
     async def close(self) -> None:
@@ -129,26 +159,50 @@ class SqliteStore:
 
     # --- writes --------------------------------------------------------------
 
-    def _stream_row(self, conn: sqlite3.Connection, tenant: str, path: str) -> Any:
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction on the writer thread's connection."""
+        conn = self._wconn
+        assert conn is not None
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _stream_row(self, conn: sqlite3.Connection, tenant: str, path: str) -> sqlite3.Row | None:
         return conn.execute(
-            "SELECT sid, head, closed FROM streams WHERE tenant_id=? AND path=?", (tenant, path)
+            "SELECT * FROM streams WHERE tenant_id=? AND path=?", (tenant, path)
         ).fetchone()
 
     def _ensure_stream(
         self, conn: sqlite3.Connection, tenant: str, path: str, stream_id: str, now: int,
-        retention: Retention | None = None,
-    ) -> tuple[Any, bool]:
+        settings: StreamSettings | None = None,
+    ) -> tuple[sqlite3.Row, bool]:
         row = self._stream_row(conn, tenant, path)
         if row is not None:
             return row, False
         sid = conn.execute("SELECT coalesce(max(sid), 0) + 1 FROM streams").fetchone()[0]
-        retention = retention or Retention()
+        st = settings or StreamSettings()
+        lim = st.limits
         conn.execute(
-            "INSERT INTO streams (tenant_id, path, sid, stream_id, created_at, max_age_s, max_events)"
-            " VALUES (?,?,?,?,?,?,?)",
-            (tenant, path, sid, stream_id, now, retention.max_age_s, retention.max_events),
+            "INSERT INTO streams (tenant_id, path, sid, stream_id, created_at, max_age_s,"
+            " max_events, max_unread_events, max_unread_bytes, max_total_events,"
+            " max_total_bytes, overflow, block_timeout_s, pinned, metadata)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                tenant, path, sid, stream_id, now, st.retention.max_age_s,
+                st.retention.max_events, lim.max_unread_events, lim.max_unread_bytes,
+                lim.max_total_events, lim.max_total_bytes, lim.overflow, lim.block_timeout_s,
+                int(st.pinned), orjson.dumps(st.metadata).decode(),
+            ),
         )
-        return (sid, 0, 0), True
+        row = self._stream_row(conn, tenant, path)
+        assert row is not None
+        return row, True
 
     async def commit(
         self,
@@ -170,16 +224,14 @@ class SqliteStore:
         now: int,
         new_stream_id: str,
     ) -> CommitResult:
-        conn = self._wconn
-        assert conn is not None
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            (sid, head, closed), _ = self._ensure_stream(conn, tenant, path, new_stream_id, now)
-            if closed:
-                conn.execute("ROLLBACK")
+        # The same steps as yoke_append in the PostgreSQL schema.
+        with self._transaction() as conn:
+            s, _ = self._ensure_stream(conn, tenant, path, new_stream_id, now)
+            sid, head = s["sid"], s["head"]
+            if s["closed"]:
                 return CommitResult(closed=True, outcomes=[], head=head)
 
-            # Resolve idempotency keys under the write lock.
+            # 1. Idempotency keys, under the write lock.
             prior: dict[str, tuple[int, str, int, str]] = {}
             keys = [e.idempotency_key for e in events if e.idempotency_key is not None]
             for start in range(0, len(keys), 500):
@@ -191,17 +243,49 @@ class SqliteStore:
                     (tenant, sid, *chunk),
                 ):
                     prior[key] = (seq, eid, at, fp)
-            rejected = {
-                batch_of[i]
-                for i, e in enumerate(events)
-                if e.idempotency_key in prior and prior[e.idempotency_key][3] != e.fingerprint
-            }
+            refused: dict[int, str] = {}
+            for i, e in enumerate(events):
+                key = e.idempotency_key
+                if key in prior and prior[key][3] != e.fingerprint:
+                    refused[batch_of[i]] = "conflict"
 
+            # 2. Object bindings: a new record may only reference an uploaded object.
+            for i, e in enumerate(events):
+                if e.object_id is None or e.idempotency_key in prior:
+                    continue
+                state = conn.execute(
+                    "SELECT state FROM objects WHERE tenant_id=? AND sid=? AND object_id=?",
+                    (tenant, sid, e.object_id),
+                ).fetchone()
+                if state is None or state[0] != "uploaded":
+                    refused.setdefault(batch_of[i], "object")
+
+            # 3. Producer credit, batch by batch, from the durable counters.
+            per_batch: dict[int, list[int]] = {}
+            for i, e in enumerate(events):
+                counts = per_batch.setdefault(batch_of[i], [0, 0])
+                if not e.ephemeral and e.idempotency_key not in prior:
+                    counts[0] += 1
+                    counts[1] += e.size
+            added_events = added_bytes = 0
+            lack: str | None = None
+            for batch, (n_events, n_bytes) in sorted(per_batch.items()):
+                if batch in refused:
+                    continue
+                if lack is None and n_events:
+                    lack = _credit_lacking(s, added_events + n_events, added_bytes + n_bytes)
+                if lack is not None:
+                    refused[batch] = lack
+                    continue
+                added_events += n_events
+                added_bytes += n_bytes
+
+            # 4. Number the admitted new events, insert the durable ones, bind objects.
             outcomes: list[Outcome] = []
             rows = []
             for i, e in enumerate(events):
-                if batch_of[i] in rejected:
-                    outcomes.append(Outcome("conflict", None, e.id, now))
+                if batch_of[i] in refused:
+                    outcomes.append(Outcome(refused[batch_of[i]], None, e.id, now))  # type: ignore[arg-type]
                 elif e.idempotency_key in prior:
                     seq, eid, at, _ = prior[e.idempotency_key]
                     outcomes.append(Outcome("duplicate", seq, eid, at))
@@ -216,29 +300,29 @@ class SqliteStore:
                                 e.group_id, e.idempotency_key, e.fingerprint, e.size,
                             )
                         )
+                    if e.object_id is not None:
+                        conn.execute(
+                            "UPDATE objects SET state='committed', committed_seq=?"
+                            " WHERE tenant_id=? AND sid=? AND object_id=?",
+                            (head, tenant, sid, e.object_id),
+                        )
             if rows:
                 conn.executemany(INSERT_EVENT, rows)
-            conn.execute("UPDATE streams SET head=? WHERE tenant_id=? AND sid=?", (head, tenant, sid))
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+            unread = 0 if s["min_ack"] is None else 1
+            conn.execute(
+                "UPDATE streams SET head=?, durable_events=durable_events+?,"
+                " durable_bytes=durable_bytes+?, unread_events=unread_events+?,"
+                " unread_bytes=unread_bytes+? WHERE tenant_id=? AND sid=?",
+                (head, added_events, added_bytes, added_events * unread, added_bytes * unread, tenant, sid),
+            )
         return CommitResult(closed=False, outcomes=outcomes, head=head)
 
     async def create_stream(
-        self, tenant: str, path: str, stream_id: str, now: int, retention: Retention
+        self, tenant: str, path: str, stream_id: str, now: int, settings: StreamSettings
     ) -> tuple[StreamInfo, bool]:
         def run() -> tuple[StreamInfo, bool]:
-            conn = self._wconn
-            assert conn is not None
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                _, created = self._ensure_stream(conn, tenant, path, stream_id, now, retention)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+            with self._transaction() as conn:
+                _, created = self._ensure_stream(conn, tenant, path, stream_id, now, settings)
             info = self._info(conn, tenant, path)
             assert info is not None
             return info, created
@@ -253,27 +337,23 @@ class SqliteStore:
         closed: bool | None = None,
         legal_hold: bool | None = None,
         retention: Retention | None = None,
+        limits: Limits | None = None,
     ) -> StreamInfo | None:
-        sets: list[str] = []
-        params: list[Any] = []
-        if closed is not None:
-            sets.append("closed=?")
-            params.append(int(closed))
-        if legal_hold is not None:
-            sets.append("legal_hold=?")
-            params.append(int(legal_hold))
-        if retention is not None:
-            sets += ["max_age_s=?", "max_events=?"]
-            params += [retention.max_age_s, retention.max_events]
+        sets, params = _setting_changes(closed, legal_hold, retention, limits)
 
         def run() -> StreamInfo | None:
-            conn = self._wconn
-            assert conn is not None
-            if sets:
-                conn.execute(
-                    f"UPDATE streams SET {', '.join(sets)} WHERE tenant_id=? AND path=?",
-                    (*params, tenant, path),
-                )
+            with self._transaction() as conn:
+                row = self._stream_row(conn, tenant, path)
+                if row is None:
+                    return None
+                if row["pinned"] and (retention is not None or limits is not None):
+                    raise errors.StreamPinned(f"stream {path} is a pinned definition", path=path)
+                if sets:
+                    conn.execute(
+                        f"UPDATE streams SET {', '.join(f'{c}=?' for c in sets)}"
+                        " WHERE tenant_id=? AND path=?",
+                        (*params, tenant, path),
+                    )
             return self._info(conn, tenant, path)
 
         return await self._write(run)
@@ -286,49 +366,313 @@ class SqliteStore:
         assert conn is not None
         removed = 0
         candidates = conn.execute(
-            "SELECT tenant_id, sid, pruned_through, max_age_s, max_events FROM streams"
+            "SELECT tenant_id, sid FROM streams"
             " WHERE legal_hold = 0 AND (max_age_s IS NOT NULL OR max_events IS NOT NULL)"
         ).fetchall()
-        for tenant, sid, pruned_through, max_age_s, max_events in candidates:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                # Re-check under the write lock: a legal hold set meanwhile wins.
-                held = conn.execute(
-                    "SELECT legal_hold FROM streams WHERE tenant_id=? AND sid=?", (tenant, sid)
+        for tenant, sid in candidates:
+            with self._transaction() as conn:
+                # Re-read under the write lock: a legal hold set meanwhile wins.
+                s = conn.execute(
+                    "SELECT * FROM streams WHERE tenant_id=? AND sid=?", (tenant, sid)
                 ).fetchone()
+                if s is None or s["legal_hold"]:
+                    continue
                 threshold = 0
-                if held is not None and not held[0]:
-                    if max_events is not None:
-                        row = conn.execute(
-                            "SELECT seq FROM events WHERE tenant_id=? AND sid=?"
-                            " ORDER BY seq DESC LIMIT 1 OFFSET ?",
-                            (tenant, sid, max_events),
-                        ).fetchone()
-                        if row:
-                            threshold = max(threshold, row[0])
-                    if max_age_s is not None:
-                        cutoff = now - int(max_age_s * 1000)
-                        row = conn.execute(
-                            "SELECT max(seq) FROM events WHERE tenant_id=? AND sid=? AND at < ?",
-                            (tenant, sid, cutoff),
-                        ).fetchone()
-                        if row and row[0]:
-                            threshold = max(threshold, row[0])
-                if threshold > pruned_through:
-                    cur = conn.execute(
-                        "DELETE FROM events WHERE tenant_id=? AND sid=? AND seq <= ?",
-                        (tenant, sid, threshold),
-                    )
-                    removed += cur.rowcount
-                    conn.execute(
-                        "UPDATE streams SET pruned_through=? WHERE tenant_id=? AND sid=?",
-                        (threshold, tenant, sid),
-                    )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+                if s["max_events"] is not None:
+                    row = conn.execute(
+                        "SELECT seq FROM events WHERE tenant_id=? AND sid=?"
+                        " ORDER BY seq DESC LIMIT 1 OFFSET ?",
+                        (tenant, sid, s["max_events"]),
+                    ).fetchone()
+                    if row:
+                        threshold = max(threshold, row[0])
+                if s["max_age_s"] is not None:
+                    cutoff = now - int(s["max_age_s"] * 1000)
+                    row = conn.execute(
+                        "SELECT max(seq) FROM events WHERE tenant_id=? AND sid=? AND at < ?",
+                        (tenant, sid, cutoff),
+                    ).fetchone()
+                    if row and row[0]:
+                        threshold = max(threshold, row[0])
+                if threshold <= s["pruned_through"]:
+                    continue
+                min_ack = s["min_ack"] if s["min_ack"] is not None else threshold
+                n, size, n_unread, size_unread = conn.execute(
+                    "SELECT count(*), coalesce(sum(size), 0),"
+                    " count(*) FILTER (WHERE seq > ?), coalesce(sum(size) FILTER (WHERE seq > ?), 0)"
+                    " FROM events WHERE tenant_id=? AND sid=? AND seq <= ?",
+                    (min_ack, min_ack, tenant, sid, threshold),
+                ).fetchone()
+                conn.execute(
+                    "DELETE FROM events WHERE tenant_id=? AND sid=? AND seq <= ?",
+                    (tenant, sid, threshold),
+                )
+                removed += n
+                conn.execute(
+                    "UPDATE streams SET pruned_through=?, durable_events=durable_events-?,"
+                    " durable_bytes=durable_bytes-?, unread_events=unread_events-?,"
+                    " unread_bytes=unread_bytes-? WHERE tenant_id=? AND sid=?",
+                    (threshold, n, size, n_unread, size_unread, tenant, sid),
+                )
         return removed
+
+    # --- consumers -----------------------------------------------------------
+
+    async def ack(
+        self, tenant: str, path: str, consumer_id: str, offset: int, now: int
+    ) -> ConsumerInfo:
+        def run() -> ConsumerInfo:
+            with self._transaction() as conn:
+                s = self._stream_row(conn, tenant, path)
+                if s is None:
+                    raise errors.StreamNotFound(f"stream {path} does not exist", path=path)
+                if offset > s["head"]:
+                    raise errors.InvalidAck(
+                        f"offset {offset} is beyond the head {s['head']}", offset=offset, latest=s["head"]
+                    )
+                sid = s["sid"]
+                row = conn.execute(
+                    "SELECT acked, created_at FROM consumers WHERE tenant_id=? AND sid=? AND consumer_id=?",
+                    (tenant, sid, consumer_id),
+                ).fetchone()
+                if row is not None and offset < row[0]:
+                    raise errors.AckRegression(
+                        f"consumer {consumer_id} already acknowledged {row[0]}",
+                        consumer=consumer_id, acked=row[0], offset=offset,
+                    )
+                created = row[1] if row is not None else now
+                conn.execute(
+                    "INSERT INTO consumers (tenant_id, sid, consumer_id, acked, created_at, updated_at)"
+                    " VALUES (?,?,?,?,?,?) ON CONFLICT (tenant_id, sid, consumer_id)"
+                    " DO UPDATE SET acked=excluded.acked, updated_at=excluded.updated_at",
+                    (tenant, sid, consumer_id, offset, created, now),
+                )
+                self._recount_unread(conn, tenant, s)
+            return ConsumerInfo(consumer_id, offset, created, now)
+
+        return await self._write(run)
+
+    def _recount_unread(self, conn: sqlite3.Connection, tenant: str, s: sqlite3.Row) -> None:
+        """After consumers changed: move min_ack and keep the unread counters exact."""
+        sid, old = s["sid"], s["min_ack"]
+        new = conn.execute(
+            "SELECT min(acked) FROM consumers WHERE tenant_id=? AND sid=?", (tenant, sid)
+        ).fetchone()[0]
+        if new == old:
+            return
+        if new is None:
+            events = size = 0
+        elif old is not None and new > old:
+            n, b = conn.execute(
+                "SELECT count(*), coalesce(sum(size), 0) FROM events"
+                " WHERE tenant_id=? AND sid=? AND seq > ? AND seq <= ?",
+                (tenant, sid, old, new),
+            ).fetchone()
+            events, size = s["unread_events"] - n, s["unread_bytes"] - b
+        else:
+            events, size = conn.execute(
+                "SELECT count(*), coalesce(sum(size), 0) FROM events"
+                " WHERE tenant_id=? AND sid=? AND seq > ?",
+                (tenant, sid, new),
+            ).fetchone()
+        conn.execute(
+            "UPDATE streams SET min_ack=?, unread_events=?, unread_bytes=? WHERE tenant_id=? AND sid=?",
+            (new, events, size, tenant, sid),
+        )
+
+    async def consumers(self, tenant: str, path: str) -> list[ConsumerInfo]:
+        def run() -> list[ConsumerInfo]:
+            rows = self._rconn().execute(
+                "SELECT c.consumer_id, c.acked, c.created_at, c.updated_at FROM consumers c"
+                " JOIN streams s ON s.tenant_id = c.tenant_id AND s.sid = c.sid"
+                " WHERE s.tenant_id=? AND s.path=? ORDER BY c.consumer_id",
+                (tenant, path),
+            ).fetchall()
+            return [consumer_from_row(r) for r in rows]
+
+        return await self._read(run)
+
+    async def delete_consumer(self, tenant: str, path: str, consumer_id: str) -> bool:
+        def run() -> bool:
+            with self._transaction() as conn:
+                s = self._stream_row(conn, tenant, path)
+                if s is None:
+                    return False
+                cur = conn.execute(
+                    "DELETE FROM consumers WHERE tenant_id=? AND sid=? AND consumer_id=?",
+                    (tenant, s["sid"], consumer_id),
+                )
+                if cur.rowcount:
+                    self._recount_unread(conn, tenant, s)
+                return cur.rowcount > 0
+
+        return await self._write(run)
+
+    # --- large objects ------------------------------------------------------
+
+    def _object_file(self, tenant: str, sid: int, object_id: str) -> Path:
+        return self.path.parent / "objects" / tenant / str(sid) / object_id
+
+    def _object_row(self, conn: sqlite3.Connection, tenant: str, path: str, object_id: str) -> Any:
+        return conn.execute(
+            f"SELECT {', '.join('o.' + c.strip() for c in OBJECT_COLUMNS.split(','))}, s.sid, s.legal_hold"
+            " FROM objects o JOIN streams s ON s.tenant_id = o.tenant_id AND s.sid = o.sid"
+            " WHERE s.tenant_id=? AND s.path=? AND o.object_id=?",
+            (tenant, path, object_id),
+        ).fetchone()
+
+    async def prepare_object(
+        self, tenant: str, path: str, object_id: str, key: str, sha256: str, size: int,
+        content_type: str, now: int, expires_at: int, new_stream_id: str,
+    ) -> ObjectInfo:
+        def run() -> ObjectInfo:
+            with self._transaction() as conn:
+                s, _ = self._ensure_stream(conn, tenant, path, new_stream_id, now)
+                conn.execute(
+                    "INSERT INTO objects (tenant_id, sid, object_id, idempotency_key, sha256, size,"
+                    " content_type, state, created_at, expires_at)"
+                    " VALUES (?,?,?,?,?,?,?, 'prepared', ?, ?) ON CONFLICT DO NOTHING",
+                    (tenant, s["sid"], object_id, key, sha256, size, content_type, now, expires_at),
+                )
+                row = conn.execute(
+                    f"SELECT {OBJECT_COLUMNS} FROM objects WHERE tenant_id=? AND sid=? AND idempotency_key=?",
+                    (tenant, s["sid"], key),
+                ).fetchone()
+            return object_from_row(path, row)
+
+        return await self._write(run)
+
+    async def upload_object(self, tenant: str, path: str, object_id: str, data: bytes) -> ObjectInfo:
+        def run() -> ObjectInfo:
+            conn = self._wconn
+            assert conn is not None
+            row = self._object_row(conn, tenant, path, object_id)
+            if row is None:
+                raise errors.ObjectNotFound(f"no object {object_id}", object_id=object_id)
+            info = object_from_row(path, row)
+            if info.state in ("uploaded", "committed"):
+                return info  # a retried upload of the same bytes
+            if info.state != "prepared":
+                raise errors.ObjectStateConflict(f"object {object_id} is {info.state}", state=info.state)
+            check_object_bytes(info, data)
+            target = self._object_file(tenant, row[-2], object_id)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_suffix(".part")
+            with open(partial, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(partial, target)
+            with self._transaction() as conn:
+                conn.execute(
+                    "UPDATE objects SET state='uploaded' WHERE tenant_id=? AND sid=? AND object_id=?"
+                    " AND state='prepared'",
+                    (tenant, row[-2], object_id),
+                )
+            return replace(info, state="uploaded")
+
+        return await self._write(run)
+
+    async def object_info(self, tenant: str, path: str, object_id: str) -> ObjectInfo | None:
+        def run() -> ObjectInfo | None:
+            row = self._object_row(self._rconn(), tenant, path, object_id)
+            return object_from_row(path, row) if row else None
+
+        return await self._read(run)
+
+    async def object_data(self, tenant: str, path: str, object_id: str) -> bytes | None:
+        def run() -> bytes | None:
+            row = self._object_row(self._rconn(), tenant, path, object_id)
+            if row is None or row[6] not in ("uploaded", "committed"):
+                return None
+            return self._object_file(tenant, row[-2], object_id).read_bytes()
+
+        return await self._read(run)
+
+    async def abort_object(self, tenant: str, path: str, object_id: str) -> ObjectInfo | None:
+        def run() -> ObjectInfo | None:
+            with self._transaction() as conn:
+                row = self._object_row(conn, tenant, path, object_id)
+                if row is None:
+                    return None
+                info = object_from_row(path, row)
+                if info.state == "committed":
+                    raise errors.ObjectStateConflict(f"object {object_id} is committed", state="committed")
+                conn.execute(
+                    "UPDATE objects SET state='aborted' WHERE tenant_id=? AND sid=? AND object_id=?",
+                    (tenant, row[-2], object_id),
+                )
+            return replace(info, state="aborted")
+
+        return await self._write(run)
+
+    async def cleanup_objects(self, now: int) -> int:
+        def run() -> int:
+            conn = self._wconn
+            assert conn is not None
+            doomed = conn.execute(
+                "SELECT o.tenant_id, o.sid, o.object_id FROM objects o"
+                " JOIN streams s ON s.tenant_id = o.tenant_id AND s.sid = o.sid"
+                " WHERE s.legal_hold = 0 AND o.state != 'committed'"
+                " AND (o.state = 'aborted' OR o.expires_at < ?)",
+                (now,),
+            ).fetchall()
+            for tenant, sid, object_id in doomed:
+                with self._transaction() as conn:
+                    conn.execute(
+                        "DELETE FROM objects WHERE tenant_id=? AND sid=? AND object_id=?"
+                        " AND state != 'committed'",
+                        (tenant, sid, object_id),
+                    )
+                self._object_file(tenant, sid, object_id).unlink(missing_ok=True)
+            return len(doomed)
+
+        return await self._write(run)
+
+    # --- tokens --------------------------------------------------------------
+
+    async def create_token(self, token: TokenInfo) -> None:
+        def run() -> None:
+            with self._transaction() as conn:
+                conn.execute(
+                    f"INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES (?,?,?,?,?,?,?)",
+                    (
+                        token.token_id, token.tenant, token.name, ",".join(token.scopes),
+                        token.secret_hash, token.created_at, token.revoked_at,
+                    ),
+                )
+
+        await self._write(run)
+
+    async def find_token(self, token_id: str) -> TokenInfo | None:
+        def run() -> TokenInfo | None:
+            row = self._rconn().execute(
+                f"SELECT {TOKEN_COLUMNS} FROM tokens WHERE token_id=?", (token_id,)
+            ).fetchone()
+            return token_from_row(row) if row else None
+
+        return await self._read(run)
+
+    async def list_tokens(self, tenant: str) -> list[TokenInfo]:
+        def run() -> list[TokenInfo]:
+            rows = self._rconn().execute(
+                f"SELECT {TOKEN_COLUMNS} FROM tokens WHERE tenant_id=? ORDER BY created_at, token_id",
+                (tenant,),
+            ).fetchall()
+            return [token_from_row(r) for r in rows]
+
+        return await self._read(run)
+
+    async def revoke_token(self, tenant: str, token_id: str, now: int) -> bool:
+        def run() -> bool:
+            with self._transaction() as conn:
+                cur = conn.execute(
+                    "UPDATE tokens SET revoked_at=? WHERE tenant_id=? AND token_id=? AND revoked_at IS NULL",
+                    (now, tenant, token_id),
+                )
+                return cur.rowcount > 0
+
+        return await self._write(run)
 
     # --- reads ---------------------------------------------------------------
 

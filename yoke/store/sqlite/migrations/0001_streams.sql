@@ -11,6 +11,21 @@ CREATE TABLE streams (
     legal_hold     INTEGER NOT NULL DEFAULT 0,
     max_age_s      REAL,
     max_events     INTEGER,
+    -- Producer credit, kept exact in the transactions that insert, ack and
+    -- prune (see the PostgreSQL schema for the meaning of each column).
+    durable_events INTEGER NOT NULL DEFAULT 0,
+    durable_bytes  INTEGER NOT NULL DEFAULT 0,
+    min_ack        INTEGER,
+    unread_events  INTEGER NOT NULL DEFAULT 0,
+    unread_bytes   INTEGER NOT NULL DEFAULT 0,
+    max_unread_events INTEGER,
+    max_unread_bytes  INTEGER,
+    max_total_events  INTEGER,
+    max_total_bytes   INTEGER,
+    overflow       TEXT    NOT NULL DEFAULT 'reject' CHECK (overflow IN ('reject', 'block')),
+    block_timeout_s REAL   NOT NULL DEFAULT 5,
+    pinned         INTEGER NOT NULL DEFAULT 0,
+    metadata       TEXT    NOT NULL DEFAULT '{}',
     PRIMARY KEY (tenant_id, path)
 ) WITHOUT ROWID;
 
@@ -35,3 +50,41 @@ CREATE TABLE events (
 
 CREATE UNIQUE INDEX events_idempotency
     ON events (tenant_id, sid, idempotency_key) WHERE idempotency_key IS NOT NULL;
+
+CREATE TABLE consumers (
+    tenant_id   TEXT    NOT NULL,
+    sid         INTEGER NOT NULL,
+    consumer_id TEXT    NOT NULL,
+    acked       INTEGER NOT NULL,
+    created_at  INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, sid, consumer_id)
+) WITHOUT ROWID;
+
+-- Object bytes live in files under <data dir>/objects/; this is their metadata.
+CREATE TABLE objects (
+    tenant_id       TEXT    NOT NULL,
+    sid             INTEGER NOT NULL,
+    object_id       TEXT    NOT NULL,
+    idempotency_key TEXT    NOT NULL,
+    sha256          TEXT    NOT NULL,
+    size            INTEGER NOT NULL,
+    content_type    TEXT    NOT NULL,
+    state           TEXT    NOT NULL CHECK (state IN ('prepared', 'uploaded', 'committed', 'aborted')),
+    created_at      INTEGER NOT NULL,
+    expires_at      INTEGER NOT NULL,
+    committed_seq   INTEGER,
+    PRIMARY KEY (tenant_id, sid, object_id),
+    UNIQUE (tenant_id, sid, idempotency_key)
+) WITHOUT ROWID;
+
+CREATE TABLE tokens (
+    tenant_id   TEXT    NOT NULL,
+    token_id    TEXT    NOT NULL UNIQUE,
+    name        TEXT    NOT NULL,
+    scopes      TEXT    NOT NULL,  -- comma-separated
+    secret_hash TEXT    NOT NULL,
+    created_at  INTEGER NOT NULL,
+    revoked_at  INTEGER,
+    PRIMARY KEY (tenant_id, token_id)
+) WITHOUT ROWID;

@@ -1,0 +1,142 @@
+"""Large objects: prepare -> upload -> commit (one record that references the
+object) or abort; expired uncommitted objects are removed by a cleanup pass.
+
+The record and the object's committed state are written in one transaction
+(the store binds the object while appending the record), so a record is
+visible only once the object and its metadata agree. Committing twice
+returns the original offset: the record's idempotency key is derived from
+the object id.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from ..events import AppendResult, now_ms, prepare
+from ..store.contract import ObjectInfo
+from .append import new_stream_id
+
+if TYPE_CHECKING:
+    from .handle import Stream
+
+MAX_OBJECT_BYTES = 32 * 1024 * 1024
+MAX_EXPIRY_S = 7 * 24 * 3600
+SHA256_RE = re.compile(r"[0-9a-f]{64}")
+DEFAULT_RECORD_TYPE = "object.committed"
+
+
+def object_reference(info: ObjectInfo) -> dict[str, Any]:
+    return {
+        "object_id": info.object_id,
+        "sha256": info.sha256,
+        "size": info.size,
+        "content_type": info.content_type,
+    }
+
+
+class StreamObjects:
+    """``stream.objects``: the large-object flow for one stream."""
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+        self.store = stream.runtime.store
+
+    async def prepare(
+        self,
+        *,
+        idempotency_key: str,
+        sha256: str,
+        size: int,
+        content_type: str = "application/octet-stream",
+        expires_in_s: float = 3600,
+    ) -> ObjectInfo:
+        """Pin an upload: the same idempotency key returns the same object."""
+        if not isinstance(idempotency_key, str) or not 1 <= len(idempotency_key) <= 256:
+            raise errors.InvalidIdempotencyKey()
+        if not isinstance(sha256, str) or not SHA256_RE.fullmatch(sha256):
+            raise errors.InvalidInput("sha256 must be 64 lowercase hex digits", field="sha256")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise errors.InvalidInput("size must be a non-negative integer", field="size")
+        if size > MAX_OBJECT_BYTES:
+            raise errors.ObjectTooLarge(
+                f"objects are at most {MAX_OBJECT_BYTES} bytes", size=size, limit=MAX_OBJECT_BYTES
+            )
+        if not isinstance(content_type, str) or not 1 <= len(content_type) <= 255:
+            raise errors.InvalidInput("content_type must be 1-255 characters", field="content_type")
+        if (
+            isinstance(expires_in_s, bool)
+            or not isinstance(expires_in_s, (int, float))
+            or not 0 < expires_in_s <= MAX_EXPIRY_S
+        ):
+            raise errors.InvalidInput(f"expires_in_s must be in (0, {MAX_EXPIRY_S}]", field="expires_in_s")
+        now = now_ms()
+        info = await self.store.prepare_object(
+            self.stream.tenant, self.stream.path, "obj_" + secrets.token_hex(12), idempotency_key,
+            sha256, size, content_type, now, now + int(expires_in_s * 1000), new_stream_id(),
+        )
+        if (info.sha256, info.size, info.content_type) != (sha256, size, content_type):
+            raise errors.IdempotencyConflict(
+                "idempotency key already used for a different object", keys=[idempotency_key]
+            )
+        return info
+
+    async def upload(self, object_id: str, data: bytes) -> ObjectInfo:
+        if len(data) > MAX_OBJECT_BYTES:
+            raise errors.ObjectTooLarge(
+                f"objects are at most {MAX_OBJECT_BYTES} bytes", size=len(data), limit=MAX_OBJECT_BYTES
+            )
+        info = await self.info(object_id)
+        if info.expires_at < now_ms() and info.state == "prepared":
+            raise errors.ObjectStateConflict(f"object {object_id} expired", state="expired")
+        return await self.store.upload_object(self.stream.tenant, self.stream.path, object_id, data)
+
+    async def commit(
+        self,
+        object_id: str,
+        *,
+        type: str = DEFAULT_RECORD_TYPE,  # noqa: A002 - the event field's name
+        payload: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> AppendResult:
+        """Append the record that references the object; idempotent."""
+        info = await self.info(object_id)
+        if info.state not in ("uploaded", "committed"):
+            raise errors.ObjectStateConflict(f"object {object_id} is {info.state}", state=info.state)
+        if payload is not None and not isinstance(payload, Mapping):
+            raise errors.InvalidInput("an object record's payload must be an object", field="payload")
+        body = {**(payload or {}), "object": object_reference(info)}
+        record = {
+            "type": type,
+            "payload": body,
+            "metadata": dict(metadata or {}),
+            "idempotency_key": f"object:{object_id}",
+        }
+        event = prepare(record, max_event_bytes=self.stream.runtime.settings.max_event_bytes)
+        event.object_id = object_id
+        (result,) = await self.stream.runtime.appends.append(
+            self.stream.tenant, self.stream.path, [event]
+        )
+        return result
+
+    async def abort(self, object_id: str) -> ObjectInfo:
+        info = await self.store.abort_object(self.stream.tenant, self.stream.path, object_id)
+        if info is None:
+            raise errors.ObjectNotFound(f"no object {object_id}", object_id=object_id)
+        return info
+
+    async def info(self, object_id: str) -> ObjectInfo:
+        info = await self.store.object_info(self.stream.tenant, self.stream.path, object_id)
+        if info is None:
+            raise errors.ObjectNotFound(f"no object {object_id}", object_id=object_id)
+        return info
+
+    async def data(self, object_id: str) -> bytes:
+        data = await self.store.object_data(self.stream.tenant, self.stream.path, object_id)
+        if data is None:
+            info = await self.info(object_id)
+            raise errors.ObjectStateConflict(f"object {object_id} is {info.state}", state=info.state)
+        return data

@@ -1,0 +1,85 @@
+"""API tokens: bearer secrets bound to one tenant with scopes.
+
+A token reads ``yk_<token_id>.<secret>``. Only a SHA-256 of the secret is
+stored (the secret is 256 random bits, so a fast hash is enough), and the
+comparison is constant-time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from . import errors
+from .events import now_ms, validate_tenant
+from .store.contract import Store, TokenInfo
+
+SCOPES = ("read", "append", "admin")
+TOKEN_RE = re.compile(r"yk_(tok_[0-9a-f]{16})\.([A-Za-z0-9_\-]{43})")
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def check_scopes(scopes: Iterable[str]) -> tuple[str, ...]:
+    chosen = tuple(dict.fromkeys(scopes))
+    unknown = [s for s in chosen if s not in SCOPES]
+    if unknown or not chosen:
+        raise errors.InvalidInput(
+            f"scopes are a non-empty subset of {', '.join(SCOPES)}", field="scopes", unknown=unknown
+        )
+    return chosen
+
+
+@dataclass(frozen=True)
+class NewToken:
+    token: str  # the bearer secret: shown once, never stored
+    info: TokenInfo
+
+
+class Tokens:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def create(self, tenant: str, scopes: Iterable[str], name: str = "") -> NewToken:
+        validate_tenant(tenant)
+        if not isinstance(name, str) or len(name) > 200:
+            raise errors.InvalidInput("a token name is at most 200 characters", field="name")
+        token_id = "tok_" + secrets.token_hex(8)
+        secret = secrets.token_urlsafe(32)
+        info = TokenInfo(
+            token_id=token_id,
+            tenant=tenant,
+            name=name,
+            scopes=check_scopes(scopes),
+            secret_hash=_hash(secret),
+            created_at=now_ms(),
+            revoked_at=None,
+        )
+        await self.store.create_token(info)
+        return NewToken(token=f"yk_{token_id}.{secret}", info=info)
+
+    async def list(self, tenant: str) -> list[TokenInfo]:
+        return await self.store.list_tokens(validate_tenant(tenant))
+
+    async def revoke(self, tenant: str, token_id: str) -> bool:
+        return await self.store.revoke_token(validate_tenant(tenant), token_id, now_ms())
+
+    async def authenticate(self, bearer: str | None) -> TokenInfo:
+        """The token's record, or ``Unauthorized`` (missing, malformed,
+        unknown, wrong secret or revoked: all look the same to the caller)."""
+        match = TOKEN_RE.fullmatch(bearer or "")
+        if match is None:
+            raise errors.Unauthorized("a valid bearer token is required")
+        token_id, secret = match.groups()
+        info = await self.store.find_token(token_id)
+        expected = info.secret_hash if info is not None else _hash("")
+        ok = hmac.compare_digest(_hash(secret), expected)
+        if info is None or not ok or info.revoked_at is not None:
+            raise errors.Unauthorized("a valid bearer token is required")
+        return info
