@@ -155,13 +155,32 @@ class PreparedEvent:
         )
 
 
+# JSON text holding a NUL character (an unescaped backslash, then u0000):
+# PostgreSQL's jsonb cannot store it, so neither backend accepts it.
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def check_text(value: str, field: str) -> str:
+    """Text both backends store faithfully: valid UTF-8 and no NUL."""
+    if "\x00" in value:
+        raise errors.InvalidEvent(f"{field} must not contain NUL characters", field=field)
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise errors.InvalidEvent(f"{field} must be valid Unicode text", field=field) from None
+    return value
+
+
 def _dumps(value: Any, what: str) -> str:
     # Sorted keys: one canonical text per value, so the idempotency
     # fingerprint does not depend on the caller's key order.
     try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
     except (TypeError, orjson.JSONEncodeError) as exc:
         raise errors.InvalidEvent(f"{what} is not JSON-serializable: {exc}", field=what) from None
+    if "\\u0000" in text and _JSON_NUL.search(text):
+        raise errors.InvalidEvent(f"{what} must not contain NUL characters", field=what)
+    return text
 
 
 def _optional_str(raw: Mapping[str, Any], key: str, max_chars: int = MAX_KEY_CHARS) -> str | None:
@@ -170,7 +189,7 @@ def _optional_str(raw: Mapping[str, Any], key: str, max_chars: int = MAX_KEY_CHA
         return None
     if not isinstance(value, str) or not 1 <= len(value) <= max_chars:
         raise errors.InvalidEvent(f"{key} must be a string of 1-{max_chars} characters", field=key)
-    return value
+    return check_text(value, key)
 
 
 def prepare(
@@ -224,6 +243,11 @@ def prepare(
     key = raw.get("idempotency_key")
     if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_CHARS):
         raise errors.InvalidIdempotencyKey()
+    if key is not None:
+        try:
+            check_text(key, "idempotency_key")
+        except errors.InvalidEvent:
+            raise errors.InvalidIdempotencyKey("idempotency_key must be valid text without NUL") from None
     if ephemeral and key is not None:
         raise errors.EphemeralWithIdempotencyKey()
 

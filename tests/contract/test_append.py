@@ -128,6 +128,12 @@ async def test_closed_stream_rejects_appends_without_writing(y, tenant):
         ({"type": "a", "payload": {1: "non-string key"}}, errors.InvalidEvent, "invalid_event", 400),
         ({"type": "a", "payload": 2**70}, errors.InvalidEvent, "invalid_event", 400),
         ("not an object", errors.InvalidEvent, "invalid_event", 400),
+        ({"type": "a", "payload": "nul\x00"}, errors.InvalidEvent, "invalid_event", 400),
+        ({"type": "a", "metadata": {"k\x00": 1}}, errors.InvalidEvent, "invalid_event", 400),
+        ({"type": "a", "correlation": "lone \udc00 surrogate"}, errors.InvalidEvent, "invalid_event", 400),
+        ({"type": "a", "group_id": "g\x00"}, errors.InvalidEvent, "invalid_event", 400),
+        ({"type": "a", "payload": {"s": "\ud800"}}, errors.InvalidEvent, "invalid_event", 400),
+        ({"type": "a", "idempotency_key": "k\x00"}, errors.InvalidIdempotencyKey, "invalid_idempotency_key", 400),
     ],
 )
 async def test_invalid_events_are_rejected_with_stable_codes(y, tenant, event, error, code, status):
@@ -205,3 +211,10 @@ async def test_runtime_rejects_appends_after_close(db_url, tenant):
     with pytest.raises(errors.RuntimeClosed) as exc:
         await s.append({"type": "y"})
     assert exc.value.http_status == 503
+
+
+async def test_text_that_only_looks_like_nul_is_stored(y, tenant):
+    s = y.stream("/lit", tenant=tenant)
+    r = await s.append({"type": "a", "payload": "literal \\u0000 text", "correlation": "ünïcode ✓"})
+    e = await s.get(r.offset)
+    assert (e.payload, e.correlation) == ("literal \\u0000 text", "ünïcode ✓")

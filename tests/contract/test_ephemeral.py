@@ -88,3 +88,75 @@ async def test_oversized_ephemeral_is_rejected_before_taking_an_offset(db_url, t
         assert exc.value.http_status == 413
         assert (await s.info()).head == 1
         assert (await s.append({"type": "b"})).offset == 2
+
+
+async def test_mixed_appends_with_many_tails_skip_nothing(db_url, tenant):
+    async with yoke.open(db_url, ephemeral_buffer_bytes=1 << 30) as y:
+        s = y.stream("/mixed", tenant=tenant)
+        total = 20 * 50
+
+        async def follow(ready):
+            got = []
+            tail = s.tail()
+            ready.set()
+            async for e in tail:
+                got.append(e.offset)
+                if e.offset >= total:
+                    return got
+
+        readies = [asyncio.Event() for _ in range(5)]
+        tails = [asyncio.create_task(follow(r)) for r in readies]
+
+        async def produce(p):
+            for i in range(50):
+                await s.append({"type": "x", "payload": {"pad": "y" * 500}, "ephemeral": i % 2 == 1})
+
+        await asyncio.gather(*(produce(p) for p in range(20)))
+        for got in await asyncio.wait_for(asyncio.gather(*tails), 30):
+            assert got == list(range(1, total + 1))
+
+
+async def test_read_held_in_transit_does_not_skip_a_durable_event(db_url, tenant):
+    # A read whose snapshot predates durable event 5 but whose result is
+    # handled after ephemeral event 6 was buffered must not jump to 6.
+    async with yoke.open(db_url) as y:
+        s = y.stream("/transit", tenant=tenant)
+        await s.append_many([{"type": "d"}] * 3)
+        await s.append({"type": "e", "ephemeral": True})
+        real_read = y.store.read
+        gate = asyncio.Event()
+        held = asyncio.Event()
+
+        async def delayed_read(*args, **kwargs):
+            page = await real_read(*args, **kwargs)
+            if not held.is_set():
+                held.set()
+                await gate.wait()  # the result is "in transit"
+            return page
+
+        y.store.read = delayed_read
+        got: list[int] = []
+
+        async def follow():
+            async for e in s.tail(after=4):
+                got.append(e.offset)
+                if len(got) == 2:
+                    return
+
+        task = asyncio.create_task(follow())
+        await held.wait()
+        await s.append({"type": "D"})  # 5, durable
+        await s.append({"type": "E", "ephemeral": True})  # 6, ephemeral
+        gate.set()
+        await asyncio.wait_for(task, 20)
+        assert got == [5, 6]
+
+
+async def test_read_during_first_ephemeral_commit_returns_durable_events(y, tenant):
+    s = y.stream("/first", tenant=tenant)
+    await s.append_many([{"type": "d"}] * 5)
+    pending = asyncio.create_task(s.append({"type": "e", "ephemeral": True}))
+    await asyncio.sleep(0)  # let the commit start (no ordering depends on it)
+    events = await s.read(include_ephemeral=True)
+    assert [e.offset for e in events][:5] == [1, 2, 3, 4, 5]
+    await pending

@@ -31,7 +31,9 @@ async def test_missing_stream_reads_empty_but_rejects_future_cursor(y, tenant):
         await s.read(after=1)
 
 
-@pytest.mark.parametrize("kwargs", [{"after": -1}, {"after": "3"}, {"after": True}, {"limit": 0}, {"limit": 10_001}])
+@pytest.mark.parametrize(
+    "kwargs", [{"after": -1}, {"after": "3"}, {"after": True}, {"limit": 0}, {"limit": 10_001}, {"after": 2**63}]
+)
 async def test_invalid_read_arguments(y, tenant, kwargs):
     with pytest.raises(errors.InvalidInput) as exc:
         await y.stream("/r", tenant=tenant).read(**kwargs)
@@ -47,6 +49,8 @@ async def test_point_read(y, tenant):
     assert exc.value.http_status == 404
     with pytest.raises(errors.InvalidInput):
         await s.get(0)
+    with pytest.raises(errors.InvalidInput):
+        await s.get(2**64)
 
 
 # --- property test: read(after=c) against a model ---------------------------

@@ -72,7 +72,13 @@ async def test_tail_behind_retention_gets_cursor_gone(y, tenant):
             pass
 
 
-@pytest.mark.parametrize("kwargs", [{"max_age_s": 0}, {"max_age_s": -1}, {"max_events": 0}, {"max_events": 1.5}, {"max_age_s": "1"}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_age_s": 0}, {"max_age_s": -1}, {"max_events": 0}, {"max_events": 1.5}, {"max_age_s": "1"},
+        {"max_age_s": float("inf")}, {"max_age_s": float("nan")}, {"max_age_s": 1e300}, {"max_events": 2**64},
+    ],
+)
 async def test_invalid_retention(y, tenant, kwargs):
     s = y.stream("/bad", tenant=tenant)
     await s.append({"type": "x"})

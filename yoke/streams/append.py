@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from .. import errors
 from ..events import AppendResult, PreparedEvent, now_ms
 from ..store.contract import CommitResult, Store
-from .ephemeral import EphemeralBuffers
+from .ephemeral import EphemeralBuffer, EphemeralBuffers
 from .wakeups import WakeupHub
 
 log = logging.getLogger("yoke.streams.append")
@@ -68,8 +68,8 @@ class Appender:
     Up to ``MAX_INFLIGHT`` commits run at once, so the next group is being
     assembled and sent while the previous one commits (they still commit one
     after the other, under the stream row lock). A group holding ephemeral
-    events runs alone: its events must be buffered before any later commit
-    becomes visible (see ``ephemeral``).
+    events runs alone, so readers have at most one such commit to wait for
+    (see ``ephemeral``).
     """
 
     MAX_INFLIGHT = 2
@@ -149,7 +149,7 @@ class Appender:
         has_ephemeral = any(e.ephemeral for e in events)
         buffer = service.buffers.ensure(self.tenant, self.path) if has_ephemeral else None
         if buffer is not None:
-            buffer.inflight += 1
+            buffer.begin_commit()
         now = now_ms()
         try:
             result = await service.store.commit(
@@ -157,7 +157,7 @@ class Appender:
             )
         except BaseException as exc:
             if buffer is not None:
-                buffer.inflight -= 1
+                buffer.end_commit()
             self._ephemeral_inflight = self._ephemeral_inflight and not has_ephemeral
             failure = exc if isinstance(exc, Exception) else errors.RuntimeClosed()
             for request in group:
@@ -166,20 +166,24 @@ class Appender:
                 raise
             log.error("append to %s %s failed: %r", self.tenant, self.path, exc)
             return
-        self._settle(group, events, result, now)
+        self._settle(group, events, result, now, buffer)
         if has_ephemeral:
             self._ephemeral_inflight = False
 
     def _settle(
-        self, group: list[_Request], events: list[PreparedEvent], result: CommitResult, now: int
+        self,
+        group: list[_Request],
+        events: list[PreparedEvent],
+        result: CommitResult,
+        now: int,
+        buffer: EphemeralBuffer | None,
     ) -> None:
-        # No await in here: buffer the ephemeral events and settle the head in
-        # the same turn the commit is observed, then resolve, then wake.
+        # No await in here: buffer the ephemeral events and settle the commit
+        # in the same turn it is observed, then resolve the callers, then wake.
         service = self._service
-        buffer = service.buffers.get(self.tenant, self.path)
         if result.closed:
-            if buffer is not None and any(e.ephemeral for e in events):
-                buffer.inflight -= 1
+            if buffer is not None:
+                buffer.end_commit()
             for request in group:
                 _fail(request, errors.StreamClosed(f"stream {self.path} is closed", path=self.path))
             return
@@ -199,9 +203,7 @@ class Appender:
             if not request.future.done():
                 request.future.set_result([AppendResult(o.offset, o.id) for o in outcomes])  # type: ignore[arg-type]
         if buffer is not None:
-            buffer.settled_head = max(buffer.settled_head, result.head)
-            if any(e.ephemeral for e in events):
-                buffer.inflight -= 1
+            buffer.end_commit()
         service.appended(self.tenant, self.path, len(events))
 
 

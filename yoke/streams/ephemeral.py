@@ -4,16 +4,21 @@ Each stream keeps the newest ephemeral events of this process in memory, up
 to a byte budget, evicting the oldest first; a restart forgets them (the
 stream row's head still remembers their offsets, so they are never reused).
 
-Ordering with durable events: a group commit can hold both. Its durable rows
-become visible to readers at commit, while its ephemeral events enter the
-buffer a moment later, when the appender resumes. So while such a commit is
-in flight, readers only trust durable events up to ``settled_head`` (the
-head after the last commit whose ephemerals are buffered); the rest is
-delivered on the next read, which the commit's wake-up triggers.
+Merging them into a read must not reorder or skip anything:
+
+- A group commit can hold both kinds. Its durable rows become visible at
+  commit, its ephemeral events enter the buffer a moment later, when the
+  appender resumes. A read that sees such a commit's rows waits for that
+  commit to settle (``settled``) before merging: groups with ephemeral
+  events run alone, so there is at most one to wait for.
+- The buffer may already hold ephemeral events newer than the read's
+  snapshot; only those up to the snapshot's head are merged, the rest come
+  with the next read.
 """
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 from collections import deque
 
@@ -21,14 +26,23 @@ from ..events import Event
 
 
 class EphemeralBuffer:
-    __slots__ = ("_events", "_bytes", "budget", "inflight", "settled_head")
+    __slots__ = ("_events", "_bytes", "budget", "_pending")
 
     def __init__(self, budget: int) -> None:
         self._events: deque[tuple[Event, int]] = deque()
         self._bytes = 0
         self.budget = budget
-        self.inflight = 0  # commits holding ephemeral events not yet settled
-        self.settled_head = 0
+        self._pending: asyncio.Future[None] | None = None  # an ephemeral commit in flight
+
+    # --- the appender's side ------------------------------------------------
+
+    def begin_commit(self) -> None:
+        self._pending = asyncio.get_running_loop().create_future()
+
+    def end_commit(self) -> None:
+        if self._pending is not None and not self._pending.done():
+            self._pending.set_result(None)
+        self._pending = None
 
     def add(self, event: Event, size: int) -> None:
         self._events.append((event, size))
@@ -37,8 +51,13 @@ class EphemeralBuffer:
             _, evicted = self._events.popleft()
             self._bytes -= evicted
 
-    def after(self, offset: int) -> list[Event]:
-        return [e for e, _ in self._events if e.offset > offset]
+    # --- the readers' side --------------------------------------------------
+
+    async def settled(self) -> None:
+        """Wait for the ephemeral commit in flight (if any) to settle."""
+        pending = self._pending
+        if pending is not None:
+            await asyncio.shield(pending)
 
     def get(self, offset: int) -> Event | None:
         for event, _ in self._events:
@@ -46,12 +65,11 @@ class EphemeralBuffer:
                 return event
         return None
 
-    def merge(self, durable: list[Event], after: int, limit: int) -> list[Event]:
-        """Durable events (offset > after, ascending) merged with the
-        buffered ephemeral ones, in offset order, at most ``limit``."""
-        if self.inflight:
-            durable = [e for e in durable if e.offset <= self.settled_head]
-        ephemeral = self.after(after)
+    def merge(self, durable: list[Event], head: int, after: int, limit: int) -> list[Event]:
+        """Durable events (offset > after, ascending, from a snapshot whose
+        head is ``head``) merged with the buffered ephemeral events in
+        (after, head], in offset order, at most ``limit``."""
+        ephemeral = [e for e, _ in self._events if after < e.offset <= head]
         if not ephemeral:
             return durable[:limit]
         return list(heapq.merge(durable, ephemeral, key=lambda e: e.offset))[:limit]

@@ -19,21 +19,32 @@ if TYPE_CHECKING:
 MAX_READ_LIMIT = 10_000
 
 
+MAX_OFFSET = 2**63 - 1
+MAX_COUNT = 2**62  # ceilings and counts stay well inside int64
+MAX_AGE_S = 100 * 365 * 24 * 3600
+
+
 def _check_offset(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise errors.InvalidInput(f"{name} must be a non-negative integer", field=name)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_OFFSET:
+        raise errors.InvalidInput(f"{name} must be an integer in [0, 2^63)", field=name)
     return value
+
+
+def _check_count(value: Any, name: str) -> None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT
+    ):
+        raise errors.InvalidInput(f"{name} must be a positive integer up to 2^62", field=name)
 
 
 def _check_retention(max_age_s: float | None, max_events: int | None) -> Retention:
     if max_age_s is not None and (
-        isinstance(max_age_s, bool) or not isinstance(max_age_s, (int, float)) or max_age_s <= 0
+        isinstance(max_age_s, bool)
+        or not isinstance(max_age_s, (int, float))
+        or not 0 < max_age_s <= MAX_AGE_S  # also rejects nan and inf
     ):
-        raise errors.InvalidInput("max_age_s must be a positive number", field="max_age_s")
-    if max_events is not None and (
-        isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1
-    ):
-        raise errors.InvalidInput("max_events must be a positive integer", field="max_events")
+        raise errors.InvalidInput("max_age_s must be a positive number of seconds up to 100 years", field="max_age_s")
+    _check_count(max_events, "max_events")
     return Retention(
         max_age_s=float(max_age_s) if max_age_s is not None else None, max_events=max_events
     )
@@ -98,7 +109,8 @@ class Stream:
         if include_ephemeral:
             buffer = self.runtime.buffers.get(self.tenant, self.path)
             if buffer is not None:
-                return buffer.merge(page.events, after, limit)
+                await buffer.settled()
+                return buffer.merge(page.events, page.head, after, limit)
         return page.events
 
     async def get(self, offset: int) -> Event:
@@ -245,9 +257,7 @@ def _check_consumer(consumer: Any) -> str:
 
 def check_limits(limits: Limits) -> Limits:
     for name in ("max_unread_events", "max_unread_bytes", "max_total_events", "max_total_bytes"):
-        value = getattr(limits, name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise errors.InvalidInput(f"{name} must be a positive integer", field=name)
+        _check_count(getattr(limits, name), name)
     if limits.overflow not in ("reject", "block"):
         raise errors.InvalidInput("overflow is 'reject' or 'block'", field="overflow")
     timeout = limits.block_timeout_s

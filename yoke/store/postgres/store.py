@@ -8,6 +8,7 @@ SQL functions defined in the migrations.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -46,6 +47,7 @@ from ..rows import (
 from .listener import Listener
 from .migrate import migrate
 
+log = logging.getLogger("yoke.store.postgres")
 MAX_OFFSET = 2**63 - 1
 
 
@@ -218,7 +220,10 @@ class PostgresStore:
                     tenant,
                 )
             for (sid,) in candidates:
-                removed += await self._prune_stream(tenant, sid, now)
+                try:
+                    removed += await self._prune_stream(tenant, sid, now)
+                except Exception:  # one bad stream must not stop the pass
+                    log.exception("pruning %s stream %s failed", tenant, sid)
         return removed
 
     async def _tenants(self) -> list[str]:

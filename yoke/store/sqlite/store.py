@@ -10,6 +10,7 @@ makes every commit durable before ``commit`` returns.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sqlite3
 import threading
@@ -54,6 +55,7 @@ from ..rows import (
 )
 
 T = TypeVar("T")
+log = logging.getLogger("yoke.store.sqlite")
 
 INSERT_EVENT = (
     "INSERT INTO events (tenant_id, sid, seq, id, at, type, payload, metadata, source,"
@@ -359,62 +361,67 @@ class SqliteStore:
         return await self._write(run)
 
     async def prune(self, now: int) -> int:
-        return await self._write(self._prune, now)
+        def candidates() -> list[tuple[str, int]]:
+            return self._rconn().execute(
+                "SELECT tenant_id, sid FROM streams"
+                " WHERE legal_hold = 0 AND (max_age_s IS NOT NULL OR max_events IS NOT NULL)"
+            ).fetchall()
 
-    def _prune(self, now: int) -> int:
-        conn = self._wconn
-        assert conn is not None
         removed = 0
-        candidates = conn.execute(
-            "SELECT tenant_id, sid FROM streams"
-            " WHERE legal_hold = 0 AND (max_age_s IS NOT NULL OR max_events IS NOT NULL)"
-        ).fetchall()
-        for tenant, sid in candidates:
-            with self._transaction() as conn:
-                # Re-read under the write lock: a legal hold set meanwhile wins.
-                s = conn.execute(
-                    "SELECT * FROM streams WHERE tenant_id=? AND sid=?", (tenant, sid)
-                ).fetchone()
-                if s is None or s["legal_hold"]:
-                    continue
-                threshold = 0
-                if s["max_events"] is not None:
-                    row = conn.execute(
-                        "SELECT seq FROM events WHERE tenant_id=? AND sid=?"
-                        " ORDER BY seq DESC LIMIT 1 OFFSET ?",
-                        (tenant, sid, s["max_events"]),
-                    ).fetchone()
-                    if row:
-                        threshold = max(threshold, row[0])
-                if s["max_age_s"] is not None:
-                    cutoff = now - int(s["max_age_s"] * 1000)
-                    row = conn.execute(
-                        "SELECT max(seq) FROM events WHERE tenant_id=? AND sid=? AND at < ?",
-                        (tenant, sid, cutoff),
-                    ).fetchone()
-                    if row and row[0]:
-                        threshold = max(threshold, row[0])
-                if threshold <= s["pruned_through"]:
-                    continue
-                min_ack = s["min_ack"] if s["min_ack"] is not None else threshold
-                n, size, n_unread, size_unread = conn.execute(
-                    "SELECT count(*), coalesce(sum(size), 0),"
-                    " count(*) FILTER (WHERE seq > ?), coalesce(sum(size) FILTER (WHERE seq > ?), 0)"
-                    " FROM events WHERE tenant_id=? AND sid=? AND seq <= ?",
-                    (min_ack, min_ack, tenant, sid, threshold),
-                ).fetchone()
-                conn.execute(
-                    "DELETE FROM events WHERE tenant_id=? AND sid=? AND seq <= ?",
-                    (tenant, sid, threshold),
-                )
-                removed += n
-                conn.execute(
-                    "UPDATE streams SET pruned_through=?, durable_events=durable_events-?,"
-                    " durable_bytes=durable_bytes-?, unread_events=unread_events-?,"
-                    " unread_bytes=unread_bytes-? WHERE tenant_id=? AND sid=?",
-                    (threshold, n, size, n_unread, size_unread, tenant, sid),
-                )
+        # One writer job per stream, so appends interleave with a long pass;
+        # a failing stream is logged and the pass goes on.
+        for tenant, sid in await self._read(candidates):
+            try:
+                removed += await self._write(self._prune_stream, tenant, sid, now)
+            except Exception:
+                log.exception("pruning %s stream %s failed", tenant, sid)
         return removed
+
+    def _prune_stream(self, tenant: str, sid: int, now: int) -> int:
+        with self._transaction() as conn:
+            # Re-read under the write lock: a legal hold set meanwhile wins.
+            s = conn.execute(
+                "SELECT * FROM streams WHERE tenant_id=? AND sid=?", (tenant, sid)
+            ).fetchone()
+            if s is None or s["legal_hold"]:
+                return 0
+            threshold = 0
+            if s["max_events"] is not None:
+                row = conn.execute(
+                    "SELECT seq FROM events WHERE tenant_id=? AND sid=?"
+                    " ORDER BY seq DESC LIMIT 1 OFFSET ?",
+                    (tenant, sid, s["max_events"]),
+                ).fetchone()
+                if row:
+                    threshold = max(threshold, row[0])
+            if s["max_age_s"] is not None:
+                cutoff = now - int(s["max_age_s"] * 1000)
+                row = conn.execute(
+                    "SELECT max(seq) FROM events WHERE tenant_id=? AND sid=? AND at < ?",
+                    (tenant, sid, cutoff),
+                ).fetchone()
+                if row and row[0]:
+                    threshold = max(threshold, row[0])
+            if threshold <= s["pruned_through"]:
+                return 0
+            min_ack = s["min_ack"] if s["min_ack"] is not None else threshold
+            n, size, n_unread, size_unread = conn.execute(
+                "SELECT count(*), coalesce(sum(size), 0),"
+                " count(*) FILTER (WHERE seq > ?), coalesce(sum(size) FILTER (WHERE seq > ?), 0)"
+                " FROM events WHERE tenant_id=? AND sid=? AND seq <= ?",
+                (min_ack, min_ack, tenant, sid, threshold),
+            ).fetchone()
+            conn.execute(
+                "DELETE FROM events WHERE tenant_id=? AND sid=? AND seq <= ?",
+                (tenant, sid, threshold),
+            )
+            conn.execute(
+                "UPDATE streams SET pruned_through=?, durable_events=durable_events-?,"
+                " durable_bytes=durable_bytes-?, unread_events=unread_events-?,"
+                " unread_bytes=unread_bytes-? WHERE tenant_id=? AND sid=?",
+                (threshold, n, size, n_unread, size_unread, tenant, sid),
+            )
+        return n
 
     # --- consumers -----------------------------------------------------------
 
