@@ -13,9 +13,12 @@ DEFAULT_DATABASE_URL = "sqlite:///./.yoke/yoke.db"
 @dataclass(frozen=True)
 class Settings:
     database_url: str = DEFAULT_DATABASE_URL
-    # Role the PostgreSQL runtime works through: no BYPASSRLS, so row-level
-    # security applies to every query it makes.
+    # The role the PostgreSQL runtime logs in as: no BYPASSRLS, so row-level
+    # security applies to every query it makes. When database_url logs in
+    # with a privileged role (used for migrations), the runtime connects to
+    # the same database as pg_role, or with pg_runtime_url when set.
     pg_role: str = "yoke_runtime"
+    pg_runtime_url: str = ""
     pg_pool_min: int = 2
     pg_pool_max: int = 10
     # Per-stream in-memory budget for ephemeral events, oldest evicted first.

@@ -28,22 +28,33 @@ from .tokens import Tokens
 class Runtime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.store: Store = connect_store(settings)
+        self._store: Store = connect_store(settings)
         self.hub = WakeupHub()
         self.buffers = EphemeralBuffers(settings.ephemeral_buffer_bytes)
         self.appends = AppendService(
-            self.store, self.hub, self.buffers, max_group_events=settings.max_group_events
+            self._store, self.hub, self.buffers, max_group_events=settings.max_group_events
         )
-        self.tokens = Tokens(self.store)
+        self.tokens = Tokens(self._store)
         self._tasks: list[asyncio.Task[Any]] = []
         self._started = False
 
+    @property
+    def store(self) -> Store:
+        """The storage backend; ``RuntimeClosed`` once the runtime is shut down."""
+        if not self._started:
+            raise errors.RuntimeClosed("the runtime is not open")
+        return self._store
+
+    @property
+    def closed(self) -> bool:
+        return not self._started
+
     async def start(self) -> None:
-        await self.store.start(on_wakeup=self.hub.wake, on_resync=self.hub.wake_all)
+        await self._store.start(on_wakeup=self.hub.wake, on_resync=self.hub.wake_all)
         self._started = True
         self._tasks.append(
             asyncio.create_task(
-                prune_forever(self.store, self.settings.prune_interval_s), name="yoke-retention"
+                prune_forever(self._store, self.settings.prune_interval_s), name="yoke-retention"
             )
         )
 
@@ -51,17 +62,17 @@ class Runtime:
         """Stop accepting appends, finish the queued ones, stop background work."""
         if not self._started:
             return
-        self._started = False
         self.appends.closing = True
         await self.appends.drain()
+        self._started = False  # from here on the store raises RuntimeClosed
+        self.hub.wake_all()  # tails notice and end
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        self.hub.wake_all()
-        await self.store.close()
+        await self._store.close()
 
     def stream(self, path: str, tenant: str = "default") -> Stream:
         if not self._started:

@@ -218,3 +218,12 @@ async def test_text_that_only_looks_like_nul_is_stored(y, tenant):
     r = await s.append({"type": "a", "payload": "literal \\u0000 text", "correlation": "ünïcode ✓"})
     e = await s.get(r.offset)
     assert (e.payload, e.correlation) == ("literal \\u0000 text", "ünïcode ✓")
+
+
+async def test_batch_size_is_capped(y, tenant):
+    s = y.stream("/cap", tenant=tenant)
+    with pytest.raises(errors.InvalidInput):
+        await s.append_many([{"type": "x"}] * 10_001)
+    with pytest.raises(errors.InvalidInput):
+        await s.append_many({"type": "x"})  # a dict is not a list of events
+    assert len(await s.append_many([{"type": "x"}] * 10_000)) == 10_000

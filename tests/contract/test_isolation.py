@@ -32,12 +32,21 @@ async def test_row_level_security_hides_other_tenants(db_url, tenant):
     async with yoke.open(db_url) as y:
         await y.stream("/a", tenant=tenant).append({"type": "x"})
         await y.stream("/b", tenant=tenant + "-b").append({"type": "y"})
-        # The runtime's own pool works through the role without BYPASSRLS.
+        # The runtime's own pool logs in as the role without BYPASSRLS, so
+        # not even RESET ROLE can escape it.
         async with y.store.pool.acquire() as conn:
+            await conn.execute("RESET ROLE")
+            assert await conn.fetchval("SELECT session_user") == "yoke_runtime"
             assert await conn.fetchval("SELECT current_user") == "yoke_runtime"
             assert not await conn.fetchval(
-                "SELECT rolbypassrls OR rolsuper FROM pg_roles WHERE rolname = current_user"
+                "SELECT rolbypassrls OR rolsuper FROM pg_roles WHERE rolname = session_user"
             )
+            async with conn.transaction():
+                await conn.execute("SELECT set_config('yoke.tenant', $1, true)", tenant)
+                assert await conn.fetchval("SELECT count(*) FROM events WHERE tenant_id = $1", tenant + "-b") == 0
+                # The SQL functions refuse a tenant other than the transaction's.
+                with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                    await conn.fetch("SELECT * FROM yoke_read($1, '/b', 0, 100, 10)", tenant + "-b")
 
     conn = await asyncpg.connect(db_url)
     try:

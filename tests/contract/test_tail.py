@@ -111,3 +111,24 @@ async def test_postgres_tail_survives_losing_its_listen_connection(db_url, tenan
         for i in range(20, 30):
             await writer.append({"type": "x", "payload": i})
         assert [e.payload for e in await got] == list(range(30))
+
+
+async def test_closing_the_runtime_ends_tails_cleanly(db_url, tenant):
+    y = await yoke.open(db_url).__aenter__()
+    s = y.stream("/closing", tenant=tenant)
+    await s.append({"type": "x"})
+    got = []
+
+    async def follow():
+        async for e in s.tail():
+            got.append(e.offset)
+
+    task = asyncio.create_task(follow())
+    while not got:
+        await asyncio.sleep(0.01)
+    await y.close()
+    with pytest.raises(errors.RuntimeClosed):
+        await asyncio.wait_for(task, 10)
+    for call in (s.read(), s.info(), s.set_legal_hold(True), s.get(1)):
+        with pytest.raises(errors.RuntimeClosed):
+            await call

@@ -17,7 +17,11 @@ def connect_store(settings: Settings) -> Store:
         from .postgres.store import PostgresStore
 
         return PostgresStore(
-            url, role=settings.pg_role, pool_min=settings.pg_pool_min, pool_max=settings.pg_pool_max
+            url,
+            role=settings.pg_role,
+            runtime_dsn=settings.pg_runtime_url or None,
+            pool_min=settings.pg_pool_min,
+            pool_max=settings.pg_pool_max,
         )
     raise ValueError(f"unsupported database URL {url!r}: use sqlite:///path or postgresql://...")
 

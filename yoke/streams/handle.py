@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ..runtime import Runtime
 
 MAX_READ_LIMIT = 10_000
+MAX_BATCH_EVENTS = 10_000
 
 
 MAX_OFFSET = 2**63 - 1
@@ -74,7 +75,13 @@ class Stream:
         self, events: Iterable[Mapping[str, Any]], *, trusted: bool
     ) -> list[AppendResult]:
         limit = self.runtime.settings.max_event_bytes
+        if isinstance(events, (str, bytes, Mapping)):
+            raise errors.InvalidInput("append_many takes a list of events", field="events")
         prepared = [prepare(e, trusted=trusted, max_event_bytes=limit) for e in events]
+        if len(prepared) > MAX_BATCH_EVENTS:
+            raise errors.InvalidInput(
+                f"a batch holds at most {MAX_BATCH_EVENTS} events", field="events", limit=MAX_BATCH_EVENTS
+            )
         return await self.runtime.appends.append(self.tenant, self.path, prepared)
 
     # --- read ------------------------------------------------------------------

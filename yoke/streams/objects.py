@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..events import AppendResult, now_ms, prepare
-from ..store.contract import ObjectInfo
+from ..store.contract import ObjectInfo, Store
 from .append import new_stream_id
 
 if TYPE_CHECKING:
@@ -43,7 +43,10 @@ class StreamObjects:
 
     def __init__(self, stream: Stream) -> None:
         self.stream = stream
-        self.store = stream.runtime.store
+
+    @property
+    def store(self) -> Store:
+        return self.stream.runtime.store
 
     async def prepare(
         self,

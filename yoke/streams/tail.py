@@ -10,25 +10,39 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
+from .. import errors
 from ..events import Event
 
 if TYPE_CHECKING:
     from .handle import Stream
 
 PAGE = 1000
+log = logging.getLogger("yoke.streams.tail")
 
 
 async def tail(
     stream: Stream, after: int, *, include_ephemeral: bool, sweep_s: float
 ) -> AsyncIterator[Event]:
-    waiter = stream.runtime.hub.subscribe(stream.tenant, stream.path)
+    runtime = stream.runtime
+    waiter = runtime.hub.subscribe(stream.tenant, stream.path)
     try:
         cursor = after
         while True:
-            events = await stream.read(after=cursor, limit=PAGE, include_ephemeral=include_ephemeral)
+            if runtime.closed:
+                raise errors.RuntimeClosed("the runtime is shutting down")
+            try:
+                events = await stream.read(after=cursor, limit=PAGE, include_ephemeral=include_ephemeral)
+            except errors.YokeError:
+                raise
+            except Exception as exc:  # a transient store failure: retry from the cursor
+                log.warning("tail of %s %s: read failed (%r); retrying", stream.tenant, stream.path, exc)
+                await asyncio.sleep(min(sweep_s, 1.0))
+                continue
             for event in events:
                 if event.offset <= cursor:
                     continue

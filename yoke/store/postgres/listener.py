@@ -21,6 +21,8 @@ from ..contract import WakeupCallback
 log = logging.getLogger("yoke.store.postgres.listener")
 
 CHANNEL = "yoke_stream"
+HEALTH_INTERVAL_S = 10.0  # how often an idle listener checks its connection
+HEALTH_TIMEOUT_S = 5.0
 
 
 class Listener:
@@ -67,24 +69,46 @@ class Listener:
 
     async def _connect(self) -> None:
         conn = await asyncpg.connect(self._dsn)
-        conn.add_termination_listener(self._terminated)
-        await conn.add_listener(CHANNEL, self._notified)
+        try:
+            # Clear the loss flag before attaching: a loss from here on is seen.
+            self._lost.clear()
+            conn.add_termination_listener(self._terminated)
+            await conn.add_listener(CHANNEL, self._notified)
+        except BaseException:
+            conn.terminate()
+            raise
         self._conn = conn
-        self._lost.clear()
         async with self._connected:
             self.generation += 1
             self._connected.notify_all()
 
+    async def _alive(self) -> bool:
+        """A dropped TCP connection can look open: ask the server."""
+        conn = self._conn
+        if conn is None or conn.is_closed():
+            return False
+        try:
+            await asyncio.wait_for(conn.fetchval("SELECT 1"), HEALTH_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            return False
+        return True
+
     async def _supervise(self) -> None:
         while True:
-            await self._lost.wait()
+            try:
+                await asyncio.wait_for(self._lost.wait(), HEALTH_INTERVAL_S)
+            except asyncio.TimeoutError:
+                if await self._alive():
+                    continue
             log.warning("LISTEN connection lost; reconnecting")
+            if self._conn is not None:
+                self._conn.terminate()
             delay = 0.05
             while True:
                 try:
                     await self._connect()
                     break
-                except (OSError, asyncpg.PostgresError) as exc:
+                except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                     log.warning("LISTEN reconnect failed: %s; retrying in %.2fs", exc, delay)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 5.0)

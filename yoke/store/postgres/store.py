@@ -12,6 +12,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
 import orjson
@@ -51,6 +52,24 @@ log = logging.getLogger("yoke.store.postgres")
 MAX_OFFSET = 2**63 - 1
 
 
+def with_user(dsn: str, user: str) -> str:
+    """The same server and database, logged in as ``user`` (no password)."""
+    parts = urlsplit(dsn)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{quote(user)}@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+async def _bypasses_rls(conn: asyncpg.Connection) -> bool:
+    return bool(
+        await conn.fetchval(
+            "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = session_user"
+        )
+    )
+
+
 async def _keep_session(_conn: asyncpg.Connection) -> None:
     """Pool release hook. The default one costs a round trip per use to reset
     session state; Yoke keeps none (the tenant setting is transaction-local,
@@ -58,9 +77,18 @@ async def _keep_session(_conn: asyncpg.Connection) -> None:
 
 
 class PostgresStore:
-    def __init__(self, dsn: str, *, role: str = "yoke_runtime", pool_min: int = 2, pool_max: int = 10) -> None:
-        self.dsn = dsn
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        role: str = "yoke_runtime",
+        runtime_dsn: str | None = None,
+        pool_min: int = 2,
+        pool_max: int = 10,
+    ) -> None:
+        self.dsn = dsn  # used for migrations
         self.role = role
+        self.runtime_dsn = runtime_dsn
         self._pool_min = pool_min
         self._pool_max = pool_max
         self._pool: asyncpg.Pool | None = None
@@ -72,27 +100,27 @@ class PostgresStore:
         conn = await asyncpg.connect(self.dsn)
         try:
             await migrate(conn)
-            privileged = await conn.fetchval(
-                "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
-            )
+            privileged = await _bypasses_rls(conn)
         finally:
             await conn.close()
-        role = self.role if privileged else None
-
-        async def init(c: asyncpg.Connection) -> None:
-            # A privileged login would bypass RLS: work through the runtime
-            # role instead. (RESET ALL on pool release keeps the role.)
-            if role is not None:
-                await c.execute(f'SET ROLE "{role}"')
-
+        # The runtime must log in as a role that row-level security applies
+        # to. A privileged migration login hands over to the runtime role
+        # (same server and database, YOKE_PG_RUNTIME_URL to set credentials).
+        pool_dsn = self.runtime_dsn or (with_user(self.dsn, self.role) if privileged else self.dsn)
         self._pool = await asyncpg.create_pool(
-            self.dsn,
+            pool_dsn,
             min_size=self._pool_min,
             max_size=self._pool_max,
-            init=init,
             reset=_keep_session,
         )
-        self.listener = Listener(self.dsn, on_wakeup, on_resync)
+        async with self._pool.acquire() as check:
+            if await _bypasses_rls(check):
+                await self._pool.close()
+                raise errors.YokeError(
+                    "the PostgreSQL runtime login bypasses row-level security;"
+                    " use a role without SUPERUSER or BYPASSRLS (YOKE_PG_RUNTIME_URL)"
+                )
+        self.listener = Listener(pool_dsn, on_wakeup, on_resync)
         await self.listener.start()
 
     async def close(self) -> None:

@@ -132,21 +132,25 @@ class SqliteStore:
         if self._writer is None:
             return
         await self._write(lambda: self._wconn.close() if self._wconn else None)
-        self._writer.shutdown(wait=True)
-        assert self._reader_pool is not None
-        self._reader_pool.shutdown(wait=True)
+        writer, readers = self._writer, self._reader_pool
+        self._writer = self._reader_pool = None
+        # Let queued jobs finish without blocking the event loop.
+        await asyncio.to_thread(writer.shutdown, wait=True)
+        if readers is not None:
+            await asyncio.to_thread(readers.shutdown, wait=True)
         with self._lock:
             for conn in self._reader_conns:
                 conn.close()
             self._reader_conns.clear()
-        self._writer = None
 
     async def _write(self, fn: Callable[..., T], *args: Any) -> T:
-        assert self._writer is not None, "store not started"
+        if self._writer is None:
+            raise errors.RuntimeClosed("the store is closed")
         return await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
-        assert self._reader_pool is not None, "store not started"
+        if self._reader_pool is None:
+            raise errors.RuntimeClosed("the store is closed")
         return await asyncio.get_running_loop().run_in_executor(self._reader_pool, fn, *args)
 
     def _rconn(self) -> sqlite3.Connection:

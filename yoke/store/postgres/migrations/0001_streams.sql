@@ -2,12 +2,15 @@
 -- can be distributed by tenant); every tenant table has FORCE'd row-level
 -- security keyed on the transaction-local setting yoke.tenant.
 
--- The role the runtime works through: no BYPASSRLS, not a superuser.
--- Roles are cluster-wide, so several databases may race to create it.
+-- The role the runtime logs in as: no BYPASSRLS, not a superuser, so row-
+-- level security applies to every query it can make. Roles are
+-- cluster-wide, so several databases may race to create it.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'yoke_runtime') THEN
-        CREATE ROLE yoke_runtime NOLOGIN NOBYPASSRLS;
+        CREATE ROLE yoke_runtime LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
+    ELSIF NOT (SELECT rolcanlogin FROM pg_roles WHERE rolname = 'yoke_runtime') THEN
+        ALTER ROLE yoke_runtime LOGIN;
     END IF;
 EXCEPTION WHEN duplicate_object OR unique_violation THEN
     NULL;
@@ -182,6 +185,10 @@ DECLARE
     v_bytes bigint := 0;
     r record;
 BEGIN
+    IF coalesce(current_setting('yoke.tenant', true), '') NOT IN ('', p_tenant) THEN
+        RAISE EXCEPTION 'yoke: tenant % does not match the transaction''s tenant', p_tenant
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
     PERFORM set_config('yoke.tenant', p_tenant, true);
     SELECT * INTO s FROM streams WHERE tenant_id = p_tenant AND path = p_path FOR UPDATE;
     IF NOT FOUND THEN
@@ -337,6 +344,10 @@ RETURNS TABLE (head bigint, pruned_through bigint, seq bigint, id text, at bigin
                group_id text, idempotency_key text)
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF coalesce(current_setting('yoke.tenant', true), '') NOT IN ('', p_tenant) THEN
+        RAISE EXCEPTION 'yoke: tenant % does not match the transaction''s tenant', p_tenant
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
     PERFORM set_config('yoke.tenant', p_tenant, true);
     RETURN QUERY
     SELECT s.head, s.pruned_through, e.seq, e.id, e.at, e.type, e.payload, e.metadata, e.source,
