@@ -16,7 +16,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 run: $(STAMP)
-	$(PY) -m yoke.cli demo
+	$(VENV)/bin/yoke serve
 
 bench: $(STAMP)
 	$(PY) bench/append.py

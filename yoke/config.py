@@ -31,6 +31,15 @@ class Settings:
     tail_sweep_s: float = 1.0
     # How often the runtime runs a retention pass.
     prune_interval_s: float = 60.0
+    # Where `yoke serve` keeps the admin token file (and SQLite its objects,
+    # next to the database file).
+    data_dir: str = ".yoke"
+    # HTTP server.
+    host: str = "127.0.0.1"
+    port: int = 8080
+    sse_heartbeat_s: float = 15.0
+    access_log: bool = True
+    shutdown_timeout_s: float = 10.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -44,6 +53,9 @@ class Settings:
             if raw is None:
                 continue
             kind = type(f.default)
-            values[f.name] = kind(raw) if kind in (int, float) else raw
+            if kind is bool:
+                values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
+            else:
+                values[f.name] = kind(raw) if kind in (int, float) else raw
         settings = cls(**values)
         return replace(settings, **{k: v for k, v in overrides.items() if v is not None})

@@ -134,6 +134,20 @@ class EventNotFound(YokeError):
     http_status = 404
 
 
+class ConsumerNotFound(YokeError):
+    """No such consumer on this stream."""
+
+    code = "consumer_not_found"
+    http_status = 404
+
+
+class TokenNotFound(YokeError):
+    """No such token in this tenant."""
+
+    code = "token_not_found"
+    http_status = 404
+
+
 class StreamClosed(YokeError):
     """The stream is closed and accepts no more appends."""
 

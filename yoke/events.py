@@ -65,13 +65,14 @@ def validate_tenant(tenant: str) -> str:
 
 
 def validate_path(path: str) -> str:
-    """A stream path: '/' or '/seg/seg' with no empty segment and no '.' or '..'."""
+    """A stream path: '/' or '/seg/seg' with no empty segment and no '.', '..' or '-'."""
     if not isinstance(path, str) or not path.startswith("/") or len(path) > MAX_PATH_CHARS:
         raise errors.InvalidPath(f"invalid stream path {str(path)[:80]!r}", path=str(path)[:80])
     if path == "/":
         return path
     for segment in path[1:].split("/"):
-        if not PATH_SEGMENT_RE.fullmatch(segment) or segment in (".", ".."):
+        # '-' alone is the HTTP API's separator between a path and an action.
+        if not PATH_SEGMENT_RE.fullmatch(segment) or segment in (".", "..", "-"):
             raise errors.InvalidPath(f"invalid stream path {path[:80]!r}", path=path[:80])
     return path
 

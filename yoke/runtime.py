@@ -92,16 +92,24 @@ class Runtime:
             validate_path(after)
         return await self.store.list_streams(tenant, prefix, limit, after)
 
+    async def ready(self) -> None:
+        """Raise unless the store answers (used by /readyz)."""
+        await self.store.list_streams("default", "/", 1, None)
+
     async def prune(self) -> int:
         """Run one retention pass now; returns the number of events removed."""
         return await prune_once(self.store)
 
 
 @contextlib.asynccontextmanager
-async def open(url: str | None = None, **overrides: Any) -> AsyncIterator[Runtime]:  # noqa: A001
+async def open(  # noqa: A001
+    url: str | None = None, *, settings: Settings | None = None, **overrides: Any
+) -> AsyncIterator[Runtime]:
     """Open a runtime on ``url`` (default: ``YOKE_DATABASE_URL`` or
-    ``sqlite:///./.yoke/yoke.db``). Keyword arguments override settings."""
-    settings = Settings.from_env(database_url=url, **overrides)
+    ``sqlite:///./.yoke/yoke.db``). Keyword arguments override settings;
+    ``settings`` gives them all at once."""
+    if settings is None:
+        settings = Settings.from_env(database_url=url, **overrides)
     runtime = Runtime(settings)
     await runtime.start()
     try:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .. import errors
+from .. import errors, metrics
 from ..events import AppendResult, PreparedEvent, now_ms
 from ..store.contract import CommitResult, Store
 from .ephemeral import EphemeralBuffer, EphemeralBuffers
@@ -246,10 +247,14 @@ class AppendService:
                 )
         deadline: float | None = None
         waiter = None
+        started = time.perf_counter()
         try:
             while True:
                 try:
-                    return await self._submit(tenant, path, events)
+                    results = await self._submit(tenant, path, events)
+                    metrics.APPEND_LATENCY.observe(time.perf_counter() - started)
+                    metrics.APPENDS.labels(tenant).inc(len(results))
+                    return results
                 except errors.Backpressure:
                     # Overflow policy 'block': wait for acknowledgements to
                     # free credit, up to the stream's block timeout.

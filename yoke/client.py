@@ -1,0 +1,113 @@
+"""A small HTTP client for a Yoke server (used by the CLI).
+
+    with Client("http://127.0.0.1:8080", token) as c:
+        c.append("/orders", {"type": "order.placed"})
+        for event in c.tail("/orders", after=0): ...
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import orjson
+from httpx_sse import connect_sse
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+class ClientError(Exception):
+    """An error answer from the server: ``code``, ``status`` and the body."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        self.status = status
+        self.body = body
+        error = body.get("error", {}) if isinstance(body, dict) else {}
+        self.code = error.get("code", "http_error")
+        super().__init__(f"{self.code} ({status}): {error.get('message', body)}")
+
+
+def default_token(data_dir: str = ".yoke") -> str | None:
+    """``YOKE_TOKEN``, else the admin token ``yoke serve`` wrote locally."""
+    token = os.environ.get("YOKE_TOKEN")
+    if token:
+        return token
+    path = Path(data_dir) / "token"
+    return path.read_text().strip() if path.exists() else None
+
+
+def stream_url(path: str, action: str = "") -> str:
+    """``/orders/eu`` + ``events`` → ``/v1/streams/orders/eu/-/events``."""
+    if not path.startswith("/"):
+        path = "/" + path
+    base = "/v1/streams" + quote(path.rstrip("/"), safe="/:@~._-")
+    return f"{base}/-/{action}" if action else (base if path != "/" else "/v1/streams/")
+
+
+class Client:
+    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=url, headers=headers, timeout=timeout)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.http.close()
+
+    def request(self, method: str, url: str, **kwargs: Any) -> Any:
+        if "json" in kwargs:
+            kwargs["content"] = orjson.dumps(kwargs.pop("json"))
+            kwargs.setdefault("headers", {})["Content-Type"] = "application/json"
+        response = self.http.request(method, url, **kwargs)
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+            except ValueError:
+                body = {"error": {"code": "http_error", "message": response.text[:500]}}
+            raise ClientError(response.status_code, body)
+        if response.status_code == 204 or not response.content:
+            return None
+        return response.json()
+
+    def append(self, path: str, event: dict[str, Any] | list[dict[str, Any]]) -> Any:
+        return self.request("POST", stream_url(path, "events"), json=event)
+
+    def read(self, path: str, after: int = 0, limit: int = 1000) -> Any:
+        return self.request("GET", stream_url(path, "events"), params={"after": after, "limit": limit})
+
+    def info(self, path: str) -> Any:
+        return self.request("GET", stream_url(path))
+
+    def streams(self, prefix: str = "/") -> Any:
+        return self.request("GET", "/v1/streams", params={"prefix": prefix})
+
+    def close_stream(self, path: str) -> Any:
+        return self.request("POST", stream_url(path, "close"))
+
+    def set_retention(self, path: str, max_age_s: float | None, max_events: int | None) -> Any:
+        return self.request(
+            "PUT", stream_url(path, "retention"), json={"max_age_s": max_age_s, "max_events": max_events}
+        )
+
+    def set_legal_hold(self, path: str, on: bool) -> Any:
+        return self.request("PUT", stream_url(path, "legal-hold"), json={"on": on})
+
+    def tail(self, path: str, after: int = 0) -> Iterator[dict[str, Any]]:
+        """Events as they arrive, forever (reconnecting is the caller's choice)."""
+        with connect_sse(
+            self.http, "GET", stream_url(path, "tail"), params={"after": after}, timeout=None
+        ) as source:
+            if source.response.status_code >= 400:
+                source.response.read()
+                raise ClientError(source.response.status_code, source.response.json())
+            for sse in source.iter_sse():
+                if sse.event == "error":
+                    data = orjson.loads(sse.data)
+                    raise ClientError(0, data)
+                if sse.data:
+                    yield orjson.loads(sse.data)

@@ -1,0 +1,1 @@
+"""The HTTP API: FastAPI app, one module per surface."""

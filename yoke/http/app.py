@@ -1,0 +1,84 @@
+"""The FastAPI application: routers, error handling, metrics middleware."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .. import __version__, errors, metrics
+from ..runtime import Runtime
+from . import health, objects, streams, tokens, workflow
+from .auth import TokenCache
+from .responses import http_error_handler, validation_error_handler, yoke_error_handler
+
+Scope = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]]], Awaitable[None]]
+
+
+def create_app(
+    open_runtime: Callable[[], Any],
+    *,
+    heartbeat_s: float = 15.0,
+    shutdown: asyncio.Event | None = None,
+) -> FastAPI:
+    """``open_runtime()`` returns an async context manager yielding the Runtime
+    (opened at startup, closed at shutdown, after in-flight requests end)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with open_runtime() as runtime:
+            app.state.runtime = runtime
+            yield
+            app.state.shutdown.set()
+
+    app = FastAPI(
+        title="Yoke",
+        version=__version__,
+        description="Durable event streams: append, read, tail (SSE), acknowledge, backpressure.",
+        lifespan=lifespan,
+    )
+    app.state.token_cache = TokenCache()
+    app.state.heartbeat_s = heartbeat_s
+    app.state.shutdown = shutdown or asyncio.Event()
+    app.add_exception_handler(errors.YokeError, yoke_error_handler)
+    app.add_exception_handler(RequestValidationError, validation_error_handler)
+    app.add_exception_handler(StarletteHTTPException, http_error_handler)
+    for module in (health, tokens, objects, streams, workflow):
+        app.include_router(module.router)
+    app.add_middleware(RequestMetrics)
+    return app
+
+
+class RequestMetrics:
+    """Counts requests by route template (not raw path), method and status."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def capture(message: MutableMapping[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        started = time.perf_counter()
+        try:
+            await self.app(scope, receive, capture)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", "unmatched")
+            metrics.HTTP_REQUESTS.labels(template, scope["method"], str(status)).inc()
+            metrics.HTTP_LATENCY.labels(template).observe(time.perf_counter() - started)

@@ -1,0 +1,32 @@
+"""``/healthz``, ``/readyz`` and ``/metrics``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.responses import Response
+
+from .auth import runtime_of
+from .responses import json_response
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", summary="The process is up")
+async def healthz() -> Response:
+    return json_response({"status": "ok"})
+
+
+@router.get("/readyz", summary="The store is reachable and migrated")
+async def readyz(request: Request) -> Response:
+    runtime = runtime_of(request)
+    try:
+        await runtime.ready()
+    except Exception as exc:  # any failure means "not ready", with the reason
+        return json_response({"status": "unavailable", "reason": str(exc)[:500]}, status_code=503)
+    return json_response({"status": "ready"})
+
+
+@router.get("/metrics", summary="Prometheus metrics")
+async def metrics() -> Response:
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,114 @@
+"""``/v1/streams/{path}/-/objects``: the large-object flow (seed 004).
+
+prepare (pins key, digest, size, type, expiry) -> upload (PUT the bytes) ->
+commit (appends one record referencing the object; repeating it returns the
+original offset) or abort.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Path, Request
+from starlette.responses import Response
+
+from .. import errors
+from ..store.contract import ObjectInfo
+from ..streams.handle import Stream
+from ..streams.objects import MAX_OBJECT_BYTES
+from .auth import APPEND, READ, Principal
+from .responses import json_response, parse_json
+from .streams import PATH_PARAM, object_body, stream_of
+
+router = APIRouter(prefix="/v1/streams", tags=["objects"])
+
+
+def object_dict(info: ObjectInfo) -> dict[str, Any]:
+    return {
+        "object_id": info.object_id,
+        "path": info.path,
+        "idempotency_key": info.idempotency_key,
+        "sha256": info.sha256,
+        "size": info.size,
+        "content_type": info.content_type,
+        "state": info.state,
+        "created_at": info.created_at,
+        "expires_at": info.expires_at,
+        "committed_offset": info.committed_offset,
+    }
+
+
+async def prepare_body(stream: Stream, body: Any) -> Response:
+    body = object_body(body, {"idempotency_key", "sha256", "size", "content_type", "expires_in_s"})
+    for field in ("idempotency_key", "sha256", "size"):
+        if field not in body:
+            raise errors.InvalidInput(f"{field} is required", field=field)
+    info = await stream.objects.prepare(**body)
+    return json_response(object_dict(info), status_code=201)
+
+
+async def read_body(request: Request) -> bytes:
+    """The request body, refusing to buffer more than an object may hold."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_OBJECT_BYTES:
+        raise errors.ObjectTooLarge(
+            f"objects are at most {MAX_OBJECT_BYTES} bytes", size=int(declared), limit=MAX_OBJECT_BYTES
+        )
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_OBJECT_BYTES:
+            raise errors.ObjectTooLarge(f"objects are at most {MAX_OBJECT_BYTES} bytes", limit=MAX_OBJECT_BYTES)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def commit_body(stream: Stream, object_id: str, raw: bytes) -> Response:
+    body = object_body(parse_json(raw) if raw else {}, {"type", "payload", "metadata"})
+    result = await stream.objects.commit(object_id, **body)
+    return json_response({"offset": result.offset, "id": result.id}, status_code=201)
+
+
+@router.post("{path:path}/-/objects", status_code=201, summary="Prepare an object upload")
+async def prepare(request: Request, path: str = PATH_PARAM, principal: Principal = APPEND) -> Response:
+    return await prepare_body(stream_of(request, principal, path), parse_json(await request.body()))
+
+
+@router.put("{path:path}/-/objects/{object_id}", summary="Upload the object's bytes")
+async def upload(
+    request: Request, path: str = PATH_PARAM, object_id: str = Path(), principal: Principal = APPEND
+) -> Response:
+    stream = stream_of(request, principal, path)
+    info = await stream.objects.upload(object_id, await read_body(request))
+    return json_response(object_dict(info))
+
+
+@router.post("{path:path}/-/objects/{object_id}/commit", status_code=201, summary="Commit: append its record")
+async def commit(
+    request: Request, path: str = PATH_PARAM, object_id: str = Path(), principal: Principal = APPEND
+) -> Response:
+    return await commit_body(stream_of(request, principal, path), object_id, await request.body())
+
+
+@router.post("{path:path}/-/objects/{object_id}/abort", summary="Abort an upload")
+async def abort(
+    request: Request, path: str = PATH_PARAM, object_id: str = Path(), principal: Principal = APPEND
+) -> Response:
+    return json_response(object_dict(await stream_of(request, principal, path).objects.abort(object_id)))
+
+
+@router.get("{path:path}/-/objects/{object_id}/data", summary="Download the object's bytes")
+async def data(
+    request: Request, path: str = PATH_PARAM, object_id: str = Path(), principal: Principal = READ
+) -> Response:
+    stream = stream_of(request, principal, path)
+    info = await stream.objects.info(object_id)
+    return Response(await stream.objects.data(object_id), media_type=info.content_type)
+
+
+@router.get("{path:path}/-/objects/{object_id}", summary="Object status")
+async def status(
+    request: Request, path: str = PATH_PARAM, object_id: str = Path(), principal: Principal = READ
+) -> Response:
+    return json_response(object_dict(await stream_of(request, principal, path).objects.info(object_id)))

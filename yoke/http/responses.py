@@ -1,0 +1,67 @@
+"""JSON responses and the error body every route shares."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from .. import errors
+
+
+def json_response(content: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        orjson.dumps(content, default=_default), status_code=status_code, media_type="application/json",
+        headers=headers,
+    )
+
+
+def _default(value: Any) -> Any:
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    raise TypeError(f"not JSON-serializable: {type(value).__name__}")
+
+
+def error_response(exc: errors.YokeError) -> Response:
+    headers: dict[str, str] = {}
+    if "retry_after" in exc.details:
+        headers["Retry-After"] = str(exc.details["retry_after"])
+    if exc.http_status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    return json_response({"error": exc.to_dict()}, exc.http_status, headers)
+
+
+async def yoke_error_handler(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, errors.YokeError)
+    return error_response(exc)
+
+
+async def validation_error_handler(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    problems = [
+        {"location": ".".join(str(p) for p in e.get("loc", ())), "problem": e.get("msg", "")}
+        for e in exc.errors()
+    ]
+    return error_response(errors.InvalidInput("the request is invalid", problems=problems))
+
+
+async def http_error_handler(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    codes = {404: "not_found", 405: "method_not_allowed"}
+    err = errors.YokeError(str(exc.detail))
+    err.code = codes.get(exc.status_code, "http_error")
+    err.http_status = exc.status_code
+    return error_response(err)
+
+
+def parse_json(body: bytes) -> Any:
+    if not body:
+        raise errors.InvalidInput("a JSON body is required", field="body")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise errors.InvalidInput(f"the body is not valid JSON: {exc}", field="body") from None

@@ -1,0 +1,80 @@
+"""``yoke serve``: the HTTP API on uvicorn, with graceful shutdown.
+
+On SIGTERM/SIGINT the server stops accepting connections, ends live tails
+(their SSE responses finish cleanly), lets in-flight requests complete, and
+then closes the runtime, which commits every queued append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from .. import runtime as runtime_module
+from ..config import Settings
+from ..runtime import Runtime
+from .app import create_app
+
+log = logging.getLogger("yoke.http.server")
+
+
+class _Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, shutdown: asyncio.Event) -> None:
+        super().__init__(config)
+        self._shutdown = shutdown
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self._shutdown.set()  # live tails end, so connections can drain
+        super().handle_exit(sig, frame)
+
+
+async def ensure_admin_token(runtime: Runtime, token_file: Path) -> str:
+    """The admin token of tenant 'default' in ``token_file`` (mode 0600),
+    created on first start and recreated if it no longer authenticates."""
+    if token_file.exists():
+        token = token_file.read_text().strip()
+        try:
+            info = await runtime.tokens.authenticate(token)
+            if info.tenant == "default" and "admin" in info.scopes:
+                return token
+        except Exception:  # not valid for this database: make a new one
+            pass
+    new = await runtime.tokens.create("default", ["admin"], name="yoke serve admin")
+    token_file.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(new.token + "\n")
+    os.chmod(token_file, 0o600)
+    return new.token
+
+
+def serve(settings: Settings, *, on_ready: Callable[[Settings, str], None] | None = None) -> None:
+    shutdown = asyncio.Event()
+    token_file = Path(settings.data_dir) / "token"
+
+    @asynccontextmanager
+    async def open_runtime() -> AsyncIterator[Runtime]:
+        async with runtime_module.open(settings=settings) as runtime:
+            token = await ensure_admin_token(runtime, token_file)
+            if on_ready is not None:
+                on_ready(settings, token)
+            yield runtime
+
+    app = create_app(open_runtime, heartbeat_s=settings.sse_heartbeat_s, shutdown=shutdown)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        access_log=settings.access_log,
+        timeout_graceful_shutdown=int(settings.shutdown_timeout_s),
+        lifespan="on",
+    )
+    asyncio.run(_Server(config, shutdown).serve())

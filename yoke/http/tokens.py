@@ -1,0 +1,51 @@
+"""``/v1/tokens``: an admin token manages its own tenant's tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Path, Request
+from starlette.responses import Response
+
+from .. import errors
+from ..store.contract import TokenInfo
+from .auth import ADMIN, Principal, runtime_of
+from .responses import json_response, parse_json
+from .streams import object_body
+
+router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
+
+
+def token_dict(info: TokenInfo) -> dict[str, Any]:
+    return {
+        "token_id": info.token_id,
+        "tenant": info.tenant,
+        "name": info.name,
+        "scopes": list(info.scopes),
+        "created_at": info.created_at,
+        "revoked_at": info.revoked_at,
+    }
+
+
+@router.post("", status_code=201, summary="Create a token for this tenant (shown once)")
+async def create(request: Request, principal: Principal = ADMIN) -> Response:
+    body = object_body(parse_json(await request.body()), {"scopes", "name"})
+    scopes = body.get("scopes")
+    if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
+        raise errors.InvalidInput("scopes is a list of read, append, admin", field="scopes")
+    new = await runtime_of(request).tokens.create(principal.tenant, scopes, body.get("name", ""))
+    return json_response({"token": new.token, **token_dict(new.info)}, status_code=201)
+
+
+@router.get("", summary="List this tenant's tokens")
+async def list_tokens(request: Request, principal: Principal = ADMIN) -> Response:
+    tokens = await runtime_of(request).tokens.list(principal.tenant)
+    return json_response({"tokens": [token_dict(t) for t in tokens]})
+
+
+@router.delete("/{token_id}", status_code=204, summary="Revoke a token")
+async def revoke(request: Request, token_id: str = Path(), principal: Principal = ADMIN) -> Response:
+    if not await runtime_of(request).tokens.revoke(principal.tenant, token_id):
+        raise errors.TokenNotFound(f"no active token {token_id}", token_id=token_id)
+    request.app.state.token_cache.forget(token_id)
+    return Response(status_code=204)

@@ -1,0 +1,207 @@
+"""The seed-004 surface, ``/api/workflow-streams``: workflow data streams.
+
+``/runs/{runID}/streams/{streamID}`` is the stream ``/runs/{runID}/{streamID}``
+of the token's tenant. A definition pins its retention, limits and metadata
+at creation; creating it again with the same definition is a no-op, with a
+different one a ``stream_pinned`` conflict.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Header, Path, Query, Request
+from starlette.responses import Response
+
+from .. import errors
+from ..events import PATH_SEGMENT_RE
+from ..streams.handle import Stream
+from .auth import ADMIN, APPEND, READ, Principal, runtime_of
+from .objects import commit_body, object_dict, prepare_body, read_body
+from .responses import json_response, parse_json
+from .sse import resolve_cursor, tail_response
+from .streams import (
+    APPEND_BODY,
+    ack_body,
+    append_body,
+    info_dict,
+    limits_dict,
+    limits_from,
+    object_body,
+    read_page,
+)
+
+router = APIRouter(prefix="/api/workflow-streams", tags=["workflow streams (seed 004)"])
+
+RUN = Path(alias="runID", description="The workflow run")
+STREAM = Path(alias="streamID", description="The stream within the run")
+
+
+def segment(value: str, name: str) -> str:
+    if not PATH_SEGMENT_RE.fullmatch(value) or value in (".", "..", "-"):
+        raise errors.InvalidPath(f"invalid {name} {value[:80]!r}", path=value[:80])
+    return value
+
+
+def run_stream(request: Request, principal: Principal, run_id: str, stream_id: str) -> Stream:
+    path = f"/runs/{segment(run_id, 'runID')}/{segment(stream_id, 'streamID')}"
+    return runtime_of(request).stream(path, tenant=principal.tenant)
+
+
+def definition(info_json: dict[str, Any]) -> dict[str, Any]:
+    return {k: info_json[k] for k in ("retention", "limits", "metadata")}
+
+
+@router.post("/runs/{runID}/streams", status_code=201, summary="Create a stream definition")
+async def create_definition(request: Request, run_id: str = RUN, principal: Principal = ADMIN) -> Response:
+    body = object_body(parse_json(await request.body()), {"stream_id", "retention", "limits", "metadata"})
+    stream_id = body.get("stream_id")
+    if not isinstance(stream_id, str):
+        raise errors.InvalidInput("stream_id is required", field="stream_id")
+    retention = object_body(body.get("retention") or {}, {"max_age_s", "max_events"}, "retention")
+    stream = run_stream(request, principal, run_id, stream_id)
+    info, created = await stream.create_if_missing(
+        **retention, limits=limits_from(body.get("limits")), metadata=body.get("metadata"), pinned=True
+    )
+    result = {"run_id": run_id, "stream_id": stream_id, **info_dict(info)}
+    if not created:
+        wanted = _wanted_definition(body)
+        if not info.pinned or definition(result) != wanted:
+            raise errors.StreamPinned(
+                f"stream {stream_id} of run {run_id} already exists with another definition", path=info.path
+            )
+    return json_response(result, status_code=201 if created else 200)
+
+
+def _wanted_definition(body: dict[str, Any]) -> dict[str, Any]:
+    retention = body.get("retention") or {}
+    limits = limits_from(body.get("limits"))
+    return {
+        "retention": {"max_age_s": _float(retention.get("max_age_s")), "max_events": retention.get("max_events")},
+        "limits": limits_dict(limits),
+        "metadata": body.get("metadata") or {},
+    }
+
+
+def _float(value: Any) -> Any:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+@router.get("/runs/{runID}/streams/{streamID}", summary="Read a stream definition")
+async def read_definition(
+    request: Request, run_id: str = RUN, stream_id: str = STREAM, principal: Principal = READ
+) -> Response:
+    info = await run_stream(request, principal, run_id, stream_id).info()
+    return json_response({"run_id": run_id, "stream_id": stream_id, **info_dict(info)})
+
+
+@router.post("/runs/{runID}/streams/{streamID}/records", status_code=201, openapi_extra=APPEND_BODY,
+             summary="Append records")
+async def append_records(
+    request: Request,
+    run_id: str = RUN,
+    stream_id: str = STREAM,
+    idempotency_key: str | None = Header(None, alias="Idempotency-Key"),
+    principal: Principal = APPEND,
+) -> Response:
+    stream = run_stream(request, principal, run_id, stream_id)
+    return await append_body(stream, parse_json(await request.body()), idempotency_key)
+
+
+@router.get("/runs/{runID}/streams/{streamID}/records", summary="Read records after a cursor")
+async def read_records(
+    request: Request,
+    run_id: str = RUN,
+    stream_id: str = STREAM,
+    after: int = Query(0, ge=0),
+    limit: int = Query(1000, ge=1, le=10000),
+    principal: Principal = READ,
+) -> Response:
+    return await read_page(run_stream(request, principal, run_id, stream_id), after, limit, False)
+
+
+@router.get("/runs/{runID}/streams/{streamID}/subscribe", summary="Subscribe (Server-Sent Events)",
+            response_class=Response, responses={200: {"content": {"text/event-stream": {}}}})
+async def subscribe(
+    request: Request,
+    run_id: str = RUN,
+    stream_id: str = STREAM,
+    after: int | None = Query(None, ge=0),
+    last_event_id: str | None = Header(None, alias="Last-Event-ID"),
+    principal: Principal = READ,
+) -> Response:
+    stream = run_stream(request, principal, run_id, stream_id)
+    cursor = await resolve_cursor(stream, after, last_event_id)
+    state = request.app.state
+    return tail_response(stream, cursor, include_ephemeral=True, heartbeat_s=state.heartbeat_s, shutdown=state.shutdown)
+
+
+@router.post("/runs/{runID}/streams/{streamID}/consumers/{consumerID}/ack", summary="Acknowledge")
+async def acknowledge(
+    request: Request,
+    run_id: str = RUN,
+    stream_id: str = STREAM,
+    consumer_id: str = Path(alias="consumerID"),
+    principal: Principal = READ,
+) -> Response:
+    stream = run_stream(request, principal, run_id, stream_id)
+    return await ack_body(stream, consumer_id, parse_json(await request.body()))
+
+
+@router.post("/runs/{runID}/streams/{streamID}/close", summary="Close")
+async def close(request: Request, run_id: str = RUN, stream_id: str = STREAM, principal: Principal = ADMIN) -> Response:
+    return json_response(info_dict(await run_stream(request, principal, run_id, stream_id).close()))
+
+
+@router.put("/runs/{runID}/streams/{streamID}/legal-hold", summary="Legal hold on or off")
+async def legal_hold(
+    request: Request, run_id: str = RUN, stream_id: str = STREAM, principal: Principal = ADMIN
+) -> Response:
+    body = object_body(parse_json(await request.body()), {"on"})
+    if "on" not in body:
+        raise errors.InvalidInput("give {\"on\": true|false}", field="on")
+    info = await run_stream(request, principal, run_id, stream_id).set_legal_hold(body["on"])
+    return json_response(info_dict(info))
+
+
+@router.post("/runs/{runID}/streams/{streamID}/objects", status_code=201, summary="Prepare an object")
+async def prepare_object(
+    request: Request, run_id: str = RUN, stream_id: str = STREAM, principal: Principal = APPEND
+) -> Response:
+    return await prepare_body(run_stream(request, principal, run_id, stream_id), parse_json(await request.body()))
+
+
+@router.put("/runs/{runID}/streams/{streamID}/objects/{objectID}", summary="Upload an object's bytes")
+async def upload_object(
+    request: Request,
+    run_id: str = RUN,
+    stream_id: str = STREAM,
+    object_id: str = Path(alias="objectID"),
+    principal: Principal = APPEND,
+) -> Response:
+    stream = run_stream(request, principal, run_id, stream_id)
+    return json_response(object_dict(await stream.objects.upload(object_id, await read_body(request))))
+
+
+@router.post("/runs/{runID}/streams/{streamID}/objects/{objectID}/commit", status_code=201,
+             summary="Commit an object")
+async def commit_object(
+    request: Request,
+    run_id: str = RUN,
+    stream_id: str = STREAM,
+    object_id: str = Path(alias="objectID"),
+    principal: Principal = APPEND,
+) -> Response:
+    return await commit_body(run_stream(request, principal, run_id, stream_id), object_id, await request.body())
+
+
+@router.post("/runs/{runID}/streams/{streamID}/objects/{objectID}/abort", summary="Abort an object")
+async def abort_object(
+    request: Request,
+    run_id: str = RUN,
+    stream_id: str = STREAM,
+    object_id: str = Path(alias="objectID"),
+    principal: Principal = APPEND,
+) -> Response:
+    stream = run_stream(request, principal, run_id, stream_id)
+    return json_response(object_dict(await stream.objects.abort(object_id)))
