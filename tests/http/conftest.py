@@ -1,0 +1,123 @@
+"""A real ``yoke serve`` process per backend, and clients that talk to it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    url: str
+    db_url: str
+    data_dir: Path
+    token: str
+    process: subprocess.Popen
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        token = self.token if token is None else token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        env = {**os.environ, "YOKE_DATABASE_URL": self.db_url, "YOKE_TOKEN": self.token}
+        return subprocess.run(
+            [sys.executable, "-m", "yoke.cli", *args], env=env, capture_output=True, text=True, timeout=60,
+            check=check, cwd=self.data_dir.parent,
+        )
+
+    def new_token(self, tenant: str, scopes: str) -> str:
+        out = self.cli("tokens", "create", "--tenant", tenant, "--scopes", scopes, "--json")
+        return orjson.loads(out.stdout)["token"]
+
+
+def start_server(db_url: str, data_dir: Path, **env: str) -> Server:
+    port = free_port()
+    environment = {
+        **os.environ,
+        "YOKE_DATABASE_URL": db_url,
+        "YOKE_DATA_DIR": str(data_dir),
+        "YOKE_PORT": str(port),
+        "YOKE_PRUNE_INTERVAL_S": "0.2",
+        "YOKE_SSE_HEARTBEAT_S": "0.5",
+        "YOKE_ACCESS_LOG": "0",
+        **env,
+    }
+    log = open(data_dir.parent / f"server-{port}.log", "w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "yoke.cli", "serve"], env=environment, stdout=log, stderr=subprocess.STDOUT,
+        cwd=data_dir.parent,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"yoke serve exited: {(data_dir.parent / f'server-{port}.log').read_text()}")
+        try:
+            if httpx.get(url + "/readyz", timeout=1).status_code == 200 and (data_dir / "token").exists():
+                break
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError("yoke serve did not become ready")
+        time.sleep(0.05)
+    return Server(url, db_url, data_dir, (data_dir / "token").read_text().strip(), process)
+
+
+def stop_server(server: Server) -> int:
+    server.process.send_signal(signal.SIGTERM)
+    try:
+        return server.process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        return server.process.wait()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    base = tmp_path_factory.mktemp("server")
+    if request.param == "sqlite":
+        db_url = f"sqlite:///{base}/yoke.db"
+    else:
+        db_url = request.getfixturevalue("pg_url")
+    srv = start_server(db_url, base / ".yoke")
+    try:
+        yield srv
+    finally:
+        stop_server(srv)
+
+
+@pytest.fixture
+def http(server: Server) -> Iterator[httpx.Client]:
+    with server.client() as client:
+        yield client
+
+
+@pytest.fixture
+def path() -> str:
+    """A stream path of its own per test (all tests share the server's tenant)."""
+    import uuid
+
+    return "/t/" + uuid.uuid4().hex[:12]
+
+
+def events_url(path: str, action: str = "events") -> str:
+    return f"/v1/streams{path}/-/{action}"
