@@ -1,0 +1,95 @@
+"""Large objects over HTTP and the seed-004 /api/workflow-streams surface."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+
+import orjson
+from httpx_sse import connect_sse
+
+from .conftest import events_url
+
+DATA = b"\x00\x01binary" * 5000
+DIGEST = hashlib.sha256(DATA).hexdigest()
+
+
+def code(response) -> tuple[int, str]:
+    return response.status_code, response.json()["error"]["code"]
+
+
+def test_object_flow(http, path):
+    objects = events_url(path, "objects")
+    r = http.post(objects, json={"idempotency_key": "u1", "sha256": DIGEST, "size": len(DATA), "content_type": "application/pdf"})
+    assert r.status_code == 201
+    obj = r.json()
+    assert obj["state"] == "prepared"
+    assert code(http.put(f"{objects}/{obj['object_id']}", content=DATA[:-1])) == (422, "object_mismatch")
+    assert code(http.post(f"{objects}/{obj['object_id']}/commit")) == (409, "object_state")
+    assert http.put(f"{objects}/{obj['object_id']}", content=DATA).json()["state"] == "uploaded"
+    r = http.post(f"{objects}/{obj['object_id']}/commit", json={"type": "doc.ready", "payload": {"name": "a.pdf"}})
+    assert r.status_code == 201
+    committed = r.json()
+    again = http.post(f"{objects}/{obj['object_id']}/commit", json={"type": "doc.ready", "payload": {"name": "a.pdf"}})
+    assert again.json() == committed  # duplicate commit: the original offset
+    record = http.get(f"{events_url(path)}/{committed['offset']}").json()
+    assert record["payload"]["object"]["object_id"] == obj["object_id"]
+    downloaded = http.get(f"{objects}/{obj['object_id']}/data")
+    assert downloaded.content == DATA and downloaded.headers["content-type"] == "application/pdf"
+    assert http.get(f"{objects}/{obj['object_id']}").json()["committed_offset"] == committed["offset"]
+    assert code(http.get(f"{objects}/obj_nope")) == (404, "object_not_found")
+    assert code(http.post(objects, json={"idempotency_key": "big", "sha256": DIGEST, "size": 33 * 1024 * 1024})) == (
+        413, "object_too_large",
+    )
+    aborted = http.post(objects, json={"idempotency_key": "u2", "sha256": DIGEST, "size": len(DATA)}).json()
+    assert http.post(f"{objects}/{aborted['object_id']}/abort").json()["state"] == "aborted"
+
+
+def test_oversized_upload_is_refused(http, path):
+    objects = events_url(path, "objects")
+    obj = http.post(objects, json={"idempotency_key": "x", "sha256": DIGEST, "size": len(DATA)}).json()
+    r = http.put(f"{objects}/{obj['object_id']}", content=b"x" * (32 * 1024 * 1024 + 1))
+    assert code(r) == (413, "object_too_large")
+
+
+def test_workflow_streams_surface(server, http):
+    run = "run-" + uuid.uuid4().hex[:8]
+    base = f"/api/workflow-streams/runs/{run}/streams"
+    definition = {"stream_id": "output", "retention": {"max_events": 1000}, "limits": {"max_unread_events": 100},
+                  "metadata": {"kind": "llm-output"}}
+    r = http.post(base, json=definition)
+    assert r.status_code == 201
+    assert r.json()["path"] == f"/runs/{run}/output" and r.json()["pinned"] is True
+    assert http.post(base, json=definition).status_code == 200  # same definition: a no-op
+    changed = {**definition, "retention": {"max_events": 5}}
+    assert code(http.post(base, json=changed)) == (409, "stream_pinned")
+    got = http.get(f"{base}/output").json()
+    assert got["metadata"] == {"kind": "llm-output"} and got["retention"]["max_events"] == 1000
+    # Pinned: the generic API cannot change retention either.
+    assert code(http.put(f"/v1/streams/runs/{run}/output/-/retention", json={"max_events": 1})) == (409, "stream_pinned")
+
+    r = http.post(f"{base}/output/records", json=[{"type": "chunk", "payload": i} for i in range(3)])
+    assert [x["offset"] for x in r.json()["results"]] == [1, 2, 3]
+    page = http.get(f"{base}/output/records", params={"after": 1}).json()
+    assert [e["offset"] for e in page["events"]] == [2, 3]
+    with server.client() as c, connect_sse(c, "GET", f"{base}/output/subscribe", params={"after": 1}) as source:
+        received = []
+        for sse in source.iter_sse():
+            received.append(orjson.loads(sse.data)["offset"])
+            if len(received) == 2:
+                break
+    assert received == [2, 3]
+    assert http.post(f"{base}/output/consumers/ui/ack", json={"offset": 3}).json()["acked"] == 3
+    assert code(http.post(f"{base}/output/consumers/ui/ack", json={"offset": 2})) == (409, "ack_regression")
+    assert http.put(f"{base}/output/legal-hold", json={"on": True}).json()["legal_hold"] is True
+
+    obj = http.post(f"{base}/output/objects", json={"idempotency_key": "o", "sha256": DIGEST, "size": len(DATA)}).json()
+    assert http.put(f"{base}/output/objects/{obj['object_id']}", content=DATA).status_code == 200
+    assert http.post(f"{base}/output/objects/{obj['object_id']}/commit").json()["offset"] == 4
+    other = http.post(f"{base}/output/objects", json={"idempotency_key": "p", "sha256": DIGEST, "size": len(DATA)}).json()
+    assert http.post(f"{base}/output/objects/{other['object_id']}/abort").json()["state"] == "aborted"
+
+    assert http.post(f"{base}/output/close").json()["closed"] is True
+    assert code(http.post(f"{base}/output/records", json={"type": "late"})) == (409, "stream_closed")
+    assert code(http.get(f"/api/workflow-streams/runs/{run}/streams/missing")) == (404, "stream_not_found")
+    assert code(http.post(base, json={"stream_id": "bad id"})) == (400, "invalid_path")
