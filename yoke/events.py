@@ -161,15 +161,24 @@ class PreparedEvent:
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
-def check_text(value: str, field: str) -> str:
+def check_text(value: str, field: str, error: type[errors.InvalidInput] = errors.InvalidEvent) -> str:
     """Text both backends store faithfully: valid UTF-8 and no NUL."""
     if "\x00" in value:
-        raise errors.InvalidEvent(f"{field} must not contain NUL characters", field=field)
+        raise error(f"{field} must not contain NUL characters", field=field)
     try:
         value.encode()
     except UnicodeEncodeError:
-        raise errors.InvalidEvent(f"{field} must be valid Unicode text", field=field) from None
+        raise error(f"{field} must be valid Unicode text", field=field) from None
     return value
+
+
+def json_text(value: Any, what: str) -> str:
+    """Canonical JSON for a stored document (stream metadata and the like),
+    refusing what either backend cannot store faithfully."""
+    try:
+        return _dumps(value, what)
+    except errors.InvalidEvent as exc:
+        raise errors.InvalidInput(exc.message, field=what) from None
 
 
 def _dumps(value: Any, what: str) -> str:

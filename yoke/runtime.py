@@ -21,6 +21,7 @@ from .streams.append import AppendService
 from .streams.ephemeral import EphemeralBuffers
 from .streams.handle import Stream
 from .streams.retention import prune_forever, prune_once
+from .streams.tail import SharedReads
 from .streams.wakeups import WakeupHub
 from .tokens import Tokens
 
@@ -31,6 +32,7 @@ class Runtime:
         self._store: Store = connect_store(settings)
         self.hub = WakeupHub()
         self.buffers = EphemeralBuffers(settings.ephemeral_buffer_bytes)
+        self.shared_reads = SharedReads(self.hub)
         self.appends = AppendService(
             self._store, self.hub, self.buffers, max_group_events=settings.max_group_events
         )

@@ -15,11 +15,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from . import errors
-from .events import now_ms, validate_tenant
+from .events import check_text, now_ms, validate_tenant
 from .store.contract import Store, TokenInfo
 
 SCOPES = ("read", "append", "admin")
 TOKEN_RE = re.compile(r"yk_(tok_[0-9a-f]{16})\.([A-Za-z0-9_\-]{43})")
+TOKEN_ID_RE = re.compile(r"tok_[0-9a-f]{16}")
 
 
 def _hash(secret: str) -> str:
@@ -50,6 +51,7 @@ class Tokens:
         validate_tenant(tenant)
         if not isinstance(name, str) or len(name) > 200:
             raise errors.InvalidInput("a token name is at most 200 characters", field="name")
+        check_text(name, "name", errors.InvalidInput)
         token_id = "tok_" + secrets.token_hex(8)
         secret = secrets.token_urlsafe(32)
         info = TokenInfo(
@@ -68,6 +70,8 @@ class Tokens:
         return await self.store.list_tokens(validate_tenant(tenant))
 
     async def revoke(self, tenant: str, token_id: str) -> bool:
+        if not isinstance(token_id, str) or not TOKEN_ID_RE.fullmatch(token_id):
+            return False
         return await self.store.revoke_token(validate_tenant(tenant), token_id, now_ms())
 
     async def authenticate(self, bearer: str | None) -> TokenInfo:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import uuid
 
+import pytest
+
 import orjson
 from httpx_sse import connect_sse
 
@@ -60,6 +62,8 @@ def test_workflow_streams_surface(server, http):
     r = http.post(base, json=definition)
     assert r.status_code == 201
     assert r.json()["path"] == f"/runs/{run}/output" and r.json()["pinned"] is True
+    assert (r.json()["run_id"], r.json()["stream_id"]) == (run, "output")
+    assert r.json()["lifetime_id"].startswith("str_")
     assert http.post(base, json=definition).status_code == 200  # same definition: a no-op
     changed = {**definition, "retention": {"max_events": 5}}
     assert code(http.post(base, json=changed)) == (409, "stream_pinned")
@@ -93,3 +97,21 @@ def test_workflow_streams_surface(server, http):
     assert code(http.post(f"{base}/output/records", json={"type": "late"})) == (409, "stream_closed")
     assert code(http.get(f"/api/workflow-streams/runs/{run}/streams/missing")) == (404, "stream_not_found")
     assert code(http.post(base, json={"stream_id": "bad id"})) == (400, "invalid_path")
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "body", "status", "code"),
+    [
+        ("POST", "/v1/tokens", {"scopes": ["read"], "name": "n\u0000"}, 400, "invalid_input"),
+        ("DELETE", "/v1/tokens/a%00b", None, 404, "token_not_found"),
+        ("GET", "/v1/streams/nul/-/objects/obj%00x", None, 404, "object_not_found"),
+        ("POST", "/v1/streams/nul/-/objects/obj%00x/abort", None, 404, "object_not_found"),
+        ("POST", "/v1/streams/nul/-/objects", {"idempotency_key": "k\u0000", "sha256": DIGEST, "size": 1}, 400, "invalid_idempotency_key"),
+        ("POST", "/v1/streams/nul/-/objects", {"idempotency_key": "k", "sha256": DIGEST, "size": 1, "content_type": "a\u0000"}, 400, "invalid_input"),
+        ("PUT", "/v1/streams/nul-meta", {"metadata": {"x": "\u0000"}}, 400, "invalid_input"),
+        ("PUT", "/v1/streams/nul-meta", {"metadata": {"\u0000": 1}}, 400, "invalid_input"),
+    ],
+)
+def test_nul_characters_are_invalid_input_not_server_errors(http, method, url, body, status, code):
+    r = http.request(method, url, json=body) if body is not None else http.request(method, url)
+    assert (r.status_code, r.json()["error"]["code"]) == (status, code)

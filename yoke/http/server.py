@@ -26,12 +26,14 @@ log = logging.getLogger("yoke.http.server")
 
 
 class _Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, shutdown: asyncio.Event) -> None:
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
         super().__init__(config)
-        self._shutdown = shutdown
+        self._on_exit = on_exit
 
     def handle_exit(self, sig: int, frame: Any) -> None:
-        self._shutdown.set()  # live tails end, so connections can drain
+        # Live tails end, so their connections can drain. (A signal handler:
+        # hand the work to the event loop.)
+        asyncio.get_event_loop().call_soon_threadsafe(self._on_exit)
         super().handle_exit(sig, frame)
 
 
@@ -68,6 +70,12 @@ def serve(settings: Settings, *, on_ready: Callable[[Settings, str], None] | Non
             yield runtime
 
     app = create_app(open_runtime, heartbeat_s=settings.sse_heartbeat_s, shutdown=shutdown)
+
+    def stop_tails() -> None:
+        shutdown.set()
+        runtime = getattr(app.state, "runtime", None)
+        if runtime is not None:
+            runtime.hub.wake_all()  # idle tails notice the stop now
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -77,4 +85,4 @@ def serve(settings: Settings, *, on_ready: Callable[[Settings, str], None] | Non
         timeout_graceful_shutdown=int(settings.shutdown_timeout_s),
         lifespan="on",
     )
-    asyncio.run(_Server(config, shutdown).serve())
+    asyncio.run(_Server(config, stop_tails).serve())

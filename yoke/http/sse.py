@@ -3,14 +3,16 @@
 Each event is sent as ``id: <offset>`` plus ``data: <event JSON>``, so a
 client reconnecting with ``Last-Event-ID`` (or ``?after=``) resumes exactly
 after the last event it saw. Comment lines keep idle connections open. The
-tail itself follows the continuity loop (``streams.tail``); a failure such
-as ``cursor_gone`` is sent as an ``error`` event before the stream ends.
+tail itself follows the continuity loop (``streams.tail.follow``); events
+that arrive together are written together, each encoded once for all the
+tails that send it. A failure such as ``cursor_gone`` is sent as an
+``error`` event before the stream ends.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 
 import orjson
@@ -19,12 +21,31 @@ from starlette.responses import StreamingResponse
 from .. import errors, metrics
 from ..events import Event
 from ..streams.handle import Stream
+from ..streams.tail import follow
 
 HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
-def encode(event: Event) -> bytes:
-    return b"id: %d\ndata: %s\n\n" % (event.offset, orjson.dumps(event.to_dict()))
+class FrameCache:
+    """Recently encoded events: with many tails on one stream, each event is
+    serialized once rather than once per tail."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._frames: OrderedDict[tuple[str, str, int], bytes] = OrderedDict()
+        self._size = size
+
+    def frame(self, event: Event) -> bytes:
+        key = (event.tenant, event.path, event.offset)
+        frame = self._frames.get(key)
+        if frame is None:
+            frame = b"id: %d\ndata: %s\n\n" % (event.offset, orjson.dumps(event.to_dict()))
+            self._frames[key] = frame
+            if len(self._frames) > self._size:
+                self._frames.popitem(last=False)
+        return frame
+
+
+FRAMES = FrameCache()
 
 
 def encode_error(error: errors.YokeError) -> bytes:
@@ -62,33 +83,22 @@ def tail_response(
 async def _events(
     stream: Stream, after: int, include_ephemeral: bool, heartbeat_s: float, shutdown: asyncio.Event
 ) -> AsyncIterator[bytes]:
-    tail = stream.tail(after=after, include_ephemeral=include_ephemeral)
-    stopping = asyncio.ensure_future(shutdown.wait())
-    pending: asyncio.Future[Event] | None = None
+    batches = follow(
+        stream,
+        after,
+        include_ephemeral=include_ephemeral,
+        sweep_s=stream.runtime.settings.tail_sweep_s,
+        idle_s=heartbeat_s,
+        stop=shutdown,
+    )
     metrics.OPEN_TAILS.inc()
     try:
         yield b": tailing\n\n"
-        while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(tail))
-            done, _ = await asyncio.wait({pending, stopping}, timeout=heartbeat_s, return_when=asyncio.FIRST_COMPLETED)
-            if pending in done:
-                future, pending = pending, None
-                try:
-                    event = future.result()
-                except errors.YokeError as exc:
-                    yield encode_error(exc)
-                    return
-                yield encode(event)
-            elif stopping in done:
-                return  # the server is shutting down: end the response cleanly
-            else:
-                yield b": ping\n\n"
+        try:
+            async for batch in batches:
+                yield b"".join(FRAMES.frame(e) for e in batch) if batch else b": ping\n\n"
+        except errors.YokeError as exc:  # cursor_gone, runtime_closed
+            yield encode_error(exc)
     finally:
         metrics.OPEN_TAILS.dec()
-        stopping.cancel()
-        if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await pending
-        await tail.aclose()
+        await batches.aclose()

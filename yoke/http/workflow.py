@@ -48,6 +48,12 @@ def run_stream(request: Request, principal: Principal, run_id: str, stream_id: s
     return runtime_of(request).stream(path, tenant=principal.tenant)
 
 
+def definition_response(run_id: str, stream_id: str, info_json: dict[str, Any]) -> dict[str, Any]:
+    """The stream's info, named by run and stream id; its random lifetime id
+    moves to ``lifetime_id``."""
+    return {**info_json, "run_id": run_id, "stream_id": stream_id, "lifetime_id": info_json["stream_id"]}
+
+
 def definition(info_json: dict[str, Any]) -> dict[str, Any]:
     return {k: info_json[k] for k in ("retention", "limits", "metadata")}
 
@@ -63,7 +69,7 @@ async def create_definition(request: Request, run_id: str = RUN, principal: Prin
     info, created = await stream.create_if_missing(
         **retention, limits=limits_from(body.get("limits")), metadata=body.get("metadata"), pinned=True
     )
-    result = {"run_id": run_id, "stream_id": stream_id, **info_dict(info)}
+    result = definition_response(run_id, stream_id, info_dict(info))
     if not created:
         wanted = _wanted_definition(body)
         if not info.pinned or definition(result) != wanted:
@@ -92,7 +98,7 @@ async def read_definition(
     request: Request, run_id: str = RUN, stream_id: str = STREAM, principal: Principal = READ
 ) -> Response:
     info = await run_stream(request, principal, run_id, stream_id).info()
-    return json_response({"run_id": run_id, "stream_id": stream_id, **info_dict(info)})
+    return json_response(definition_response(run_id, stream_id, info_dict(info)))
 
 
 @router.post("/runs/{runID}/streams/{streamID}/records", status_code=201, openapi_extra=APPEND_BODY,

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from ..events import AppendResult, Event, now_ms, prepare, validate_path, validate_tenant
+from ..events import AppendResult, Event, json_text, now_ms, prepare, validate_path, validate_tenant
 from ..store.contract import ConsumerInfo, Limits, ReadPage, Retention, StreamInfo, StreamSettings
 from .append import new_stream_id
 from .objects import StreamObjects
@@ -190,6 +190,8 @@ class Stream:
         """Like ``create``; also says whether this call created the stream."""
         if metadata is not None and not isinstance(metadata, Mapping):
             raise errors.InvalidInput("metadata must be an object", field="metadata")
+        if metadata:
+            json_text(metadata, "metadata")
         settings = StreamSettings(
             retention=_check_retention(max_age_s, max_events),
             limits=check_limits(limits or Limits()),

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from ..events import AppendResult, now_ms, prepare
+from ..events import AppendResult, check_text, now_ms, prepare
 from ..store.contract import ObjectInfo, Store
 from .append import new_stream_id
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 MAX_OBJECT_BYTES = 32 * 1024 * 1024
 MAX_EXPIRY_S = 7 * 24 * 3600
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
+OBJECT_ID_RE = re.compile(r"obj_[0-9a-f]{24}")
 DEFAULT_RECORD_TYPE = "object.committed"
 
 
@@ -36,6 +37,11 @@ def object_reference(info: ObjectInfo) -> dict[str, Any]:
         "size": info.size,
         "content_type": info.content_type,
     }
+
+
+def _check_object_id(object_id: Any) -> None:
+    if not isinstance(object_id, str) or not OBJECT_ID_RE.fullmatch(object_id):
+        raise errors.ObjectNotFound(f"no object {str(object_id)[:80]!r}", object_id=str(object_id)[:80])
 
 
 class StreamObjects:
@@ -60,6 +66,7 @@ class StreamObjects:
         """Pin an upload: the same idempotency key returns the same object."""
         if not isinstance(idempotency_key, str) or not 1 <= len(idempotency_key) <= 256:
             raise errors.InvalidIdempotencyKey()
+        check_text(idempotency_key, "idempotency_key", errors.InvalidIdempotencyKey)
         if not isinstance(sha256, str) or not SHA256_RE.fullmatch(sha256):
             raise errors.InvalidInput("sha256 must be 64 lowercase hex digits", field="sha256")
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
@@ -70,6 +77,7 @@ class StreamObjects:
             )
         if not isinstance(content_type, str) or not 1 <= len(content_type) <= 255:
             raise errors.InvalidInput("content_type must be 1-255 characters", field="content_type")
+        check_text(content_type, "content_type", errors.InvalidInput)
         if (
             isinstance(expires_in_s, bool)
             or not isinstance(expires_in_s, (int, float))
@@ -88,6 +96,7 @@ class StreamObjects:
         return info
 
     async def upload(self, object_id: str, data: bytes) -> ObjectInfo:
+        _check_object_id(object_id)
         if len(data) > MAX_OBJECT_BYTES:
             raise errors.ObjectTooLarge(
                 f"objects are at most {MAX_OBJECT_BYTES} bytes", size=len(data), limit=MAX_OBJECT_BYTES
@@ -106,6 +115,7 @@ class StreamObjects:
         metadata: Mapping[str, Any] | None = None,
     ) -> AppendResult:
         """Append the record that references the object; idempotent."""
+        _check_object_id(object_id)
         info = await self.info(object_id)
         if info.state not in ("uploaded", "committed"):
             raise errors.ObjectStateConflict(f"object {object_id} is {info.state}", state=info.state)
@@ -126,18 +136,21 @@ class StreamObjects:
         return result
 
     async def abort(self, object_id: str) -> ObjectInfo:
+        _check_object_id(object_id)
         info = await self.store.abort_object(self.stream.tenant, self.stream.path, object_id)
         if info is None:
             raise errors.ObjectNotFound(f"no object {object_id}", object_id=object_id)
         return info
 
     async def info(self, object_id: str) -> ObjectInfo:
+        _check_object_id(object_id)
         info = await self.store.object_info(self.stream.tenant, self.stream.path, object_id)
         if info is None:
             raise errors.ObjectNotFound(f"no object {object_id}", object_id=object_id)
         return info
 
     async def data(self, object_id: str) -> bytes:
+        _check_object_id(object_id)
         data = await self.store.object_data(self.stream.tenant, self.stream.path, object_id)
         if data is None:
             info = await self.info(object_id)

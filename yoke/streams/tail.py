@@ -6,6 +6,9 @@
    cursor; boundary duplicates (offset <= cursor) are dropped.
 4. Repair: because every read starts at the cursor in the store, a missed
    or coalesced wake-up can delay an event but never skip it.
+
+Tails at the same cursor share their reads (``SharedReads``), so a wake-up
+costs one store read per stream and cursor, not one per tail.
 """
 
 from __future__ import annotations
@@ -13,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..events import Event
+from .wakeups import WakeupHub
 
 if TYPE_CHECKING:
     from .handle import Stream
@@ -25,30 +29,110 @@ PAGE = 1000
 log = logging.getLogger("yoke.streams.tail")
 
 
-async def tail(
-    stream: Stream, after: int, *, include_ephemeral: bool, sweep_s: float
-) -> AsyncIterator[Event]:
+class SharedReads:
+    """Tails of one stream at one cursor share one store read.
+
+    When an append wakes 500 tails, they would all read the same page; the
+    first starts the read and the others wait for its result. A tail may
+    only join a read that started after its own wake-up (by the hub's
+    clock), so what it gets always includes the commit that woke it.
+    """
+
+    def __init__(self, hub: WakeupHub) -> None:
+        self._hub = hub
+        self._inflight: dict[tuple[Any, ...], tuple[int, asyncio.Future[list[Event]]]] = {}
+
+    async def read(
+        self, stream: Stream, after: int, include_ephemeral: bool, fresh_since: int
+    ) -> list[Event]:
+        key = (stream.tenant, stream.path, after, include_ephemeral)
+        while True:
+            entry = self._inflight.get(key)
+            if entry is None or entry[0] < fresh_since:
+                break
+            future = entry[1]
+            await asyncio.wait({future})
+            if not future.cancelled():  # the leader was cancelled: read ourselves
+                return future.result()
+        started = self._hub.clock
+        future = asyncio.get_running_loop().create_future()
+        future.add_done_callback(_consume)
+        self._inflight[key] = (started, future)
+        try:
+            events = await stream.read(after=after, limit=PAGE, include_ephemeral=include_ephemeral)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except BaseException as exc:
+            future.set_exception(exc)
+            raise
+        else:
+            future.set_result(events)
+            return events
+        finally:
+            if self._inflight.get(key, (None, None))[1] is future:
+                del self._inflight[key]
+
+
+def _consume(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved: joiners may all have gone
+
+
+async def follow(
+    stream: Stream,
+    after: int,
+    *,
+    include_ephemeral: bool,
+    sweep_s: float,
+    idle_s: float | None = None,
+    stop: asyncio.Event | None = None,
+) -> AsyncIterator[list[Event]]:
+    """The continuity loop, yielding each new batch of events in order. When
+    ``idle_s`` is given, an empty batch is yielded after that long without
+    events (a chance to send a heartbeat); ``stop`` ends the loop early."""
     runtime = stream.runtime
-    waiter = runtime.hub.subscribe(stream.tenant, stream.path)
+    hub = runtime.hub
+    waiter = hub.subscribe(stream.tenant, stream.path)
+    loop = asyncio.get_running_loop()
     try:
         cursor = after
-        while True:
+        fresh_since = hub.clock
+        quiet_since = loop.time()
+        while stop is None or not stop.is_set():
             if runtime.closed:
                 raise errors.RuntimeClosed("the runtime is shutting down")
             try:
-                events = await stream.read(after=cursor, limit=PAGE, include_ephemeral=include_ephemeral)
+                events = await runtime.shared_reads.read(stream, cursor, include_ephemeral, fresh_since)
             except errors.YokeError:
                 raise
             except Exception as exc:  # a transient store failure: retry from the cursor
                 log.warning("tail of %s %s: read failed (%r); retrying", stream.tenant, stream.path, exc)
                 await asyncio.sleep(min(sweep_s, 1.0))
                 continue
-            for event in events:
-                if event.offset <= cursor:
-                    continue
-                cursor = event.offset
-                yield event
+            fresh = [e for e in events if e.offset > cursor]  # drop boundary duplicates
+            if fresh:
+                cursor = fresh[-1].offset
+                quiet_since = loop.time()
+                yield fresh
+            elif idle_s is not None and loop.time() - quiet_since >= idle_s:
+                quiet_since = loop.time()
+                yield []
             if len(events) < PAGE:
-                await waiter.wait(sweep_s)
+                timeout = sweep_s if idle_s is None else min(sweep_s, idle_s)
+                await waiter.wait(timeout)
+            fresh_since = hub.clock
     finally:
         waiter.close()
+
+
+async def tail(
+    stream: Stream, after: int, *, include_ephemeral: bool, sweep_s: float
+) -> AsyncIterator[Event]:
+    batches = follow(stream, after, include_ephemeral=include_ephemeral, sweep_s=sweep_s)
+    try:
+        async for batch in batches:
+            for event in batch:
+                yield event
+    finally:
+        await batches.aclose()

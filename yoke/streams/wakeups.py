@@ -45,6 +45,9 @@ class Waiter:
 class WakeupHub:
     def __init__(self) -> None:
         self._waiters: dict[Key, set[Waiter]] = defaultdict(set)
+        # Counts wake-ups (all streams). A read that starts at clock c sees
+        # every commit announced by a wake-up numbered <= c.
+        self.clock = 0
 
     def subscribe(self, tenant: str, path: str) -> Waiter:
         waiter = Waiter(self, (tenant, path))
@@ -52,10 +55,12 @@ class WakeupHub:
         return waiter
 
     def wake(self, tenant: str, path: str) -> None:
+        self.clock += 1
         for waiter in self._waiters.get((tenant, path), ()):
             waiter.wake()
 
     def wake_all(self) -> None:
+        self.clock += 1
         for waiters in self._waiters.values():
             for waiter in waiters:
                 waiter.wake()
