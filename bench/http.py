@@ -3,7 +3,9 @@
 
 What it measures, per backend, against its own server (started here with
 ``YOKE_ACCESS_LOG=0``; the load generator is one asyncio loop in this
-process using ``httpx.AsyncClient`` with keep-alive connections):
+process on plain asyncio streams -- a client library would cost more CPU
+per request than the server, on the same two cores -- with keep-alive
+HTTP/1.1 connections):
 
 (a) single-event appends: 32 concurrent clients, each POSTing one event
     after another to one stream -- events/s (and per-request p50/p99).
@@ -63,13 +65,6 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import orjson
 
-try:
-    import sniffio  # noqa: F401
-except ImportError:
-    # httpcore runs ``import sniffio`` on every async request; without the
-    # package each miss walks sys.path (~0.5 ms). Caching the miss keeps the
-    # load generator from eating the CPU the server needs.
-    sys.modules["sniffio"] = None  # type: ignore[assignment]
 import httpx
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -178,23 +173,67 @@ def backend_database(backend: str, workdir: Path) -> Iterator[str]:
 # --- measurements ----------------------------------------------------------------
 
 
-def new_client(server: Server, **kwargs: Any) -> httpx.AsyncClient:
-    """One client = one keep-alive HTTP/1.1 connection. (httpcore scans every
-    connection of a pool on each request, so one pool of N connections costs
-    O(N) per request; N one-connection clients keep the load generator
-    cheap.) Plain HTTP on loopback: ``verify=False`` only skips loading CA
-    certificates for every client."""
-    one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    headers = {"Authorization": f"Bearer {server.token}", **kwargs.pop("headers", {})}
-    return httpx.AsyncClient(
-        base_url=server.url, headers=headers, limits=one, verify=False, timeout=kwargs.pop("timeout", 30), **kwargs
-    )
-
-
 def percentile(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
         return float("nan")
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+class RawConnection:
+    """A minimal keep-alive HTTP/1.1 client on asyncio streams. A full client
+    library costs more CPU per request than the server does here, and the
+    two share the machine's two cores; this one costs a few microseconds."""
+
+    def __init__(self, server: Server) -> None:
+        split = urlsplit(server.url)
+        self.host, self.port = split.hostname or "127.0.0.1", split.port or 80
+        self.auth = f"Authorization: Bearer {server.token}\r\n".encode()
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def __aenter__(self) -> RawConnection:
+        self.reader, self.writer = await asyncio.open_connection(self.host, self.port, limit=1 << 22)
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+
+    def send(self, method: str, target: str, body: bytes = b"") -> None:
+        assert self.writer is not None
+        head = (
+            f"{method} {target} HTTP/1.1\r\nHost: {self.host}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        ).encode()
+        self.writer.write(head + self.auth + b"\r\n" + body)
+
+    async def response_head(self) -> tuple[int, dict[bytes, bytes]]:
+        assert self.reader is not None
+        status = int((await self.reader.readline()).split()[1])
+        headers: dict[bytes, bytes] = {}
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            headers[name.strip().lower()] = value.strip()
+        return status, headers
+
+    async def request(self, method: str, target: str, body: bytes = b"") -> tuple[int, bytes]:
+        assert self.reader is not None
+        self.send(method, target, body)
+        status, headers = await self.response_head()
+        length = int(headers.get(b"content-length", b"0"))
+        return status, (await self.reader.readexactly(length) if length else b"")
+
+    async def chunks(self) -> Any:
+        """The decoded chunks of a chunked response body (SSE)."""
+        assert self.reader is not None
+        while True:
+            size = int((await self.reader.readline()).strip(), 16)
+            if size == 0:
+                return
+            data = await self.reader.readexactly(size + 2)
+            yield data[:-2]
 
 
 def stream_url(path: str, action: str) -> str:
@@ -212,27 +251,24 @@ async def appends(server: Server, *, path: str, batch: int, clients: int, second
     latencies: list[float] = []
     done = 0
     loop = asyncio.get_running_loop()
-    pool = [new_client(server, headers={"Content-Type": "application/json"}) for _ in range(clients)]
-    try:
-        start = loop.time()
-        measure_from, stop_at = start + WARMUP_S, start + WARMUP_S + seconds
+    start = loop.time()
+    measure_from, stop_at = start + WARMUP_S, start + WARMUP_S + seconds
 
-        async def worker(client: httpx.AsyncClient) -> None:
-            nonlocal done
+    async def worker() -> None:
+        nonlocal done
+        async with RawConnection(server) as connection:
             while (sent := loop.time()) < stop_at:
-                response = await client.post(url, content=body)
-                if response.status_code != 201:
-                    raise RuntimeError(f"append answered {response.status_code}: {response.text[:300]}")
+                status, answer = await connection.request("POST", url, body)
+                if status != 201:
+                    raise RuntimeError(f"append answered {status}: {answer[:300]!r}")
                 finished = loop.time()
                 if measure_from <= sent and finished <= stop_at:
                     done += 1
                     latencies.append(finished - sent)
 
-        async with asyncio.TaskGroup() as group:  # one failure cancels the other workers
-            for client in pool:
-                group.create_task(worker(client))
-    finally:
-        await asyncio.gather(*(client.aclose() for client in pool))
+    async with asyncio.TaskGroup() as group:  # one failure cancels the other workers
+        for _ in range(clients):
+            group.create_task(worker())
     latencies.sort()
     return {
         "events_per_s": round(done * batch / seconds),
@@ -254,13 +290,14 @@ class Tail:
         self.finished = asyncio.Event()
         self.latencies_ns: list[int] = []
 
-    async def run(self, client: httpx.AsyncClient, url: str, after: int) -> None:
-        async with client.stream("GET", url, params={"after": after}) as response:
-            if response.status_code != 200:
-                await response.aread()
-                raise RuntimeError(f"tail answered {response.status_code}: {response.text[:300]}")
+    async def run(self, server: Server, url: str, after: int) -> None:
+        async with RawConnection(server) as connection:
+            connection.send("GET", f"{url}?after={after}")
+            status, _ = await connection.response_head()
+            if status != 200:
+                raise RuntimeError(f"tail answered {status}")
             buffer = b""
-            async for chunk in response.aiter_raw():
+            async for chunk in connection.chunks():
                 arrived = time.time_ns()
                 buffer += chunk
                 *blocks, buffer = buffer.split(b"\n\n")
@@ -268,33 +305,26 @@ class Tail:
                     if block.startswith(b":"):
                         self.connected.set()  # ": tailing" (or a ping)
                         continue
-                    for line in block.split(b"\n"):
-                        if line.startswith(b"data: "):
-                            event = orjson.loads(line[6:])
-                            self.latencies_ns.append(arrived - event["payload"]["sent_ns"])
+                    data = block[block.index(b"data: ") + 6 :]
+                    event = orjson.loads(data)
+                    self.latencies_ns.append(arrived - event["payload"]["sent_ns"])
                 if len(self.latencies_ns) >= self.expected:
                     self.finished.set()
                     return
 
 
 async def fanout(server: Server, *, path: str, tails: int, events: int) -> dict[str, Any]:
-    tail_clients = [new_client(server, timeout=httpx.Timeout(30, read=None)) for _ in range(tails)]
     async with contextlib.AsyncExitStack() as stack:
-        for client in tail_clients:
-            await stack.enter_async_context(client)
-        writers = [await stack.enter_async_context(new_client(server)) for _ in range(WRITERS)]
-        writer = writers[0]
+        writers = [await stack.enter_async_context(RawConnection(server)) for _ in range(WRITERS)]
         # The stream exists, so every tail starts from its head (0).
-        response = await writer.put(f"/v1/streams{path}")
-        if response.status_code not in (200, 201):
-            raise RuntimeError(f"creating {path} answered {response.status_code}: {response.text[:300]}")
-        head = response.json()["head"]
+        status, answer = await writers[0].request("PUT", f"/v1/streams{path}", b"{}")
+        if status not in (200, 201):
+            raise RuntimeError(f"creating {path} answered {status}: {answer[:300]!r}")
+        head = orjson.loads(answer)["head"]
 
         readers = [Tail(events) for _ in range(tails)]
         connect_started = time.perf_counter()
-        tasks = [
-            asyncio.create_task(r.run(c, stream_url(path, "tail"), head)) for r, c in zip(readers, tail_clients)
-        ]
+        tasks = [asyncio.create_task(r.run(server, stream_url(path, "tail"), head)) for r in readers]
         try:
             await wait_all([r.connected for r in readers], tasks, timeout=60, what="tails to connect")
             connect_s = time.perf_counter() - connect_started
@@ -304,7 +334,7 @@ async def fanout(server: Server, *, path: str, tails: int, events: int) -> dict[
             loop = asyncio.get_running_loop()
             start = loop.time()
             post_latencies: list[float] = []
-            idle = asyncio.Queue[httpx.AsyncClient]()
+            idle = asyncio.Queue[RawConnection]()
             for w in writers:
                 idle.put_nowait(w)
 
@@ -312,16 +342,14 @@ async def fanout(server: Server, *, path: str, tails: int, events: int) -> dict[
                 # The send time is taken before waiting for a free connection.
                 body = orjson.dumps({"type": "bench.fanout", "payload": {"i": i, "sent_ns": time.time_ns()}})
                 sent = loop.time()
-                client = await idle.get()
+                connection = await idle.get()
                 try:
-                    response = await client.post(
-                        stream_url(path, "events"), content=body, headers={"Content-Type": "application/json"}
-                    )
+                    status, answer = await connection.request("POST", stream_url(path, "events"), body)
                 finally:
-                    idle.put_nowait(client)
+                    idle.put_nowait(connection)
                 post_latencies.append(loop.time() - sent)
-                if response.status_code != 201:
-                    raise RuntimeError(f"append answered {response.status_code}: {response.text[:300]}")
+                if status != 201:
+                    raise RuntimeError(f"append answered {status}: {answer[:300]!r}")
 
             posts = []
             for i in range(events):

@@ -16,6 +16,7 @@ from .. import __version__, errors, metrics
 from ..runtime import Runtime
 from . import health, objects, streams, tokens, workflow
 from .auth import TokenCache
+from .hotpath import HotPath
 from .responses import http_error_handler, validation_error_handler, yoke_error_handler
 
 Scope = MutableMapping[str, Any]
@@ -52,8 +53,13 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
     for module in (health, tokens, objects, streams, workflow):
         app.include_router(module.router)
-    app.add_middleware(RequestMetrics)
     return app
+
+
+def asgi_app(app: FastAPI) -> ASGIApp:
+    """What the server runs: request metrics around the append hot path
+    around FastAPI (lifespan events pass straight through)."""
+    return RequestMetrics(HotPath(app, app.state))
 
 
 class RequestMetrics:

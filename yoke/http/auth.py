@@ -12,6 +12,7 @@ import hashlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Depends, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -59,6 +60,29 @@ def runtime_of(request: Request) -> Runtime:
     return request.app.state.runtime
 
 
+async def authorize(state: Any, token: str | None, tenant: str | None, scope: str) -> Principal:
+    """The caller behind ``token``, if it may act with ``scope`` on ``tenant``."""
+    cache: TokenCache = state.token_cache
+    key = hashlib.sha256(token.encode()).hexdigest() if token else ""
+    info = cache.get(key) if key else None
+    if info is None:
+        info = await state.runtime.tokens.authenticate(token)
+        cache.put(key, info)
+    if scope not in info.scopes and "admin" not in info.scopes:
+        raise errors.Forbidden(f"this token lacks the {scope!r} scope", scope=scope)
+    if tenant is not None and tenant != info.tenant:
+        raise errors.Forbidden("this token belongs to another tenant")
+    return Principal(info.tenant, info.scopes, info.token_id)
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The credentials of an ``Authorization: Bearer ...`` header."""
+    if not authorization:
+        return None
+    kind, _, credentials = authorization.partition(" ")
+    return credentials.strip() if kind.lower() == "bearer" else None
+
+
 def require(scope: str) -> Callable[..., Awaitable[Principal]]:
     async def check(
         request: Request,
@@ -66,17 +90,7 @@ def require(scope: str) -> Callable[..., Awaitable[Principal]]:
         tenant: str | None = Query(None, description="Defaults to the token's tenant; any other is 403."),
     ) -> Principal:
         token = credentials.credentials if credentials is not None else None
-        cache: TokenCache = request.app.state.token_cache
-        key = hashlib.sha256(token.encode()).hexdigest() if token else ""
-        info = cache.get(key) if key else None
-        if info is None:
-            info = await runtime_of(request).tokens.authenticate(token)
-            cache.put(key, info)
-        if scope not in info.scopes and "admin" not in info.scopes:
-            raise errors.Forbidden(f"this token lacks the {scope!r} scope", scope=scope)
-        if tenant is not None and tenant != info.tenant:
-            raise errors.Forbidden("this token belongs to another tenant")
-        return Principal(info.tenant, info.scopes, info.token_id)
+        return await authorize(request.app.state, token, tenant, scope)
 
     return check
 

@@ -20,7 +20,7 @@ import uvicorn
 from .. import runtime as runtime_module
 from ..config import Settings
 from ..runtime import Runtime
-from .app import create_app
+from .app import asgi_app, create_app
 
 log = logging.getLogger("yoke.http.server")
 
@@ -77,7 +77,7 @@ def serve(settings: Settings, *, on_ready: Callable[[Settings, str], None] | Non
         if runtime is not None:
             runtime.hub.wake_all()  # idle tails notice the stop now
     config = uvicorn.Config(
-        app,
+        asgi_app(app),
         host=settings.host,
         port=settings.port,
         log_level="info",

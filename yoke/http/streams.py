@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from .. import errors
 from ..events import Event
+from ..runtime import Runtime
 from ..store.contract import Limits, StreamInfo
 from ..streams.handle import Stream
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
@@ -60,7 +61,11 @@ APPEND_BODY = {
 
 
 def stream_of(request: Request, principal: Principal, path: str) -> Stream:
-    return runtime_of(request).stream(path or "/", tenant=principal.tenant)
+    return stream_of_principal(runtime_of(request), principal, path)
+
+
+def stream_of_principal(runtime: Runtime, principal: Principal, path: str) -> Stream:
+    return runtime.stream(path or "/", tenant=principal.tenant)
 
 
 def info_dict(info: StreamInfo) -> dict[str, Any]:
