@@ -59,6 +59,9 @@ class Runtime:
                 prune_forever(self._store, self.settings.prune_interval_s), name="yoke-retention"
             )
         )
+        self._tasks.append(
+            asyncio.create_task(self.hub.sweep_forever(self.settings.tail_sweep_s), name="yoke-tail-sweep")
+        )
 
     async def close(self) -> None:
         """Stop accepting appends, finish the queued ones, stop background work."""

@@ -114,7 +114,8 @@ async def test_postgres_tail_survives_losing_its_listen_connection(db_url, tenan
 
 
 async def test_closing_the_runtime_ends_tails_cleanly(db_url, tenant):
-    y = await yoke.open(db_url).__aenter__()
+    y = yoke.Runtime(yoke.Settings.from_env(database_url=db_url))
+    await y.start()
     s = y.stream("/closing", tenant=tenant)
     await s.append({"type": "x"})
     got = []
@@ -124,8 +125,9 @@ async def test_closing_the_runtime_ends_tails_cleanly(db_url, tenant):
             got.append(e.offset)
 
     task = asyncio.create_task(follow())
-    while not got:
-        await asyncio.sleep(0.01)
+    async with asyncio.timeout(20):
+        while not got:
+            await asyncio.sleep(0.01)
     await y.close()
     with pytest.raises(errors.RuntimeClosed):
         await asyncio.wait_for(task, 10)

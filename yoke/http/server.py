@@ -85,4 +85,5 @@ def serve(settings: Settings, *, on_ready: Callable[[Settings, str], None] | Non
         timeout_graceful_shutdown=int(settings.shutdown_timeout_s),
         lifespan="on",
     )
-    asyncio.run(_Server(config, stop_tails).serve())
+    # run() picks uvloop when it is installed (uvicorn[standard] brings it).
+    _Server(config, stop_tails).run()

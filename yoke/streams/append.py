@@ -11,6 +11,7 @@ atomic, and an invalid or conflicting batch fails only its own call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -268,7 +269,9 @@ class AppendService:
                     remaining = deadline - loop.time()
                     if remaining <= 0 or waiter is None:
                         raise
-                    await waiter.wait(min(remaining, CREDIT_RECHECK_S))
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(min(remaining, CREDIT_RECHECK_S)):
+                            await waiter.wait()
         finally:
             if waiter is not None:
                 waiter.close()

@@ -46,32 +46,19 @@ class SharedReads:
         self, stream: Stream, after: int, include_ephemeral: bool, fresh_since: int
     ) -> list[Event]:
         key = (stream.tenant, stream.path, after, include_ephemeral)
-        while True:
-            entry = self._inflight.get(key)
-            if entry is None or entry[0] < fresh_since:
-                break
-            future = entry[1]
-            await asyncio.wait({future})
-            if not future.cancelled():  # the leader was cancelled: read ourselves
-                return future.result()
-        started = self._hub.clock
-        future = asyncio.get_running_loop().create_future()
-        future.add_done_callback(_consume)
-        self._inflight[key] = (started, future)
-        try:
-            events = await stream.read(after=after, limit=PAGE, include_ephemeral=include_ephemeral)
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
-        except BaseException as exc:
-            future.set_exception(exc)
-            raise
-        else:
-            future.set_result(events)
-            return events
-        finally:
-            if self._inflight.get(key, (None, None))[1] is future:
-                del self._inflight[key]
+        entry = self._inflight.get(key)
+        if entry is None or entry[0] < fresh_since:
+            # The read runs as its own task: a tail that goes away while
+            # waiting cancels only its wait, never the others' read.
+            task = asyncio.ensure_future(stream.read(after=after, limit=PAGE, include_ephemeral=include_ephemeral))
+            task.add_done_callback(_consume)
+            entry = self._inflight[key] = (self._hub.clock, task)
+            task.add_done_callback(lambda _: self._forget(key, entry))
+        return await asyncio.shield(entry[1])
+
+    def _forget(self, key: tuple[Any, ...], entry: tuple[int, asyncio.Future[list[Event]]]) -> None:
+        if self._inflight.get(key) is entry:
+            del self._inflight[key]
 
 
 def _consume(future: asyncio.Future[Any]) -> None:
@@ -119,8 +106,7 @@ async def follow(
                 quiet_since = loop.time()
                 yield []
             if len(events) < PAGE:
-                timeout = sweep_s if idle_s is None else min(sweep_s, idle_s)
-                await waiter.wait(timeout)
+                await waiter.wait()  # an append, or the hub's sweep
             fresh_since = hub.clock
     finally:
         waiter.close()

@@ -26,23 +26,20 @@ class Waiter:
     def wake(self) -> None:
         self._flag.set()
 
-    async def wait(self, timeout: float) -> bool:
-        """Wait for a wake-up or ``timeout`` seconds (the periodic sweep).
-        Returns True when woken."""
-        try:
-            async with asyncio.timeout(timeout):
-                await self._flag.wait()
-        except TimeoutError:
-            return False
-        finally:
-            self._flag.clear()
-        return True
+    async def wait(self) -> None:
+        """Wait for a wake-up: an append, or the hub's periodic sweep."""
+        await self._flag.wait()
+        self._flag.clear()
 
     def close(self) -> None:
         self._hub._remove(self)
 
 
 class WakeupHub:
+    """Waiters per stream. ``sweep_forever`` wakes every waiter periodically,
+    one timer for all of them, so a lost notification costs at most one
+    sweep interval of latency."""
+
     def __init__(self) -> None:
         self._waiters: dict[Key, set[Waiter]] = defaultdict(set)
         # Counts wake-ups (all streams). A read that starts at clock c sees
@@ -64,6 +61,11 @@ class WakeupHub:
         for waiters in self._waiters.values():
             for waiter in waiters:
                 waiter.wake()
+
+    async def sweep_forever(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            self.wake_all()
 
     def count(self) -> int:
         return sum(len(w) for w in self._waiters.values())
