@@ -20,6 +20,7 @@ run: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/append.py
+	$(PY) bench/http_api.py
 
 clean:
 	rm -rf $(VENV) .yoke .pytest_cache

@@ -31,20 +31,11 @@ interrupted. The whole run takes about a minute (at most ~2 minutes: the
 fan-out stops waiting for receipts after 30 s and reports what arrived).
 The last line printed is one JSON object with every figure.
 
-    .venv/bin/python bench/http.py [--backend all|postgres|sqlite]
+    .venv/bin/python bench/http_api.py [--backend all|postgres|sqlite]
                                    [--seconds 5] [--tails 500] [--sse-events 200]
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# This script is named http.py: run as ``python bench/http.py`` its directory
-# comes first on sys.path and would shadow the standard library's ``http``
-# package (which httpx imports). Drop it before importing anything else.
-if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
-    del sys.path[0]
 
 import argparse
 import asyncio
@@ -54,11 +45,13 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
