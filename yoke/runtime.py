@@ -98,8 +98,8 @@ class Runtime:
         return await self.store.list_streams(tenant, prefix, limit, after)
 
     async def ready(self) -> None:
-        """Raise unless the store answers (used by /readyz)."""
-        await self.store.list_streams("default", "/", 1, None)
+        """Raise unless the store answers and is migrated (used by /readyz)."""
+        await self.store.ready()
 
     async def prune(self) -> int:
         """Run one retention pass now; returns the number of events removed."""

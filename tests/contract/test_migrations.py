@@ -67,3 +67,10 @@ def test_yoke_migrate_command(fresh_db):
         [sys.executable, "-m", "yoke.cli", "migrate"], env=env, capture_output=True, text=True, check=True
     )
     assert "up to date" in again.stdout
+
+
+async def test_readiness_checks_the_schema(db_url):
+    import yoke
+
+    async with yoke.open(db_url) as y:
+        await y.ready()

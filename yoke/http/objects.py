@@ -17,10 +17,10 @@ from ..store.contract import ObjectInfo
 from ..streams.handle import Stream
 from ..streams.objects import MAX_OBJECT_BYTES
 from .auth import APPEND, READ, Principal
-from .responses import json_response, parse_json
+from .responses import ERROR_RESPONSES, json_response, parse_json
 from .streams import PATH_PARAM, object_body, stream_of
 
-router = APIRouter(prefix="/v1/streams", tags=["objects"])
+router = APIRouter(prefix="/v1/streams", tags=["objects"], responses=ERROR_RESPONSES)
 
 
 def object_dict(info: ObjectInfo) -> dict[str, Any]:

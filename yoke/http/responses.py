@@ -6,11 +6,42 @@ from typing import Any
 
 import orjson
 from fastapi import Request
+from pydantic import BaseModel, ConfigDict
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from .. import errors
+
+
+class ErrorDetail(BaseModel):
+    """``code`` is stable; other keys are details (e.g. requested, earliest, latest)."""
+
+    model_config = ConfigDict(extra="allow")
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+# Documented on every API route: the error answers it can give.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": description}
+    for status, description in [
+        (400, "Invalid input (invalid_input, invalid_event, invalid_cursor, invalid_path, ...)"),
+        (401, "Missing or invalid bearer token (unauthorized)"),
+        (403, "Missing scope, or another tenant (forbidden)"),
+        (404, "Not found (stream_not_found, event_not_found, object_not_found, ...)"),
+        (409, "Conflict (stream_closed, idempotency_conflict, ack_regression, stream_pinned, object_state)"),
+        (410, "Events after the cursor were removed by retention (cursor_gone)"),
+        (413, "Too large (event_too_large, object_too_large)"),
+        (422, "Uploaded bytes do not match the prepared object (object_mismatch)"),
+        (429, "Unread ceiling reached; see Retry-After (backpressure)"),
+        (507, "Total ceiling reached (quota_exhausted)"),
+    ]
+}
 
 
 def json_response(content: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:

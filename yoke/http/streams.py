@@ -20,10 +20,10 @@ from ..runtime import Runtime
 from ..store.contract import Limits, StreamInfo
 from ..streams.handle import Stream
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
-from .responses import json_response, parse_json
+from .responses import ERROR_RESPONSES, json_response, parse_json
 from .sse import resolve_cursor, tail_response
 
-router = APIRouter(prefix="/v1/streams", tags=["streams"])
+router = APIRouter(prefix="/v1/streams", tags=["streams"], responses=ERROR_RESPONSES)
 
 PATH_PARAM = Path(description="The stream path, e.g. /orders/eu ('' for the root stream '/')")
 

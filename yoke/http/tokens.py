@@ -10,10 +10,10 @@ from starlette.responses import Response
 from .. import errors
 from ..store.contract import TokenInfo
 from .auth import ADMIN, Principal, runtime_of
-from .responses import json_response, parse_json
+from .responses import ERROR_RESPONSES, json_response, parse_json
 from .streams import object_body
 
-router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
+router = APIRouter(prefix="/v1/tokens", tags=["tokens"], responses=ERROR_RESPONSES)
 
 
 def token_dict(info: TokenInfo) -> dict[str, Any]:

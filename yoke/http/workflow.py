@@ -18,7 +18,7 @@ from ..events import PATH_SEGMENT_RE
 from ..streams.handle import Stream
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
 from .objects import commit_body, object_dict, prepare_body, read_body
-from .responses import json_response, parse_json
+from .responses import ERROR_RESPONSES, json_response, parse_json
 from .sse import resolve_cursor, tail_response
 from .streams import (
     APPEND_BODY,
@@ -31,7 +31,9 @@ from .streams import (
     read_page,
 )
 
-router = APIRouter(prefix="/api/workflow-streams", tags=["workflow streams (seed 004)"])
+router = APIRouter(
+    prefix="/api/workflow-streams", tags=["workflow streams (seed 004)"], responses=ERROR_RESPONSES
+)
 
 RUN = Path(alias="runID", description="The workflow run")
 STREAM = Path(alias="streamID", description="The stream within the run")

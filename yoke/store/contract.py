@@ -146,6 +146,9 @@ class Store(Protocol):
 
     async def close(self) -> None: ...
 
+    async def ready(self) -> None:
+        """Raise unless the database answers and every migration is applied."""
+
     async def commit(
         self,
         tenant: str,

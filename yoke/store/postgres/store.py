@@ -46,7 +46,7 @@ from ..rows import (
     token_from_row,
 )
 from .listener import Listener
-from .migrate import migrate
+from .migrate import migrate, pending
 
 log = logging.getLogger("yoke.store.postgres")
 MAX_OFFSET = 2**63 - 1
@@ -130,6 +130,12 @@ class PostgresStore:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+
+    async def ready(self) -> None:
+        async with self.pool.acquire() as conn:
+            missing = await pending(conn)
+        if missing:
+            raise errors.YokeError(f"migrations not applied: {', '.join(missing)}")
 
     @property
     def pool(self) -> asyncpg.Pool:

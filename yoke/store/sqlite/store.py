@@ -143,6 +143,15 @@ class SqliteStore:
                 conn.close()
             self._reader_conns.clear()
 
+    async def ready(self) -> None:
+        def check() -> None:
+            version = self._rconn().execute("PRAGMA user_version").fetchone()[0]
+            latest = _migrations()[-1][0]
+            if version < latest:
+                raise errors.YokeError(f"schema version {version}, expected {latest}")
+
+        await self._read(check)
+
     async def _write(self, fn: Callable[..., T], *args: Any) -> T:
         if self._writer is None:
             raise errors.RuntimeClosed("the store is closed")

@@ -149,6 +149,7 @@ CREATE POLICY tenant_isolation ON tokens
     WITH CHECK (tenant_id = current_setting('yoke.tenant', true));
 
 GRANT SELECT, INSERT ON yoke_tenants TO yoke_runtime;
+GRANT SELECT ON yoke_schema_version TO yoke_runtime;  -- /readyz checks it
 GRANT SELECT, INSERT, UPDATE, DELETE ON streams, events, consumers, objects, tokens TO yoke_runtime;
 
 -- Group commit in one round trip: set the tenant, lock (or create) the
