@@ -135,7 +135,7 @@ def migrate(database_url: str | None) -> None:
     settings = Settings.from_env(database_url=database_url)
     url = settings.database_url
     if url.startswith("sqlite:///"):
-        asyncio.run(_with_runtime(settings, lambda y: asyncio.sleep(0)))
+        _run_or_fail(settings, lambda y: asyncio.sleep(0))
         click.echo(f"{url}: up to date")
         return
 
@@ -150,7 +150,10 @@ def migrate(database_url: str | None) -> None:
         finally:
             await conn.close()
 
-    applied = asyncio.run(run())
+    try:
+        applied = asyncio.run(run())
+    except Exception as exc:  # an unreachable or missing database
+        fail(f"{url}: {type(exc).__name__}: {exc}")
     for name in applied:
         click.echo(f"applied {name}")
     if not applied:
@@ -230,6 +233,8 @@ def _run_or_fail(settings: Settings, action: Callable[[Any], Any]) -> Any:
         return asyncio.run(_with_runtime(settings, action))
     except YokeError as exc:
         fail(f"{exc.code}: {exc.message}")
+    except Exception as exc:  # an unreachable or missing database, a bad URL
+        fail(f"{settings.database_url}: {type(exc).__name__}: {exc}")
 
 
 # --- stream commands (HTTP) ------------------------------------------------------
@@ -276,7 +281,8 @@ def tail(client: Client, as_json: bool, path: str, after: int) -> None:
         for event in client.tail(path, after):
             emit(event, as_json, event_line)
     except KeyboardInterrupt:
-        pass
+        return
+    fail("the server ended the tail (is it shutting down?)")
 
 
 @main.command()

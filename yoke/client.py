@@ -104,7 +104,11 @@ class Client:
         ) as source:
             if source.response.status_code >= 400:
                 source.response.read()
-                raise ClientError(source.response.status_code, source.response.json())
+                try:
+                    body = source.response.json()
+                except ValueError:
+                    body = {"error": {"code": "http_error", "message": source.response.text[:500]}}
+                raise ClientError(source.response.status_code, body)
             for sse in source.iter_sse():
                 if sse.event == "error":
                     data = orjson.loads(sse.data)

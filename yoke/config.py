@@ -39,6 +39,9 @@ class Settings:
     port: int = 8080
     sse_heartbeat_s: float = 15.0
     access_log: bool = True
+    # When set, /metrics requires "Authorization: Bearer <metrics_token>"
+    # (its labels name tenants).
+    metrics_token: str = ""
     shutdown_timeout_s: float = 10.0
     extra: dict[str, Any] = field(default_factory=dict)
 

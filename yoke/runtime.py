@@ -68,6 +68,7 @@ class Runtime:
         if not self._started:
             return
         self.appends.closing = True
+        self.appends.stop_blocking()
         await self.appends.drain()
         self._started = False  # from here on the store raises RuntimeClosed
         self.hub.wake_all()  # tails notice and end

@@ -156,3 +156,20 @@ async def test_pinned_definition_never_changes(y, tenant):
     assert (await s.set_legal_hold(True)).legal_hold  # a hold is not a definition setting
     assert (await s.close()).closed
     assert (await s.info()).retention.max_events == 100
+
+
+async def test_closing_the_runtime_releases_blocked_producers(db_url, tenant):
+    y = yoke.Runtime(yoke.Settings.from_env(database_url=db_url))
+    await y.start()
+    s = y.stream("/blocked", tenant=tenant)
+    await s.create(limits=Limits(max_unread_events=1, overflow="block", block_timeout_s=60))
+    await s.ack("r", 0)
+    await s.append({"type": "e"})
+    waiting = asyncio.create_task(s.append({"type": "e"}))
+    done, _ = await asyncio.wait({waiting}, timeout=0.3)
+    assert not done
+    started = asyncio.get_running_loop().time()
+    await y.close()
+    with pytest.raises(errors.RuntimeClosed):
+        await asyncio.wait_for(waiting, 10)
+    assert asyncio.get_running_loop().time() - started < 5

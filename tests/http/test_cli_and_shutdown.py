@@ -58,7 +58,12 @@ def test_cli_tail(server, http, path):
 
 
 def test_sigterm_ends_tails_and_finishes_appends(tmp_path):
-    server = start_server(f"sqlite:///{tmp_path}/yoke.db", tmp_path / ".yoke", YOKE_SSE_HEARTBEAT_S="30")
+    server = start_server(
+        f"sqlite:///{tmp_path}/yoke.db", tmp_path / ".yoke", YOKE_SSE_HEARTBEAT_S="30", YOKE_METRICS_TOKEN="m-secret"
+    )
+    # With a metrics token set, /metrics (whose labels name tenants) needs it.
+    assert httpx.get(server.url + "/metrics").status_code == 401
+    assert httpx.get(server.url + "/metrics", headers={"Authorization": "Bearer m-secret"}).status_code == 200
     ended = threading.Event()
     first = threading.Event()
 

@@ -155,3 +155,19 @@ def test_health_readiness_metrics_docs(http, server):
     assert 'yoke_http_requests_total{method="POST",route="/v1/streams{path:path}/-/events",status="201"}' in text
     assert http.get("/openapi.json").json()["info"]["title"] == "Yoke"
     assert "swagger" in http.get("/docs").text.lower()
+
+
+def test_hot_path_matches_the_framework_routes(http, path):
+    # A percent-encoded slash is part of a segment, never a separator.
+    r = http.post("/v1/streams/a%252Fb/-/events", json={"type": "x"})
+    assert (r.status_code, error_of(r)["code"]) == (400, "invalid_path")
+    r = http.post(events_url(path), params={"tenant": ""}, json={"type": "x"})
+    assert (r.status_code, error_of(r)["code"]) == (403, "forbidden")
+    r = http.post(events_url(path), json=[])
+    assert (r.status_code, error_of(r)["code"]) == (400, "invalid_input")
+
+
+def test_object_content_type_must_be_a_header_value(http, path):
+    for bad in ("text/€", "text/plain\r\nX-Evil: 1", ""):
+        r = http.post(events_url(path, "objects"), json={"idempotency_key": "k", "sha256": "0" * 64, "size": 1, "content_type": bad})
+        assert (r.status_code, error_of(r)["code"]) == (400, "invalid_input")

@@ -38,6 +38,7 @@ class Principal:
 class TokenCache:
     def __init__(self) -> None:
         self._entries: dict[str, tuple[float, TokenInfo]] = {}
+        self._revoked: set[str] = set()  # revoked here: never cache them again
 
     def get(self, key: str) -> TokenInfo | None:
         entry = self._entries.get(key)
@@ -46,11 +47,17 @@ class TokenCache:
         return entry[1]
 
     def put(self, key: str, info: TokenInfo) -> None:
+        if info.token_id in self._revoked:
+            return
         if len(self._entries) > 10_000:
             self._entries.clear()
         self._entries[key] = (time.monotonic() + TOKEN_CACHE_S, info)
 
+    def revoked(self, token_id: str) -> bool:
+        return token_id in self._revoked
+
     def forget(self, token_id: str) -> None:
+        self._revoked.add(token_id)
         for key, (_, info) in list(self._entries.items()):
             if info.token_id == token_id:
                 del self._entries[key]
@@ -68,6 +75,8 @@ async def authorize(state: Any, token: str | None, tenant: str | None, scope: st
     if info is None:
         info = await state.runtime.tokens.authenticate(token)
         cache.put(key, info)
+        if cache.revoked(info.token_id):  # revoked while we were looking it up
+            raise errors.Unauthorized("a valid bearer token is required")
     if scope not in info.scopes and "admin" not in info.scopes:
         raise errors.Forbidden(f"this token lacks the {scope!r} scope", scope=scope)
     if tenant is not None and tenant != info.tenant:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hmac
+
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
-from .auth import runtime_of
-from .responses import json_response
+from .. import errors
+from .auth import bearer_token, runtime_of
+from .responses import error_response, json_response
 
 router = APIRouter(tags=["operations"])
 
@@ -33,5 +36,10 @@ async def readyz(request: Request) -> Response:
     response_class=Response,
     responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}},
 )
-async def metrics() -> Response:
+async def metrics(request: Request) -> Response:
+    expected = runtime_of(request).settings.metrics_token
+    if expected:
+        given = bearer_token(request.headers.get("authorization")) or ""
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            return error_response(errors.Unauthorized("/metrics needs the metrics token"))
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -14,7 +14,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl
 
 from starlette.responses import Response
 
@@ -48,19 +48,24 @@ class HotPath:
             match = APPEND_ROUTE.match(scope["path"])
             if match is not None:
                 scope["route"] = _Route
-                response = await self._append(scope, receive, unquote(match.group(1)))
+                # scope["path"] is already percent-decoded, as FastAPI sees it.
+                response = await self._append(scope, receive, match.group(1))
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
     async def _append(self, scope: Scope, receive: Any, path: str) -> Response:
         try:
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-            query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+            headers: dict[str, str] = {}
+            for name, value in scope["headers"]:  # the first of repeated headers, as Starlette does
+                headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+            query: dict[str, str] = {}
+            for name, value in parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True):
+                query.setdefault(name, value)
             principal = await authorize(
                 self.state, bearer_token(headers.get("authorization")), query.get("tenant"), "append"
             )
-            body = await _read_body(receive)
+            body = await read_body(receive)
             stream = stream_of_principal(self.state.runtime, principal, path)
             return await append_body(stream, parse_json(body), headers.get("idempotency-key"))
         except errors.YokeError as exc:
@@ -70,7 +75,7 @@ class HotPath:
             return json_response({"error": {"code": "internal_error", "message": "internal error"}}, 500)
 
 
-async def _read_body(receive: Any) -> bytes:
+async def read_body(receive: Any, limit: int = MAX_BODY_BYTES) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -79,8 +84,8 @@ async def _read_body(receive: Any) -> bytes:
             raise errors.InvalidInput("the client went away", field="body")
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise errors.EventTooLarge(f"a request body is at most {MAX_BODY_BYTES} bytes", limit=MAX_BODY_BYTES)
+        if size > limit:
+            raise errors.EventTooLarge(f"a request body is at most {limit} bytes", limit=limit)
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)

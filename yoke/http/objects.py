@@ -17,7 +17,7 @@ from ..store.contract import ObjectInfo
 from ..streams.handle import Stream
 from ..streams.objects import MAX_OBJECT_BYTES
 from .auth import APPEND, READ, Principal
-from .responses import ERROR_RESPONSES, json_response, parse_json
+from .responses import MAX_JSON_BODY_BYTES, ERROR_RESPONSES, json_body, json_response, limited_body, parse_json
 from .streams import PATH_PARAM, object_body, stream_of
 
 router = APIRouter(prefix="/v1/streams", tags=["objects"], responses=ERROR_RESPONSES)
@@ -72,7 +72,7 @@ async def commit_body(stream: Stream, object_id: str, raw: bytes) -> Response:
 
 @router.post("{path:path}/-/objects", status_code=201, summary="Prepare an object upload")
 async def prepare(request: Request, path: str = PATH_PARAM, principal: Principal = APPEND) -> Response:
-    return await prepare_body(stream_of(request, principal, path), parse_json(await request.body()))
+    return await prepare_body(stream_of(request, principal, path), await json_body(request))
 
 
 @router.put("{path:path}/-/objects/{object_id}", summary="Upload the object's bytes")
@@ -88,7 +88,7 @@ async def upload(
 async def commit(
     request: Request, path: str = PATH_PARAM, object_id: str = Path(), principal: Principal = APPEND
 ) -> Response:
-    return await commit_body(stream_of(request, principal, path), object_id, await request.body())
+    return await commit_body(stream_of(request, principal, path), object_id, await limited_body(request, MAX_JSON_BODY_BYTES))
 
 
 @router.post("{path:path}/-/objects/{object_id}/abort", summary="Abort an upload")

@@ -89,6 +89,28 @@ async def http_error_handler(_request: Request, exc: Exception) -> Response:
     return error_response(err)
 
 
+MAX_JSON_BODY_BYTES = 64 * 1024 * 1024
+
+
+async def json_body(request: Request) -> Any:
+    """The request's JSON body, refusing to buffer more than 64 MiB."""
+    return parse_json(await limited_body(request, MAX_JSON_BODY_BYTES))
+
+
+async def limited_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise errors.EventTooLarge(f"a request body is at most {limit} bytes", limit=limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise errors.EventTooLarge(f"a request body is at most {limit} bytes", limit=limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def parse_json(body: bytes) -> Any:
     if not body:
         raise errors.InvalidInput("a JSON body is required", field="body")

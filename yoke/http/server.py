@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,8 @@ async def ensure_admin_token(runtime: Runtime, token_file: Path) -> str:
 
 
 def serve(settings: Settings, *, on_ready: Callable[[Settings, str], None] | None = None) -> None:
+    # SSE heartbeats are sent on the tails' sweep: make it tick often enough.
+    settings = replace(settings, tail_sweep_s=min(settings.tail_sweep_s, settings.sse_heartbeat_s))
     shutdown = asyncio.Event()
     token_file = Path(settings.data_dir) / "token"
 
@@ -75,6 +78,7 @@ def serve(settings: Settings, *, on_ready: Callable[[Settings, str], None] | Non
         shutdown.set()
         runtime = getattr(app.state, "runtime", None)
         if runtime is not None:
+            runtime.appends.stop_blocking()  # producers waiting for credit: 503 now
             runtime.hub.wake_all()  # idle tails notice the stop now
     config = uvicorn.Config(
         asgi_app(app),

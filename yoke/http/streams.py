@@ -20,7 +20,7 @@ from ..runtime import Runtime
 from ..store.contract import Limits, StreamInfo
 from ..streams.handle import Stream
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
-from .responses import ERROR_RESPONSES, json_response, parse_json
+from .responses import MAX_JSON_BODY_BYTES, ERROR_RESPONSES, json_body, json_response, limited_body, parse_json
 from .sse import resolve_cursor, tail_response
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"], responses=ERROR_RESPONSES)
@@ -134,6 +134,8 @@ def event_dict(event: Event) -> dict[str, Any]:
 async def append_body(stream: Stream, body: Any, idempotency_key: str | None) -> Response:
     """A single event object or a list of them; 201 with offsets and ids."""
     if isinstance(body, list):
+        if not body:
+            raise errors.InvalidInput("a batch holds at least one event", field="body")
         if idempotency_key is not None:
             raise errors.InvalidInput(
                 "Idempotency-Key applies to single events; give each batch event its idempotency_key",
@@ -171,7 +173,7 @@ async def append(
     principal: Principal = APPEND,
 ) -> Response:
     stream = stream_of(request, principal, path)
-    return await append_body(stream, parse_json(await request.body()), idempotency_key)
+    return await append_body(stream, await json_body(request), idempotency_key)
 
 
 @router.get("{path:path}/-/events", summary="Read events after a cursor")
@@ -229,20 +231,20 @@ async def close(request: Request, path: str = PATH_PARAM, principal: Principal =
 
 @router.put("{path:path}/-/retention", summary="Set retention")
 async def set_retention(request: Request, path: str = PATH_PARAM, principal: Principal = ADMIN) -> Response:
-    body = object_body(parse_json(await request.body()), {"max_age_s", "max_events"})
+    body = object_body(await json_body(request), {"max_age_s", "max_events"})
     info = await stream_of(request, principal, path).set_retention(**body)
     return json_response(info_dict(info))
 
 
 @router.put("{path:path}/-/limits", summary="Set producer credit limits")
 async def set_limits(request: Request, path: str = PATH_PARAM, principal: Principal = ADMIN) -> Response:
-    limits = limits_from(parse_json(await request.body()))
+    limits = limits_from(await json_body(request))
     return json_response(info_dict(await stream_of(request, principal, path).set_limits(limits)))
 
 
 @router.put("{path:path}/-/legal-hold", summary="Turn the legal hold on or off")
 async def set_legal_hold(request: Request, path: str = PATH_PARAM, principal: Principal = ADMIN) -> Response:
-    body = object_body(parse_json(await request.body()), {"on"})
+    body = object_body(await json_body(request), {"on"})
     if "on" not in body:
         raise errors.InvalidInput("give {\"on\": true|false}", field="on")
     return json_response(info_dict(await stream_of(request, principal, path).set_legal_hold(body["on"])))
@@ -271,7 +273,7 @@ async def ack_body(stream: Stream, consumer: str, body: Any) -> Response:
 async def ack(
     request: Request, path: str = PATH_PARAM, consumer: str = Path(), principal: Principal = READ
 ) -> Response:
-    return await ack_body(stream_of(request, principal, path), consumer, parse_json(await request.body()))
+    return await ack_body(stream_of(request, principal, path), consumer, await json_body(request))
 
 
 @router.delete("{path:path}/-/consumers/{consumer}", summary="Remove a consumer")
@@ -301,7 +303,7 @@ async def list_streams(
 
 @router.put("{path:path}", summary="Create a stream with settings")
 async def create(request: Request, path: str = PATH_PARAM, principal: Principal = ADMIN) -> Response:
-    raw = await request.body()
+    raw = await limited_body(request, MAX_JSON_BODY_BYTES)
     body = object_body(parse_json(raw) if raw else {}, {"retention", "limits", "metadata"})
     retention = object_body(body.get("retention") or {}, {"max_age_s", "max_events"}, "retention")
     info, created = await stream_of(request, principal, path).create_if_missing(

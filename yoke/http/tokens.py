@@ -10,7 +10,7 @@ from starlette.responses import Response
 from .. import errors
 from ..store.contract import TokenInfo
 from .auth import ADMIN, Principal, runtime_of
-from .responses import ERROR_RESPONSES, json_response, parse_json
+from .responses import ERROR_RESPONSES, json_body, json_response, limited_body, parse_json
 from .streams import object_body
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"], responses=ERROR_RESPONSES)
@@ -29,7 +29,7 @@ def token_dict(info: TokenInfo) -> dict[str, Any]:
 
 @router.post("", status_code=201, summary="Create a token for this tenant (shown once)")
 async def create(request: Request, principal: Principal = ADMIN) -> Response:
-    body = object_body(parse_json(await request.body()), {"scopes", "name"})
+    body = object_body(await json_body(request), {"scopes", "name"})
     scopes = body.get("scopes")
     if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
         raise errors.InvalidInput("scopes is a list of read, append, admin", field="scopes")

@@ -18,7 +18,7 @@ from ..events import PATH_SEGMENT_RE
 from ..streams.handle import Stream
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
 from .objects import commit_body, object_dict, prepare_body, read_body
-from .responses import ERROR_RESPONSES, json_response, parse_json
+from .responses import MAX_JSON_BODY_BYTES, ERROR_RESPONSES, json_body, json_response, limited_body, parse_json
 from .sse import resolve_cursor, tail_response
 from .streams import (
     APPEND_BODY,
@@ -62,7 +62,7 @@ def definition(info_json: dict[str, Any]) -> dict[str, Any]:
 
 @router.post("/runs/{runID}/streams", status_code=201, summary="Create a stream definition")
 async def create_definition(request: Request, run_id: str = RUN, principal: Principal = ADMIN) -> Response:
-    body = object_body(parse_json(await request.body()), {"stream_id", "retention", "limits", "metadata"})
+    body = object_body(await json_body(request), {"stream_id", "retention", "limits", "metadata"})
     stream_id = body.get("stream_id")
     if not isinstance(stream_id, str):
         raise errors.InvalidInput("stream_id is required", field="stream_id")
@@ -113,7 +113,7 @@ async def append_records(
     principal: Principal = APPEND,
 ) -> Response:
     stream = run_stream(request, principal, run_id, stream_id)
-    return await append_body(stream, parse_json(await request.body()), idempotency_key)
+    return await append_body(stream, await json_body(request), idempotency_key)
 
 
 @router.get("/runs/{runID}/streams/{streamID}/records", summary="Read records after a cursor")
@@ -153,7 +153,7 @@ async def acknowledge(
     principal: Principal = READ,
 ) -> Response:
     stream = run_stream(request, principal, run_id, stream_id)
-    return await ack_body(stream, consumer_id, parse_json(await request.body()))
+    return await ack_body(stream, consumer_id, await json_body(request))
 
 
 @router.post("/runs/{runID}/streams/{streamID}/close", summary="Close")
@@ -165,7 +165,7 @@ async def close(request: Request, run_id: str = RUN, stream_id: str = STREAM, pr
 async def legal_hold(
     request: Request, run_id: str = RUN, stream_id: str = STREAM, principal: Principal = ADMIN
 ) -> Response:
-    body = object_body(parse_json(await request.body()), {"on"})
+    body = object_body(await json_body(request), {"on"})
     if "on" not in body:
         raise errors.InvalidInput("give {\"on\": true|false}", field="on")
     info = await run_stream(request, principal, run_id, stream_id).set_legal_hold(body["on"])
@@ -176,7 +176,7 @@ async def legal_hold(
 async def prepare_object(
     request: Request, run_id: str = RUN, stream_id: str = STREAM, principal: Principal = APPEND
 ) -> Response:
-    return await prepare_body(run_stream(request, principal, run_id, stream_id), parse_json(await request.body()))
+    return await prepare_body(run_stream(request, principal, run_id, stream_id), await json_body(request))
 
 
 @router.put("/runs/{runID}/streams/{streamID}/objects/{objectID}", summary="Upload an object's bytes")
@@ -200,7 +200,7 @@ async def commit_object(
     object_id: str = Path(alias="objectID"),
     principal: Principal = APPEND,
 ) -> Response:
-    return await commit_body(run_stream(request, principal, run_id, stream_id), object_id, await request.body())
+    return await commit_body(run_stream(request, principal, run_id, stream_id), object_id, await limited_body(request, MAX_JSON_BODY_BYTES))
 
 
 @router.post("/runs/{runID}/streams/{streamID}/objects/{objectID}/abort", summary="Abort an object")

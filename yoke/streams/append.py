@@ -227,6 +227,7 @@ class AppendService:
         self._appenders: dict[tuple[str, str], Appender] = {}
         self._drained: asyncio.Event | None = None
         self.closing = False
+        self.stop_waiting = False  # set at shutdown: blocked producers give up
 
     async def append(
         self, tenant: str, path: str, events: Sequence[PreparedEvent]
@@ -259,6 +260,8 @@ class AppendService:
                 except errors.Backpressure:
                     # Overflow policy 'block': wait for acknowledgements to
                     # free credit, up to the stream's block timeout.
+                    if self.closing or self.stop_waiting:
+                        raise errors.RuntimeClosed("the runtime is shutting down") from None
                     info = await self.store.info(tenant, path)
                     if info is None or info.limits.overflow != "block":
                         raise
@@ -285,6 +288,11 @@ class AppendService:
         # A cancelled caller cancels only its own future: the shared commit
         # goes on (and may still write its events).
         return appender.submit(events)
+
+    def stop_blocking(self) -> None:
+        """Shutdown: appends waiting for credit fail with RuntimeClosed now."""
+        self.stop_waiting = True
+        self.hub.wake_all()
 
     def appended(self, tenant: str, path: str, count: int) -> None:
         """Called after each commit, after callers are resolved."""

@@ -27,6 +27,7 @@ MAX_OBJECT_BYTES = 32 * 1024 * 1024
 MAX_EXPIRY_S = 7 * 24 * 3600
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
 OBJECT_ID_RE = re.compile(r"obj_[0-9a-f]{24}")
+CONTENT_TYPE_RE = re.compile(r"[\x20-\x7e]{1,255}")  # it is sent back as a header
 DEFAULT_RECORD_TYPE = "object.committed"
 
 
@@ -75,9 +76,10 @@ class StreamObjects:
             raise errors.ObjectTooLarge(
                 f"objects are at most {MAX_OBJECT_BYTES} bytes", size=size, limit=MAX_OBJECT_BYTES
             )
-        if not isinstance(content_type, str) or not 1 <= len(content_type) <= 255:
-            raise errors.InvalidInput("content_type must be 1-255 characters", field="content_type")
-        check_text(content_type, "content_type", errors.InvalidInput)
+        if not isinstance(content_type, str) or not CONTENT_TYPE_RE.fullmatch(content_type):
+            raise errors.InvalidInput(
+                "content_type must be 1-255 printable ASCII characters", field="content_type"
+            )
         if (
             isinstance(expires_in_s, bool)
             or not isinstance(expires_in_s, (int, float))
