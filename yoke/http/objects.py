@@ -48,20 +48,8 @@ async def prepare_body(stream: Stream, body: Any) -> Response:
 
 
 async def read_body(request: Request) -> bytes:
-    """The request body, refusing to buffer more than an object may hold."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_OBJECT_BYTES:
-        raise errors.ObjectTooLarge(
-            f"objects are at most {MAX_OBJECT_BYTES} bytes", size=int(declared), limit=MAX_OBJECT_BYTES
-        )
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_OBJECT_BYTES:
-            raise errors.ObjectTooLarge(f"objects are at most {MAX_OBJECT_BYTES} bytes", limit=MAX_OBJECT_BYTES)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    """An object's bytes, refusing to buffer more than an object may hold."""
+    return await limited_body(request, MAX_OBJECT_BYTES, errors.ObjectTooLarge)
 
 
 async def commit_body(stream: Stream, object_id: str, raw: bytes) -> Response:

@@ -97,16 +97,19 @@ async def json_body(request: Request) -> Any:
     return parse_json(await limited_body(request, MAX_JSON_BODY_BYTES))
 
 
-async def limited_body(request: Request, limit: int) -> bytes:
+async def limited_body(
+    request: Request, limit: int, too_large: type[errors.EventTooLarge] = errors.EventTooLarge
+) -> bytes:
+    """The request body, refusing to buffer more than ``limit`` bytes."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise errors.EventTooLarge(f"a request body is at most {limit} bytes", limit=limit)
+        raise too_large(f"the body is at most {limit} bytes", size=int(declared), limit=limit)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise errors.EventTooLarge(f"a request body is at most {limit} bytes", limit=limit)
+            raise too_large(f"the body is at most {limit} bytes", limit=limit)
         chunks.append(chunk)
     return b"".join(chunks)
 
