@@ -86,6 +86,7 @@ def serve(settings: Settings, *, on_ready: Callable[[Settings, str], None] | Non
         port=settings.port,
         log_level="info",
         access_log=settings.access_log,
+        proxy_headers=False,  # no proxy in front by default: skip the per-request layer
         timeout_graceful_shutdown=int(settings.shutdown_timeout_s),
         lifespan="on",
     )
