@@ -5,8 +5,6 @@ from __future__ import annotations
 import time
 import uuid
 
-import pytest
-
 from .conftest import events_url
 
 

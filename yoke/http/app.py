@@ -13,7 +13,6 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__, errors, metrics
-from ..runtime import Runtime
 from . import health, objects, streams, tokens, workflow
 from .auth import TokenCache
 from .hotpath import HotPath

@@ -17,7 +17,7 @@ from ..store.contract import ObjectInfo
 from ..streams.handle import Stream
 from ..streams.objects import MAX_OBJECT_BYTES
 from .auth import APPEND, READ, Principal
-from .responses import MAX_JSON_BODY_BYTES, ERROR_RESPONSES, json_body, json_response, limited_body, parse_json
+from .responses import ERROR_RESPONSES, MAX_JSON_BODY_BYTES, json_body, json_response, limited_body, parse_json
 from .streams import PATH_PARAM, object_body, stream_of
 
 router = APIRouter(prefix="/v1/streams", tags=["objects"], responses=ERROR_RESPONSES)

@@ -20,7 +20,7 @@ from ..runtime import Runtime
 from ..store.contract import Limits, StreamInfo
 from ..streams.handle import Stream
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
-from .responses import MAX_JSON_BODY_BYTES, ERROR_RESPONSES, json_body, json_response, limited_body, parse_json
+from .responses import ERROR_RESPONSES, MAX_JSON_BODY_BYTES, json_body, json_response, limited_body, parse_json
 from .sse import resolve_cursor, tail_response
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"], responses=ERROR_RESPONSES)

@@ -10,7 +10,7 @@ from starlette.responses import Response
 from .. import errors
 from ..store.contract import TokenInfo
 from .auth import ADMIN, Principal, runtime_of
-from .responses import ERROR_RESPONSES, json_body, json_response, limited_body, parse_json
+from .responses import ERROR_RESPONSES, json_body, json_response
 from .streams import object_body
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"], responses=ERROR_RESPONSES)

@@ -18,7 +18,7 @@ from ..events import PATH_SEGMENT_RE
 from ..streams.handle import Stream
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
 from .objects import commit_body, object_dict, prepare_body, read_body
-from .responses import MAX_JSON_BODY_BYTES, ERROR_RESPONSES, json_body, json_response, limited_body, parse_json
+from .responses import ERROR_RESPONSES, MAX_JSON_BODY_BYTES, json_body, json_response, limited_body
 from .sse import resolve_cursor, tail_response
 from .streams import (
     APPEND_BODY,
