@@ -100,6 +100,19 @@ async def test_closed_stream_rejects_appends_without_writing(y, tenant):
         await y.stream("/never", tenant=tenant).close()
 
 
+async def test_retry_after_close_still_gets_the_original_result(y, tenant):
+    s = y.stream("/closing-retry", tenant=tenant)
+    first = await s.append({"type": "pay", "payload": 1, "idempotency_key": "p1"})
+    await s.close()
+    # The append happened before the close: its retry gets the original.
+    assert await s.append({"type": "pay", "payload": 1, "idempotency_key": "p1"}) == first
+    with pytest.raises(errors.StreamClosed):  # anything new is refused ...
+        await s.append_many([{"type": "pay", "payload": 1, "idempotency_key": "p1"}, {"type": "new"}])
+    with pytest.raises(errors.IdempotencyConflict):  # ... and a reused key still conflicts
+        await s.append({"type": "pay", "payload": 2, "idempotency_key": "p1"})
+    assert (await s.info()).head == 1
+
+
 @pytest.mark.parametrize(
     ("event", "error", "code", "status"),
     [

@@ -111,8 +111,9 @@ class Outcome:
     """What happened to one event of a group commit."""
 
     # conflict: key reused for another event; object: the referenced object
-    # is not uploaded; unread_full / quota: no producer credit.
-    status: Literal["ok", "duplicate", "conflict", "object", "unread_full", "quota"]
+    # is not uploaded; closed: the stream takes no new event; unread_full /
+    # quota: no producer credit.
+    status: Literal["ok", "duplicate", "conflict", "object", "closed", "unread_full", "quota"]
     offset: int | None
     id: str
     at: int
@@ -120,7 +121,6 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True)
 class CommitResult:
-    closed: bool  # the stream is closed: nothing was written
     outcomes: list[Outcome]  # one per submitted event, in order
     head: int
 

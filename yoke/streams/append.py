@@ -39,7 +39,7 @@ class _Request:
 
 
 # Outcome statuses that refuse a caller's whole batch.
-REFUSALS = ("conflict", "object", "unread_full", "quota")
+REFUSALS = ("conflict", "object", "closed", "unread_full", "quota")
 # A producer blocked on credit rechecks at least this often (acks made by
 # other processes on SQLite arrive without a wake-up).
 CREDIT_RECHECK_S = 0.25
@@ -50,6 +50,8 @@ def _refusal_error(status: str, path: str, events: Sequence[PreparedEvent]) -> e
     if status == "conflict":
         keys = [e.idempotency_key for e in events if e.idempotency_key is not None]
         return errors.IdempotencyConflict("idempotency key already used for a different event", keys=keys)
+    if status == "closed":
+        return errors.StreamClosed(f"stream {path} is closed", path=path)
     if status == "object":
         return errors.ObjectStateConflict("the referenced object is not uploaded", state="not_uploaded")
     if status == "unread_full":
@@ -183,12 +185,6 @@ class Appender:
         # No await in here: buffer the ephemeral events and settle the commit
         # in the same turn it is observed, then resolve the callers, then wake.
         service = self._service
-        if result.closed:
-            if buffer is not None:
-                buffer.end_commit()
-            for request in group:
-                _fail(request, errors.StreamClosed(f"stream {self.path} is closed", path=self.path))
-            return
         position = 0
         for request in group:
             outcomes = result.outcomes[position : position + len(request.events)]

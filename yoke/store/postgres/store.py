@@ -181,14 +181,12 @@ class PostgresStore:
             [e.object_id for e in events],
         )
         status, first, _, at, head = rows[0]
-        if status == "closed":
-            return CommitResult(closed=True, outcomes=[], head=head)
         if rows[0][2] is None:
             # The fast path (a single row, no id): consecutive offsets from ``first``.
             outcomes = [Outcome("ok", first + i, e.id, at) for i, e in enumerate(events)]
         else:
             outcomes = [Outcome(r[0], r[1], r[2], r[3]) for r in rows]
-        return CommitResult(closed=False, outcomes=outcomes, head=head)
+        return CommitResult(outcomes=outcomes, head=head)
 
     async def create_stream(
         self, tenant: str, path: str, stream_id: str, now: int, settings: StreamSettings

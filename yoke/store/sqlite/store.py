@@ -243,8 +243,6 @@ class SqliteStore:
         with self._transaction() as conn:
             s, _ = self._ensure_stream(conn, tenant, path, new_stream_id, now)
             sid, head = s["sid"], s["head"]
-            if s["closed"]:
-                return CommitResult(closed=True, outcomes=[], head=head)
 
             # 1. Idempotency keys, under the write lock.
             prior: dict[str, tuple[int, str, int, str]] = {}
@@ -278,14 +276,21 @@ class SqliteStore:
             # 3. Producer credit, batch by batch, from the durable counters.
             per_batch: dict[int, list[int]] = {}
             for i, e in enumerate(events):
-                counts = per_batch.setdefault(batch_of[i], [0, 0])
-                if not e.ephemeral and e.idempotency_key not in prior:
-                    counts[0] += 1
-                    counts[1] += e.size
+                counts = per_batch.setdefault(batch_of[i], [0, 0, 0])
+                if e.idempotency_key not in prior:
+                    counts[2] += 1  # takes an offset
+                    if not e.ephemeral:
+                        counts[0] += 1
+                        counts[1] += e.size
             added_events = added_bytes = 0
             lack: str | None = None
-            for batch, (n_events, n_bytes) in sorted(per_batch.items()):
+            for batch, (n_events, n_bytes, n_fresh) in sorted(per_batch.items()):
                 if batch in refused:
+                    continue
+                if s["closed"] and n_fresh:
+                    # A closed stream takes nothing new; pure retries still
+                    # get their original offsets.
+                    refused[batch] = "closed"
                     continue
                 if lack is None and n_events:
                     lack = _credit_lacking(s, added_events + n_events, added_bytes + n_bytes)
@@ -330,7 +335,7 @@ class SqliteStore:
                 " unread_bytes=unread_bytes+? WHERE tenant_id=? AND sid=?",
                 (head, added_events, added_bytes, added_events * unread, added_bytes * unread, tenant, sid),
             )
-        return CommitResult(closed=False, outcomes=outcomes, head=head)
+        return CommitResult(outcomes=outcomes, head=head)
 
     async def create_stream(
         self, tenant: str, path: str, stream_id: str, now: int, settings: StreamSettings

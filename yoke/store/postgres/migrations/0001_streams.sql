@@ -161,9 +161,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON streams, events, consumers, objects, tok
 --
 -- Returns one row per input event, in input order, with status ok,
 -- duplicate, conflict (a key reused for another event), object (an object
--- not uploaded), unread_full or quota (no credit); or, on the fast path (no
--- keys, objects or limits), a single 'ok' row carrying the first offset; or,
--- for a closed stream, a single 'closed' row, having written nothing.
+-- not uploaded), closed (the stream takes no new event: a batch of pure
+-- duplicates still gets its original offsets), unread_full or quota (no
+-- credit); or, on the fast path (open stream, no keys, objects or limits),
+-- a single 'ok' row carrying the first offset.
 CREATE FUNCTION yoke_append(
     p_tenant text, p_path text, p_stream_id text, p_now bigint,
     p_batch integer[], p_id text[], p_type text[], p_payload text[], p_metadata text[],
@@ -198,12 +199,7 @@ BEGIN
             VALUES (p_tenant, p_path, p_stream_id, p_now) ON CONFLICT DO NOTHING;
         SELECT * INTO s FROM streams WHERE tenant_id = p_tenant AND path = p_path FOR UPDATE;
     END IF;
-    IF s.closed THEN
-        RETURN QUERY SELECT 'closed'::text, NULL::bigint, NULL::text, NULL::bigint, s.head;
-        RETURN;
-    END IF;
-
-    IF s.max_unread_events IS NULL AND s.max_unread_bytes IS NULL
+    IF NOT s.closed AND s.max_unread_events IS NULL AND s.max_unread_bytes IS NULL
        AND s.max_total_events IS NULL AND s.max_total_bytes IS NULL
        AND NOT EXISTS (SELECT 1 FROM unnest(p_key, p_object) k(key, obj)
                        WHERE k.key IS NOT NULL OR k.obj IS NOT NULL) THEN
@@ -269,12 +265,17 @@ BEGIN
     -- 3. Producer credit, batch by batch, from the durable counters.
     FOR r IN
         SELECT t.b,
+               count(*) FILTER (WHERE v_status[t.ord] = 'new') AS fresh,
                count(*) FILTER (WHERE NOT t.eph AND v_status[t.ord] = 'new') AS events,
                coalesce(sum(t.size) FILTER (WHERE NOT t.eph AND v_status[t.ord] = 'new'), 0) AS bytes
         FROM unnest(p_batch, p_size, p_eph) WITH ORDINALITY AS t(b, size, eph, ord)
         GROUP BY t.b ORDER BY t.b
     LOOP
         CONTINUE WHEN v_batch[r.b + 1] IS NOT NULL;
+        IF s.closed AND r.fresh > 0 THEN
+            v_batch[r.b + 1] := 'closed';
+            CONTINUE;
+        END IF;
         IF v_refused IS NULL AND r.events > 0 THEN
             IF s.durable_events + v_events + r.events > s.max_total_events
                OR s.durable_bytes + v_bytes + r.bytes > s.max_total_bytes THEN
