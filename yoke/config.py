@@ -4,7 +4,7 @@ explicit keyword arguments (the CLI passes its flags that way)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 DEFAULT_DATABASE_URL = "sqlite:///./.yoke/yoke.db"
@@ -43,15 +43,12 @@ class Settings:
     # (its labels name tenants).
     metrics_token: str = ""
     shutdown_timeout_s: float = 10.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:
         env = dict(os.environ if env is None else env)
         values: dict[str, Any] = {}
         for f in fields(cls):
-            if f.name == "extra":
-                continue
             raw = env.get("YOKE_" + f.name.upper())
             if raw is None:
                 continue

@@ -8,7 +8,6 @@ then closes the runtime, which commits every queued append.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -22,8 +21,6 @@ from .. import runtime as runtime_module
 from ..config import Settings
 from ..runtime import Runtime
 from .app import asgi_app, create_app
-
-log = logging.getLogger("yoke.http.server")
 
 
 class _Server(uvicorn.Server):

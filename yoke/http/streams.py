@@ -15,7 +15,6 @@ from fastapi import APIRouter, Header, Path, Query, Request
 from starlette.responses import Response
 
 from .. import errors
-from ..events import Event
 from ..runtime import Runtime
 from ..store.contract import Limits, StreamInfo
 from ..streams.handle import Stream
@@ -124,10 +123,6 @@ def object_body(body: Any, allowed: set[str], what: str = "body") -> dict[str, A
     return body
 
 
-def event_dict(event: Event) -> dict[str, Any]:
-    return event.to_dict()
-
-
 # --- append and read -----------------------------------------------------------
 
 
@@ -159,7 +154,7 @@ async def read_page(stream: Stream, after: int, limit: int, include_ephemeral: b
     events = await stream.read(after=after, limit=limit, include_ephemeral=include_ephemeral)
     return json_response(
         {
-            "events": [event_dict(e) for e in events],
+            "events": [e.to_dict() for e in events],
             "next_after": events[-1].offset if events else after,
         }
     )
@@ -196,7 +191,7 @@ async def read_one(
     principal: Principal = READ,
 ) -> Response:
     event = await stream_of(request, principal, path).get(offset)
-    return json_response(event_dict(event))
+    return json_response(event.to_dict())
 
 
 @router.get(

@@ -67,9 +67,6 @@ class WakeupHub:
             await asyncio.sleep(interval_s)
             self.wake_all()
 
-    def count(self) -> int:
-        return sum(len(w) for w in self._waiters.values())
-
     def _remove(self, waiter: Waiter) -> None:
         waiters = self._waiters.get(waiter._key)
         if waiters is not None:

@@ -191,26 +191,33 @@ class PostgresStore:
     async def create_stream(
         self, tenant: str, path: str, stream_id: str, now: int, settings: StreamSettings
     ) -> tuple[StreamInfo, bool]:
-        lim, ret = settings.limits, settings.retention
         async with self._tx(tenant) as conn:
-            await conn.execute(
-                "INSERT INTO yoke_tenants VALUES ($1, $2) ON CONFLICT DO NOTHING", tenant, now
-            )
-            created = await conn.fetchval(
-                "INSERT INTO streams (tenant_id, path, stream_id, created_at, max_age_s, max_events,"
-                " max_unread_events, max_unread_bytes, max_total_events, max_total_bytes, overflow,"
-                " block_timeout_s, pinned, metadata)"
-                " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14::jsonb)"
-                " ON CONFLICT DO NOTHING RETURNING true",
-                tenant, path, stream_id, now, ret.max_age_s, ret.max_events,
-                lim.max_unread_events, lim.max_unread_bytes, lim.max_total_events,
-                lim.max_total_bytes, lim.overflow, lim.block_timeout_s, settings.pinned,
-                orjson.dumps(settings.metadata).decode(),
-            )
+            created = await self._ensure_stream(conn, tenant, path, stream_id, now, settings)
             row = await conn.fetchrow(
                 f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant_id=$1 AND path=$2", tenant, path
             )
-        return stream_from_row(row), bool(created)
+        return stream_from_row(row), created
+
+    async def _ensure_stream(
+        self, conn: asyncpg.Connection, tenant: str, path: str, stream_id: str, now: int,
+        settings: StreamSettings | None = None,
+    ) -> bool:
+        """Create the stream (and its tenant's directory entry) if missing."""
+        settings = settings or StreamSettings()
+        lim, ret = settings.limits, settings.retention
+        await conn.execute("INSERT INTO yoke_tenants VALUES ($1, $2) ON CONFLICT DO NOTHING", tenant, now)
+        created = await conn.fetchval(
+            "INSERT INTO streams (tenant_id, path, stream_id, created_at, max_age_s, max_events,"
+            " max_unread_events, max_unread_bytes, max_total_events, max_total_bytes, overflow,"
+            " block_timeout_s, pinned, metadata)"
+            " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14::jsonb)"
+            " ON CONFLICT DO NOTHING RETURNING true",
+            tenant, path, stream_id, now, ret.max_age_s, ret.max_events,
+            lim.max_unread_events, lim.max_unread_bytes, lim.max_total_events,
+            lim.max_total_bytes, lim.overflow, lim.block_timeout_s, settings.pinned,
+            orjson.dumps(settings.metadata).decode(),
+        )
+        return bool(created)
 
     async def update_stream(
         self,
@@ -407,14 +414,7 @@ class PostgresStore:
         content_type: str, now: int, expires_at: int, new_stream_id: str,
     ) -> ObjectInfo:
         async with self._tx(tenant) as conn:
-            await conn.execute(
-                "INSERT INTO yoke_tenants VALUES ($1, $2) ON CONFLICT DO NOTHING", tenant, now
-            )
-            await conn.execute(
-                "INSERT INTO streams (tenant_id, path, stream_id, created_at)"
-                " VALUES ($1,$2,$3,$4) ON CONFLICT DO NOTHING",
-                tenant, path, new_stream_id, now,
-            )
+            await self._ensure_stream(conn, tenant, path, new_stream_id, now)
             sid = await conn.fetchval(
                 "SELECT sid FROM streams WHERE tenant_id=$1 AND path=$2", tenant, path
             )

@@ -64,6 +64,14 @@ INSERT_EVENT = (
 )
 
 
+# An object's row by stream path, with its stream's sid (row[-2]) and hold.
+OBJECT_SELECT = (
+    f"SELECT {', '.join('o.' + c.strip() for c in OBJECT_COLUMNS.split(','))}, s.sid, s.legal_hold"
+    " FROM objects o JOIN streams s ON s.tenant_id = o.tenant_id AND s.sid = o.sid"
+    " WHERE s.tenant_id=? AND s.path=? AND o.object_id=?"
+)
+
+
 def path_from_url(url: str) -> Path:
     """``sqlite:///relative/or/abs.db`` → Path (``sqlite:////abs`` also works)."""
     if not url.startswith("sqlite:///"):
@@ -539,12 +547,7 @@ class SqliteStore:
         return self.path.parent / "objects" / tenant / str(sid) / object_id
 
     def _object_row(self, conn: sqlite3.Connection, tenant: str, path: str, object_id: str) -> Any:
-        return conn.execute(
-            f"SELECT {', '.join('o.' + c.strip() for c in OBJECT_COLUMNS.split(','))}, s.sid, s.legal_hold"
-            " FROM objects o JOIN streams s ON s.tenant_id = o.tenant_id AND s.sid = o.sid"
-            " WHERE s.tenant_id=? AND s.path=? AND o.object_id=?",
-            (tenant, path, object_id),
-        ).fetchone()
+        return conn.execute(OBJECT_SELECT, (tenant, path, object_id)).fetchone()
 
     async def prepare_object(
         self, tenant: str, path: str, object_id: str, key: str, sha256: str, size: int,
