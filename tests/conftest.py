@@ -7,6 +7,7 @@ import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -64,3 +65,43 @@ def tenant() -> str:
 async def y(db_url: str) -> AsyncIterator[yoke.Runtime]:
     async with yoke.open(db_url) as runtime:
         yield runtime
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    """A migrated database to copy: actor tests each get a database of their
+    own (workers, cursors and fan-out span every tenant of a database)."""
+    from yoke.store.postgres.migrate import migrate
+
+    name = f"yoke_tpl_{uuid.uuid4().hex[:12]}"
+
+    async def build() -> None:
+        await _admin(f'CREATE DATABASE "{name}"')
+        conn = await asyncpg.connect(with_database(PG_ADMIN_URL, name))
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+
+    # Requested from async fixtures too: run on a thread of its own.
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, build()).result()
+    try:
+        yield name
+    finally:
+        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def fresh_url(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[str]:
+    """A database of the test's own, on each backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/yoke.db"
+        return
+    template = request.getfixturevalue("pg_template")
+    name = f"yoke_t_{uuid.uuid4().hex[:12]}"
+    await _admin(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    try:
+        yield with_database(PG_ADMIN_URL, name)
+    finally:
+        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

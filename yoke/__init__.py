@@ -1,7 +1,7 @@
 """Yoke: durable event streams and actors for Python.
 
 Public API: ``open()``, the ``Runtime`` and ``Stream`` handles, the event
-types and the error hierarchy.
+types, actors (``App``, ``Filter``) and the error hierarchy.
 """
 
 from .config import Settings
@@ -13,28 +13,37 @@ from .errors import (
     EventTooLarge,
     ForgedSource,
     IdempotencyConflict,
+    InstanceNotFound,
     InvalidCursor,
     InvalidEvent,
     InvalidEventType,
+    InvalidFilter,
     InvalidIdempotencyKey,
     InvalidInput,
     InvalidPath,
+    InvalidSchedule,
     InvalidTenant,
     ReservedEventType,
     RuntimeClosed,
     StreamClosed,
     StreamNotFound,
+    UnknownActor,
     UnknownEventField,
     YokeError,
 )
+from .actors.app import App
+from .actors.portals import PortalRequest
 from .events import AppendResult, Event
+from .routing.filters import Filter
 from .runtime import Runtime, open
+from .store.actors import InstanceInfo
 from .store.contract import Retention, StreamInfo
 from .streams.handle import Stream
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "App",
     "AppendResult",
     "CursorGone",
     "EphemeralTooLarge",
@@ -42,15 +51,21 @@ __all__ = [
     "Event",
     "EventNotFound",
     "EventTooLarge",
+    "Filter",
     "ForgedSource",
     "IdempotencyConflict",
+    "InstanceInfo",
+    "InstanceNotFound",
     "InvalidCursor",
     "InvalidEvent",
     "InvalidEventType",
+    "InvalidFilter",
     "InvalidIdempotencyKey",
     "InvalidInput",
     "InvalidPath",
+    "InvalidSchedule",
     "InvalidTenant",
+    "PortalRequest",
     "ReservedEventType",
     "Retention",
     "Runtime",
@@ -60,6 +75,7 @@ __all__ = [
     "StreamClosed",
     "StreamInfo",
     "StreamNotFound",
+    "UnknownActor",
     "UnknownEventField",
     "YokeError",
     "open",

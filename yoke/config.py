@@ -43,6 +43,24 @@ class Settings:
     # (its labels name tenants).
     metrics_token: str = ""
     shutdown_timeout_s: float = 10.0
+    # Actors. Where per-instance SQLite databases live: file (embedded
+    # default), pg_sqlite (PostgreSQL default) or s3.
+    storage: str = ""
+    s3_bucket: str = ""
+    s3_endpoint_url: str = ""
+    s3_prefix: str = "yoke/"
+    s3_sync: str = "lazy"  # lazy: upload after writes, flush on shutdown; strict: fsync first
+    # Worker membership: heartbeat period and how old a heartbeat may get
+    # before the worker is taken for dead and its instances move.
+    worker_heartbeat_s: float = 1.0
+    worker_stale_s: float = 10.0
+    # The scheduler claims at least this often without a wake-up, and runs
+    # at most max_in_flight process() calls at once per process.
+    scheduler_sweep_s: float = 1.0
+    max_in_flight: int = 256
+    schedule_poll_s: float = 1.0
+    # The deployment version (subscriptions resume halted deliveries on a new one).
+    deploy_version: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:

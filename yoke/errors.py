@@ -117,6 +117,24 @@ class Forbidden(YokeError):
     http_status = 403
 
 
+class InvalidFilter(InvalidInput):
+    """The filter is invalid (types, stream globs or its JSONata expression)."""
+
+    code = "invalid_filter"
+
+
+class UnknownActor(InvalidInput):
+    """No actor with that name is registered in the application."""
+
+    code = "unknown_actor"
+
+
+class InvalidSchedule(InvalidInput):
+    """The schedule needs exactly one of at, after_s or cron, and a valid event."""
+
+    code = "invalid_schedule"
+
+
 # --- 404 / 409 / 410 / 413 / 429 / 507: state of the stream -----------------
 
 
@@ -131,6 +149,20 @@ class EventNotFound(YokeError):
     """No event at that offset."""
 
     code = "event_not_found"
+    http_status = 404
+
+
+class InstanceNotFound(YokeError):
+    """No such actor instance in this tenant."""
+
+    code = "instance_not_found"
+    http_status = 404
+
+
+class PortalNotFound(YokeError):
+    """No portal with that name."""
+
+    code = "portal_not_found"
     http_status = 404
 
 

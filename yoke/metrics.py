@@ -18,3 +18,52 @@ HTTP_LATENCY = Histogram(
     "yoke_http_request_seconds", "HTTP request duration by route template", ["route"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
 )
+
+# --- actors -------------------------------------------------------------------
+
+PROCESSED = Counter(
+    "yoke_actor_processed_total", "process() runs by actor and outcome (ok, failed, dead)",
+    ["tenant", "actor", "outcome"],
+)
+PROCESS_SECONDS = Histogram(
+    "yoke_actor_process_seconds", "Duration of process() by actor", ["actor"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 30),
+)
+PROCESS_START_LAG = Histogram(
+    "yoke_actor_start_lag_seconds", "From a queue row's enqueue to the start of its process()",
+    ["actor"], buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 300),
+)
+ATTEMPTS = Histogram(
+    "yoke_actor_attempts", "The attempt number of each process() run", ["actor"],
+    buckets=(1, 2, 3, 5, 10, 20),
+)
+QUEUE_DEPTH = Gauge(
+    "yoke_actor_queue_rows", "Actor queue rows by status (sampled at scrape)", ["tenant", "status"]
+)
+FANOUT_LAG = Gauge(
+    "yoke_fanout_lag_events", "Events appended but not yet fanned out (sampled at scrape)", ["tenant"]
+)
+
+
+def observe_process(row, definition, ok: bool, seconds: float) -> None:  # noqa: ANN001
+    """One finished process() run (``row``: the claimed QueueRow)."""
+    if ok:
+        outcome = "ok"
+    elif row.attempts >= definition.max_attempts:
+        outcome = "dead"
+    else:
+        outcome = "failed"
+    PROCESSED.labels(row.tenant, row.actor, outcome).inc()
+    PROCESS_SECONDS.labels(row.actor).observe(seconds)
+    ATTEMPTS.labels(row.actor).observe(row.attempts)
+    if row.started_at is not None and row.attempts == 1:
+        PROCESS_START_LAG.labels(row.actor).observe(max(row.started_at - row.enqueued_at, 0) / 1000)
+
+
+async def sample_actor_gauges(actors) -> None:  # noqa: ANN001 - an ActorStore
+    """Refresh the queue-depth and fan-out-lag gauges from durable rows."""
+    for tenant in await actors.tenants():
+        depth = await actors.queue_depth(tenant, None)
+        for status in ("pending", "processing", "dead"):
+            QUEUE_DEPTH.labels(tenant, status).set(getattr(depth, status))
+        FANOUT_LAG.labels(tenant).set(sum(lag.head - lag.through for lag in await actors.fanout_lag(tenant)))

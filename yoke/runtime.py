@@ -13,7 +13,11 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from . import errors
+from . import errors, metrics
+from .actors.app import App
+from .actors.executor import Executor
+from .actors.instances import Instances
+from .actors.state import StateDatabases, make_storage
 from .config import Settings
 from .events import validate_path, validate_tenant
 from .store import Store, StreamInfo, connect_store
@@ -27,8 +31,12 @@ from .tokens import Tokens
 
 
 class Runtime:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, app: App | None = None, *, executor: bool = True) -> None:
         self.settings = settings
+        self.app = app
+        self._want_executor = executor and app is not None
+        self.executor: Executor | None = None
+        self._state_dbs: StateDatabases | None = None
         self._store: Store = connect_store(settings)
         self.hub = WakeupHub()
         self.buffers = EphemeralBuffers(settings.ephemeral_buffer_bytes)
@@ -52,8 +60,16 @@ class Runtime:
         return not self._started
 
     async def start(self) -> None:
-        await self._store.start(on_wakeup=self.hub.wake, on_resync=self.hub.wake_all)
+        await self._store.start(on_wakeup=self.hub.wake, on_resync=self.hub.resync)
         self._started = True
+        if self._want_executor:
+            assert self.app is not None
+            self.executor = Executor(self, self.app)
+            try:
+                await self.executor.start()
+            except BaseException:
+                await self.close()
+                raise
         self._tasks.append(
             asyncio.create_task(
                 prune_forever(self._store, self.settings.prune_interval_s), name="yoke-retention"
@@ -67,6 +83,13 @@ class Runtime:
         """Stop accepting appends, finish the queued ones, stop background work."""
         if not self._started:
             return
+        if self.executor is not None:
+            # Runs finish first: they may still append.
+            await self.executor.stop(self.settings.shutdown_timeout_s)
+            self.executor = None
+        if self._state_dbs is not None:
+            await self._state_dbs.close()
+            self._state_dbs = None
         self.appends.closing = True
         self.appends.stop_blocking()
         await self.appends.drain()
@@ -98,6 +121,50 @@ class Runtime:
             validate_path(after)
         return await self.store.list_streams(tenant, prefix, limit, after)
 
+    # --- actors ----------------------------------------------------------------
+
+    @property
+    def worker_id(self) -> str | None:
+        """This process's worker id when it runs an executor (new instances go to it)."""
+        return None if self.executor is None else self.executor.worker_id
+
+    def instances(self, tenant: str = "default") -> Instances:
+        """Actor instances of ``tenant``: create, list, inspect, dead letters."""
+        if not self._started:
+            raise errors.RuntimeClosed("the runtime is not open")
+        return Instances(self, tenant)
+
+    def state_databases(self) -> StateDatabases:
+        if self._state_dbs is None:
+            storage = make_storage(
+                self.settings.storage, store=self.store.actors, data_dir=self.settings.data_dir,
+                settings=self.settings, postgres=not self.settings.database_url.startswith("sqlite"),
+            )
+            self._state_dbs = StateDatabases(storage)
+        return self._state_dbs
+
+    def routing_changed(self, tenant: str) -> None:
+        if self.executor is not None:
+            self.executor.fanout.routing_changed(tenant)
+
+    def queue_changed(self, tenant: str) -> None:
+        if self.executor is not None:
+            self.executor.scheduler.wake(tenant)
+
+    def timers_changed(self) -> None:
+        if self.executor is not None:
+            self.executor.timers.changed()
+
+    def metrics_processed(self, row: Any, definition: Any, ok: bool, seconds: float) -> None:
+        metrics.observe_process(row, definition, ok, seconds)
+
+    async def wait_idle(self, timeout_s: float = 30.0) -> None:
+        """Return once fan-out has caught up and no queue row is pending or
+        processing (dead rows excepted). For tests and scripts; needs an app."""
+        if self.executor is None:
+            raise errors.InvalidInput("wait_idle needs a runtime opened with app=")
+        await self.executor.wait_idle(timeout_s)
+
     async def ready(self) -> None:
         """Raise unless the store answers and is migrated (used by /readyz)."""
         await self.store.ready()
@@ -109,14 +176,21 @@ class Runtime:
 
 @contextlib.asynccontextmanager
 async def open(  # noqa: A001
-    url: str | None = None, *, settings: Settings | None = None, **overrides: Any
+    url: str | None = None,
+    *,
+    app: App | None = None,
+    executor: bool = True,
+    settings: Settings | None = None,
+    **overrides: Any,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime on ``url`` (default: ``YOKE_DATABASE_URL`` or
-    ``sqlite:///./.yoke/yoke.db``). Keyword arguments override settings;
-    ``settings`` gives them all at once."""
+    ``sqlite:///./.yoke/yoke.db``). With ``app``, the runtime also runs the
+    application's actors in this process (fan-out, scheduler, schedules,
+    portal loops) unless ``executor=False``. Keyword arguments override
+    settings; ``settings`` gives them all at once."""
     if settings is None:
         settings = Settings.from_env(database_url=url, **overrides)
-    runtime = Runtime(settings)
+    runtime = Runtime(settings, app, executor=executor)
     await runtime.start()
     try:
         yield runtime

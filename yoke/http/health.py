@@ -9,6 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
 from .. import errors
+from ..metrics import sample_actor_gauges
 from .auth import bearer_token, runtime_of
 from .responses import error_response, json_response
 
@@ -42,4 +43,5 @@ async def metrics(request: Request) -> Response:
         given = bearer_token(request.headers.get("authorization")) or ""
         if not hmac.compare_digest(given.encode(), expected.encode()):
             return error_response(errors.Unauthorized("/metrics needs the metrics token"))
+    await sample_actor_gauges(runtime_of(request).store.actors)
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

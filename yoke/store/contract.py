@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..events import Event, PreparedEvent
+
+if TYPE_CHECKING:
+    from .actors import ActorStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +141,8 @@ WakeupCallback = Callable[[str, str], None]  # (tenant, path)
 
 class Store(Protocol):
     """One backend. All methods are coroutines safe to call concurrently."""
+
+    actors: ActorStore  # the actor tables (store/actors.py)
 
     async def start(self, on_wakeup: WakeupCallback, on_resync: Callable[[], None]) -> None:
         """Open connections and apply migrations. ``on_wakeup`` receives

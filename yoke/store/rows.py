@@ -10,6 +10,7 @@ import orjson
 
 from .. import errors
 from ..events import Event
+from .actors import InstanceInfo, Message, QueueRow, Schedule
 from .contract import ConsumerInfo, Limits, ObjectInfo, Retention, StreamInfo, TokenInfo, Usage
 
 # Column order of every event SELECT in both backends.
@@ -185,3 +186,78 @@ def setting_changes(
             limits.max_total_bytes, limits.overflow, limits.block_timeout_s,
         ]
     return columns, values
+
+
+# --- actors -------------------------------------------------------------------
+
+INSTANCE_COLUMNS = "instance_id, tenant_id, actor, key, config, filter, parent_id, worker_id, created_at"
+QUEUE_COLUMNS = (
+    "qid, tenant_id, instance_id, group_key, priority, path, seq, event, status, attempts,"
+    " available_at, lease_until, worker_id, enqueued_at, started_at, last_error, last_traceback"
+)
+SCHEDULE_COLUMNS = "tenant_id, instance_id, name, due_at, event, cron, stream, created_at"
+MESSAGE_COLUMNS = "conversation_id, message_id, seq, role, content, metadata, at, event_seq"
+
+
+def instance_from_row(row: Sequence[Any]) -> InstanceInfo:
+    return InstanceInfo(
+        instance_id=row[0],
+        tenant=row[1],
+        actor=row[2],
+        key=row[3],
+        config=_json(row[4]),
+        filter=_json(row[5]),
+        parent_id=row[6],
+        worker_id=row[7],
+        created_at=row[8],
+    )
+
+
+def queue_row_from_row(row: Sequence[Any]) -> QueueRow:
+    """``row`` is QUEUE_COLUMNS followed by the instance's actor name."""
+    return QueueRow(
+        qid=row[0],
+        tenant=row[1],
+        instance_id=row[2],
+        group_id=row[3] or None,
+        priority=row[4],
+        path=row[5],
+        offset=row[6],
+        event=_json(row[7]),
+        status=row[8],
+        attempts=row[9],
+        available_at=row[10],
+        lease_until=row[11],
+        worker_id=row[12],
+        enqueued_at=row[13],
+        started_at=row[14],
+        last_error=row[15],
+        last_traceback=row[16],
+        actor=row[17] or "",
+    )
+
+
+def schedule_from_row(row: Sequence[Any]) -> Schedule:
+    return Schedule(
+        tenant=row[0],
+        instance_id=row[1],
+        name=row[2],
+        due_at=row[3],
+        event=_json(row[4]),
+        cron=row[5],
+        stream=row[6],
+        created_at=row[7],
+    )
+
+
+def message_from_row(row: Sequence[Any]) -> Message:
+    return Message(
+        conversation_id=row[0],
+        message_id=row[1],
+        seq=row[2],
+        role=row[3],
+        content=_json(row[4]),
+        metadata=_json(row[5]),
+        at=row[6],
+        offset=row[7],
+    )

@@ -46,7 +46,7 @@ CREDIT_RECHECK_S = 0.25
 RETRY_AFTER_S = 1
 
 
-def _refusal_error(status: str, path: str, events: Sequence[PreparedEvent]) -> errors.YokeError:
+def refusal_error(status: str, path: str, events: Sequence[PreparedEvent]) -> errors.YokeError:
     if status == "conflict":
         keys = [e.idempotency_key for e in events if e.idempotency_key is not None]
         return errors.IdempotencyConflict("idempotency key already used for a different event", keys=keys)
@@ -192,7 +192,7 @@ class Appender:
             position += len(request.events)
             refusal = next((o.status for o in outcomes if o.status in REFUSALS), None)
             if refusal is not None:
-                _fail(request, _refusal_error(refusal, self.path, prepared))
+                _fail(request, refusal_error(refusal, self.path, prepared))
                 continue
             for e, o in zip(prepared, outcomes):
                 if e.ephemeral and o.status == "ok" and buffer is not None:

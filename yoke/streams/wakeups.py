@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Callable
 
 Key = tuple[str, str]
 
@@ -45,6 +46,10 @@ class WakeupHub:
         # Counts wake-ups (all streams). A read that starts at clock c sees
         # every commit announced by a wake-up numbered <= c.
         self.clock = 0
+        # Fan-out follows appends through these: observers get (tenant, path)
+        # on every wake-up, resync observers a call after a reconnect.
+        self.observers: list[Callable[[str, str], None]] = []
+        self.resync_observers: list[Callable[[], None]] = []
 
     def subscribe(self, tenant: str, path: str) -> Waiter:
         waiter = Waiter(self, (tenant, path))
@@ -55,12 +60,20 @@ class WakeupHub:
         self.clock += 1
         for waiter in self._waiters.get((tenant, path), ()):
             waiter.wake()
+        for observer in self.observers:
+            observer(tenant, path)
 
     def wake_all(self) -> None:
         self.clock += 1
         for waiters in self._waiters.values():
             for waiter in waiters:
                 waiter.wake()
+
+    def resync(self) -> None:
+        """Notifications may have been lost (a reconnect): every reader rereads."""
+        self.wake_all()
+        for observer in self.resync_observers:
+            observer()
 
     async def sweep_forever(self, interval_s: float) -> None:
         while True:

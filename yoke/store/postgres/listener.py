@@ -21,15 +21,23 @@ from ..contract import WakeupCallback
 log = logging.getLogger("yoke.store.postgres.listener")
 
 CHANNEL = "yoke_stream"
+QUEUE_CHANNEL = "yoke_queue"  # payload: a tenant whose actor queues got rows
 HEALTH_INTERVAL_S = 10.0  # how often an idle listener checks its connection
 HEALTH_TIMEOUT_S = 5.0
 
 
 class Listener:
-    def __init__(self, dsn: str, on_wakeup: WakeupCallback, on_resync: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        on_wakeup: WakeupCallback,
+        on_resync: Callable[[], None],
+        on_queue: Callable[[str], None] | None = None,
+    ) -> None:
         self._dsn = dsn
         self._on_wakeup = on_wakeup
         self._on_resync = on_resync
+        self.on_queue = on_queue
         self._conn: asyncpg.Connection | None = None
         self._lost = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -64,6 +72,10 @@ class Listener:
         tenant, _, path = payload.partition("|")
         self._on_wakeup(tenant, path)
 
+    def _queued(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        if self.on_queue is not None:
+            self.on_queue(payload)
+
     def _terminated(self, _conn: object) -> None:
         self._lost.set()
 
@@ -74,6 +86,7 @@ class Listener:
             self._lost.clear()
             conn.add_termination_listener(self._terminated)
             await conn.add_listener(CHANNEL, self._notified)
+            await conn.add_listener(QUEUE_CHANNEL, self._queued)
         except BaseException:
             conn.terminate()
             raise

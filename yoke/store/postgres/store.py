@@ -45,6 +45,7 @@ from ..rows import (
     stream_from_row,
     token_from_row,
 )
+from .actors import PgActorStore
 from .listener import Listener
 from .migrate import migrate, pending
 
@@ -76,6 +77,45 @@ async def _keep_session(_conn: asyncpg.Connection) -> None:
     and asyncpg still rolls back any open transaction itself)."""
 
 
+APPEND = "SELECT * FROM yoke_append($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)"
+
+
+def _append_args(
+    tenant: str, path: str, events: Sequence[PreparedEvent], batch_of: Sequence[int], now: int,
+    new_stream_id: str,
+) -> tuple[object, ...]:
+    return (
+        tenant,
+        path,
+        new_stream_id,
+        now,
+        list(batch_of),
+        [e.id for e in events],
+        [e.type for e in events],
+        [e.payload_json for e in events],
+        [e.metadata_json for e in events],
+        [e.source_json for e in events],
+        [e.correlation for e in events],
+        [e.priority for e in events],
+        [e.group_id for e in events],
+        [e.idempotency_key for e in events],
+        [e.fingerprint for e in events],
+        [e.size for e in events],
+        [e.ephemeral for e in events],
+        [e.object_id for e in events],
+    )
+
+
+def _commit_result(rows: Sequence[asyncpg.Record], events: Sequence[PreparedEvent]) -> CommitResult:
+    status, first, _, at, head = rows[0]
+    if rows[0][2] is None:
+        # The fast path (a single row, no id): consecutive offsets from ``first``.
+        outcomes = [Outcome("ok", first + i, e.id, at) for i, e in enumerate(events)]
+    else:
+        outcomes = [Outcome(r[0], r[1], r[2], r[3]) for r in rows]
+    return CommitResult(outcomes=outcomes, head=head)
+
+
 class PostgresStore:
     def __init__(
         self,
@@ -93,6 +133,7 @@ class PostgresStore:
         self._pool_max = pool_max
         self._pool: asyncpg.Pool | None = None
         self.listener: Listener | None = None
+        self.actors = PgActorStore(self)
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -159,34 +200,19 @@ class PostgresStore:
         now: int,
         new_stream_id: str,
     ) -> CommitResult:
-        rows = await self.pool.fetch(
-            "SELECT * FROM yoke_append($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)",
-            tenant,
-            path,
-            new_stream_id,
-            now,
-            list(batch_of),
-            [e.id for e in events],
-            [e.type for e in events],
-            [e.payload_json for e in events],
-            [e.metadata_json for e in events],
-            [e.source_json for e in events],
-            [e.correlation for e in events],
-            [e.priority for e in events],
-            [e.group_id for e in events],
-            [e.idempotency_key for e in events],
-            [e.fingerprint for e in events],
-            [e.size for e in events],
-            [e.ephemeral for e in events],
-            [e.object_id for e in events],
+        rows = await self.pool.fetch(APPEND, *_append_args(tenant, path, events, batch_of, now, new_stream_id))
+        return _commit_result(rows, events)
+
+    async def _commit_in(
+        self, conn: asyncpg.Connection, tenant: str, path: str, events: Sequence[PreparedEvent],
+        now: int, new_stream_id: str,
+    ) -> Outcome:
+        """Append one caller batch inside the caller's transaction (kernel
+        writes that must commit together with rows of their own)."""
+        rows = await conn.fetch(
+            APPEND, *_append_args(tenant, path, events, [0] * len(events), now, new_stream_id)
         )
-        status, first, _, at, head = rows[0]
-        if rows[0][2] is None:
-            # The fast path (a single row, no id): consecutive offsets from ``first``.
-            outcomes = [Outcome("ok", first + i, e.id, at) for i, e in enumerate(events)]
-        else:
-            outcomes = [Outcome(r[0], r[1], r[2], r[3]) for r in rows]
-        return CommitResult(outcomes=outcomes, head=head)
+        return _commit_result(rows, events).outcomes[0]
 
     async def create_stream(
         self, tenant: str, path: str, stream_id: str, now: int, settings: StreamSettings

@@ -54,6 +54,8 @@ from ..rows import (
     token_from_row,
 )
 
+from .actors import SqliteActorStore
+
 T = TypeVar("T")
 log = logging.getLogger("yoke.store.sqlite")
 
@@ -98,6 +100,7 @@ class SqliteStore:
         self._reader_conns: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._wconn: sqlite3.Connection | None = None
+        self.actors = SqliteActorStore(self)
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -247,102 +250,115 @@ class SqliteStore:
         now: int,
         new_stream_id: str,
     ) -> CommitResult:
-        # The same steps as yoke_append in the PostgreSQL schema.
         with self._transaction() as conn:
-            s, _ = self._ensure_stream(conn, tenant, path, new_stream_id, now)
-            sid, head = s["sid"], s["head"]
+            return self._commit_in(conn, tenant, path, events, batch_of, now, new_stream_id)
 
-            # 1. Idempotency keys, under the write lock.
-            prior: dict[str, tuple[int, str, int, str]] = {}
-            keys = [e.idempotency_key for e in events if e.idempotency_key is not None]
-            for start in range(0, len(keys), 500):
-                chunk = keys[start : start + 500]
-                marks = ",".join("?" * len(chunk))
-                for key, seq, eid, at, fp in conn.execute(
-                    "SELECT idempotency_key, seq, id, at, fingerprint FROM events"
-                    f" WHERE tenant_id=? AND sid=? AND idempotency_key IN ({marks})",
-                    (tenant, sid, *chunk),
-                ):
-                    prior[key] = (seq, eid, at, fp)
-            refused: dict[int, str] = {}
-            for i, e in enumerate(events):
-                key = e.idempotency_key
-                if key in prior and prior[key][3] != e.fingerprint:
-                    refused[batch_of[i]] = "conflict"
+    def _commit_in(
+        self,
+        conn: sqlite3.Connection,
+        tenant: str,
+        path: str,
+        events: Sequence[PreparedEvent],
+        batch_of: Sequence[int],
+        now: int,
+        new_stream_id: str,
+    ) -> CommitResult:
+        # The same steps as yoke_append in the PostgreSQL schema, inside the
+        # caller's write transaction.
+        s, _ = self._ensure_stream(conn, tenant, path, new_stream_id, now)
+        sid, head = s["sid"], s["head"]
 
-            # 2. Object bindings: a new record may only reference an uploaded object.
-            for i, e in enumerate(events):
-                if e.object_id is None or e.idempotency_key in prior:
-                    continue
-                state = conn.execute(
-                    "SELECT state FROM objects WHERE tenant_id=? AND sid=? AND object_id=?",
-                    (tenant, sid, e.object_id),
-                ).fetchone()
-                if state is None or state[0] != "uploaded":
-                    refused.setdefault(batch_of[i], "object")
+        # 1. Idempotency keys, under the write lock.
+        prior: dict[str, tuple[int, str, int, str]] = {}
+        keys = [e.idempotency_key for e in events if e.idempotency_key is not None]
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for key, seq, eid, at, fp in conn.execute(
+                "SELECT idempotency_key, seq, id, at, fingerprint FROM events"
+                f" WHERE tenant_id=? AND sid=? AND idempotency_key IN ({marks})",
+                (tenant, sid, *chunk),
+            ):
+                prior[key] = (seq, eid, at, fp)
+        refused: dict[int, str] = {}
+        for i, e in enumerate(events):
+            key = e.idempotency_key
+            if key in prior and prior[key][3] != e.fingerprint:
+                refused[batch_of[i]] = "conflict"
 
-            # 3. Producer credit, batch by batch, from the durable counters.
-            per_batch: dict[int, list[int]] = {}
-            for i, e in enumerate(events):
-                counts = per_batch.setdefault(batch_of[i], [0, 0, 0])
-                if e.idempotency_key not in prior:
-                    counts[2] += 1  # takes an offset
-                    if not e.ephemeral:
-                        counts[0] += 1
-                        counts[1] += e.size
-            added_events = added_bytes = 0
-            lack: str | None = None
-            for batch, (n_events, n_bytes, n_fresh) in sorted(per_batch.items()):
-                if batch in refused:
-                    continue
-                if s["closed"] and n_fresh:
-                    # A closed stream takes nothing new; pure retries still
-                    # get their original offsets.
-                    refused[batch] = "closed"
-                    continue
-                if lack is None and n_events:
-                    lack = _credit_lacking(s, added_events + n_events, added_bytes + n_bytes)
-                if lack is not None:
-                    refused[batch] = lack
-                    continue
-                added_events += n_events
-                added_bytes += n_bytes
+        # 2. Object bindings: a new record may only reference an uploaded object.
+        for i, e in enumerate(events):
+            if e.object_id is None or e.idempotency_key in prior:
+                continue
+            state = conn.execute(
+                "SELECT state FROM objects WHERE tenant_id=? AND sid=? AND object_id=?",
+                (tenant, sid, e.object_id),
+            ).fetchone()
+            if state is None or state[0] != "uploaded":
+                refused.setdefault(batch_of[i], "object")
 
-            # 4. Number the admitted new events, insert the durable ones, bind objects.
-            outcomes: list[Outcome] = []
-            rows = []
-            for i, e in enumerate(events):
-                if batch_of[i] in refused:
-                    outcomes.append(Outcome(refused[batch_of[i]], None, e.id, now))  # type: ignore[arg-type]
-                elif e.idempotency_key in prior:
-                    seq, eid, at, _ = prior[e.idempotency_key]
-                    outcomes.append(Outcome("duplicate", seq, eid, at))
-                else:
-                    head += 1
-                    outcomes.append(Outcome("ok", head, e.id, now))
-                    if not e.ephemeral:
-                        rows.append(
-                            (
-                                tenant, sid, head, e.id, now, e.type, e.payload_json,
-                                e.metadata_json, e.source_json, e.correlation, e.priority,
-                                e.group_id, e.idempotency_key, e.fingerprint, e.size,
-                            )
+        # 3. Producer credit, batch by batch, from the durable counters.
+        per_batch: dict[int, list[int]] = {}
+        for i, e in enumerate(events):
+            counts = per_batch.setdefault(batch_of[i], [0, 0, 0])
+            if e.idempotency_key not in prior:
+                counts[2] += 1  # takes an offset
+                if not e.ephemeral:
+                    counts[0] += 1
+                    counts[1] += e.size
+        added_events = added_bytes = 0
+        lack: str | None = None
+        for batch, (n_events, n_bytes, n_fresh) in sorted(per_batch.items()):
+            if batch in refused:
+                continue
+            if s["closed"] and n_fresh:
+                # A closed stream takes nothing new; pure retries still
+                # get their original offsets.
+                refused[batch] = "closed"
+                continue
+            if lack is None and n_events:
+                lack = _credit_lacking(s, added_events + n_events, added_bytes + n_bytes)
+            if lack is not None:
+                refused[batch] = lack
+                continue
+            added_events += n_events
+            added_bytes += n_bytes
+
+        # 4. Number the admitted new events, insert the durable ones, bind objects.
+        outcomes: list[Outcome] = []
+        rows = []
+        for i, e in enumerate(events):
+            if batch_of[i] in refused:
+                outcomes.append(Outcome(refused[batch_of[i]], None, e.id, now))  # type: ignore[arg-type]
+            elif e.idempotency_key in prior:
+                seq, eid, at, _ = prior[e.idempotency_key]
+                outcomes.append(Outcome("duplicate", seq, eid, at))
+            else:
+                head += 1
+                outcomes.append(Outcome("ok", head, e.id, now))
+                if not e.ephemeral:
+                    rows.append(
+                        (
+                            tenant, sid, head, e.id, now, e.type, e.payload_json,
+                            e.metadata_json, e.source_json, e.correlation, e.priority,
+                            e.group_id, e.idempotency_key, e.fingerprint, e.size,
                         )
-                    if e.object_id is not None:
-                        conn.execute(
-                            "UPDATE objects SET state='committed', committed_seq=?"
-                            " WHERE tenant_id=? AND sid=? AND object_id=?",
-                            (head, tenant, sid, e.object_id),
-                        )
-            if rows:
-                conn.executemany(INSERT_EVENT, rows)
-            unread = 0 if s["min_ack"] is None else 1
-            conn.execute(
-                "UPDATE streams SET head=?, durable_events=durable_events+?,"
-                " durable_bytes=durable_bytes+?, unread_events=unread_events+?,"
-                " unread_bytes=unread_bytes+? WHERE tenant_id=? AND sid=?",
-                (head, added_events, added_bytes, added_events * unread, added_bytes * unread, tenant, sid),
-            )
+                    )
+                if e.object_id is not None:
+                    conn.execute(
+                        "UPDATE objects SET state='committed', committed_seq=?"
+                        " WHERE tenant_id=? AND sid=? AND object_id=?",
+                        (head, tenant, sid, e.object_id),
+                    )
+        if rows:
+            conn.executemany(INSERT_EVENT, rows)
+        unread = 0 if s["min_ack"] is None else 1
+        conn.execute(
+            "UPDATE streams SET head=?, durable_events=durable_events+?,"
+            " durable_bytes=durable_bytes+?, unread_events=unread_events+?,"
+            " unread_bytes=unread_bytes+? WHERE tenant_id=? AND sid=?",
+            (head, added_events, added_bytes, added_events * unread, added_bytes * unread, tenant, sid),
+        )
         return CommitResult(outcomes=outcomes, head=head)
 
     async def create_stream(

@@ -1,0 +1,145 @@
+"""The application: actors and portals registered with decorators.
+
+::
+
+    app = App()
+
+    @app.actor("coder", filter=Filter(types=["work.assigned"]), concurrency=1)
+    async def coder(ctx, event): ...
+
+An ``App`` is plain data; ``yoke.open(url, app=app)``, ``yoke serve --app``
+and ``yoke worker --app`` run it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import errors
+from ..routing.filters import Filter
+
+Handler = Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class ActorDef:
+    name: str
+    handler: Handler
+    filter: Filter | None = None
+    # Derives each instance's filter from its config (instead of ``filter``).
+    filter_from_config: Callable[[Mapping[str, Any]], Filter | Mapping[str, Any] | None] | None = None
+    concurrency: int = 1
+    max_attempts: int = 5
+    timeout_s: float = 30.0
+    singleton: bool = False
+    retry_base_s: float = 1.0  # backoff: base * 2**(attempt-1), +-20% jitter, capped
+    retry_max_s: float = 300.0
+
+    @property
+    def keyed(self) -> bool:
+        """Routed by key: one instance per key (or the singleton), created on demand."""
+        return self.singleton or (self.filter is not None and self.filter.key is not None)
+
+    def instance_filter(self, config: Mapping[str, Any]) -> Filter | None:
+        """The filter a new instance gets (None: it only receives what is sent to it
+        or, for keyed actors, what the actor's keyed route picks)."""
+        if self.keyed:
+            return None
+        if self.filter_from_config is not None:
+            derived = self.filter_from_config(config)
+            return None if derived is None else Filter.from_dict(derived)
+        return self.filter
+
+
+@dataclass
+class PortalDef:
+    name: str
+    handler: Handler
+    tenant: str = "default"
+    start_fn: Handler | None = None
+
+    def start(self, fn: Handler) -> Handler:
+        """Decorate ``async def loop(ctx)``: started with the runtime, restarted
+        with backoff if it crashes, cancelled on shutdown."""
+        self.start_fn = fn
+        return fn
+
+
+@dataclass
+class App:
+    version: str | None = None  # the deployment version (subscriptions resume on a new one)
+    actors: dict[str, ActorDef] = field(default_factory=dict)
+    portals: dict[str, PortalDef] = field(default_factory=dict)
+
+    def actor(
+        self,
+        name: str,
+        *,
+        filter: Filter | Mapping[str, Any] | None = None,  # noqa: A002
+        filter_from_config: Callable[[Mapping[str, Any]], Any] | None = None,
+        concurrency: int = 1,
+        max_attempts: int = 5,
+        timeout_s: float = 30.0,
+        singleton: bool = False,
+        retry_base_s: float = 1.0,
+        retry_max_s: float = 300.0,
+    ) -> Callable[[Handler], Handler]:
+        if not isinstance(name, str) or not 1 <= len(name) <= 200:
+            raise errors.InvalidInput("an actor name is 1-200 characters", field="name")
+        if name in self.actors:
+            raise errors.InvalidInput(f"actor {name!r} is already registered", field="name")
+        if not isinstance(concurrency, int) or concurrency < 1:
+            raise errors.InvalidInput("concurrency must be a positive integer", field="concurrency")
+        if not isinstance(max_attempts, int) or max_attempts < 1:
+            raise errors.InvalidInput("max_attempts must be a positive integer", field="max_attempts")
+        if not timeout_s > 0:
+            raise errors.InvalidInput("timeout_s must be positive", field="timeout_s")
+        parsed = None if filter is None else Filter.from_dict(filter)
+        if singleton and parsed is not None and parsed.key is not None:
+            raise errors.InvalidFilter("a singleton actor has no routing key", field="key")
+
+        def register(handler: Handler) -> Handler:
+            if not inspect.iscoroutinefunction(handler):
+                raise errors.InvalidInput(f"actor {name!r}: process must be an async function")
+            self.actors[name] = ActorDef(
+                name, handler, parsed, filter_from_config, concurrency, max_attempts,
+                float(timeout_s), singleton, retry_base_s, retry_max_s,
+            )
+            return handler
+
+        return register
+
+    def portal(self, name: str, *, tenant: str = "default") -> Callable[[Handler], PortalDef]:
+        """Decorate ``async def handle(ctx, request)`` (mounted at
+        ``/v1/portals/<name>``); the result has ``.start`` for a loop."""
+        if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
+            raise errors.InvalidInput("a portal name is letters, digits, '-' and '_'", field="name")
+
+        def register(handler: Handler) -> PortalDef:
+            portal = PortalDef(name, handler, tenant)
+            self.portals[name] = portal
+            return portal
+
+        return register
+
+    def get(self, name: str) -> ActorDef:
+        try:
+            return self.actors[name]
+        except KeyError:
+            raise errors.UnknownActor(f"no actor named {name!r} in the application", actor=name) from None
+
+
+def load_app(spec: str) -> App:
+    """``module:attribute`` → the App it names (``yoke serve --app``)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise errors.InvalidInput(f"--app takes module:attribute, got {spec!r}")
+    module = importlib.import_module(module_name)
+    app = getattr(module, attr, None)
+    if not isinstance(app, App):
+        raise errors.InvalidInput(f"{spec} is not a yoke.App")
+    return app

@@ -1,0 +1,169 @@
+"""``ctx``: what ``process(ctx, event)`` (and a portal) can do.
+
+Every call goes through the op handler (ops.py) as a method name and JSON
+params. There is deliberately no way to read or tail a stream from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..events import Event
+from ..store.actors import InstanceInfo
+from .ops import OpHandler, as_epoch_s, params
+
+# ctx.state.update retries a lost compare-and-set this many times.
+MAX_UPDATE_RETRIES = 1000
+
+
+class State:
+    """The instance's JSON state document with a version."""
+
+    def __init__(self, ops: OpHandler) -> None:
+        self._ops = ops
+
+    async def get(self, default: Any = None) -> Any:
+        value = (await self._ops.call("state_get", {}))["value"]
+        return default if value is None else value
+
+    async def version(self) -> int:
+        return (await self._ops.call("state_get", {}))["version"]
+
+    async def set(self, value: Any) -> int:
+        """Overwrite without a version check; returns the new version."""
+        return (await self._ops.call("state_set", {"value": value}))["version"]
+
+    async def update(self, fn: Callable[[Any], Any], default: Any = None) -> Any:
+        """Read, apply ``fn`` (to ``default`` when there is no state yet),
+        compare-and-set; on a concurrent write, reread and apply again.
+        Returns the value written."""
+        if default is None:
+            default = {}
+        for _ in range(MAX_UPDATE_RETRIES):
+            current = await self._ops.call("state_get", {})
+            value = current["value"]
+            new = fn(default if value is None else value)
+            result = await self._ops.call(
+                "state_cas", {"expected": current["version"], "value": new}
+            )
+            if result["ok"]:
+                return new
+        raise RuntimeError("ctx.state.update: too much contention")
+
+
+class Sqlite:
+    """User tables in the instance's SQLite database."""
+
+    def __init__(self, ops: OpHandler) -> None:
+        self._ops = ops
+
+    async def exec(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> dict[str, int]:
+        """Run a statement; returns ``{"rowcount", "lastrowid"}``."""
+        return await self._ops.call("sqlite_exec", {"sql": sql, "params": params})
+
+    async def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[dict[str, Any]]:
+        """Rows as dicts."""
+        return await self._ops.call("sqlite_query", {"sql": sql, "params": params})
+
+
+class Schedules:
+    def __init__(self, ops: OpHandler) -> None:
+        self._ops = ops
+
+    async def upsert(
+        self,
+        name: str,
+        *,
+        event: Mapping[str, Any],
+        at: Any = None,
+        after_s: float | None = None,
+        cron: str | None = None,
+        stream: str | None = None,
+    ) -> dict[str, Any]:
+        """Create or replace the schedule ``name``: at a time (datetime or epoch
+        seconds), after a delay, or on a cron expression (UTC). When due, its
+        event is enqueued to this instance, or appended to ``stream``."""
+        return await self._ops.call(
+            "schedules_upsert",
+            params(name=name, event=event, at=as_epoch_s(at), after_s=after_s, cron=cron, stream=stream),
+        )
+
+    async def cancel(self, name: str) -> bool:
+        return (await self._ops.call("schedules_cancel", {"name": name}))["cancelled"]
+
+    async def list(self) -> list[dict[str, Any]]:
+        return await self._ops.call("schedules_list", {})
+
+
+class Conversations:
+    def __init__(self, ops: OpHandler) -> None:
+        self._ops = ops
+
+    async def post_message(
+        self, conversation_id: str, role: str, content: Any, metadata: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Store the message and append ``conversation.message.posted`` (ids
+        only) to the global stream, in one transaction."""
+        return await self._ops.call(
+            "conversations_post",
+            {"conversation_id": conversation_id, "role": role, "content": content,
+             "metadata": metadata},
+        )
+
+    async def messages(
+        self, conversation_id: str, after: int | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Messages after ``after`` (a message ``seq``), oldest first."""
+        return await self._ops.call(
+            "conversations_messages",
+            params(conversation_id=conversation_id, after=after, limit=limit),
+        )
+
+
+class ChildInstances:
+    def __init__(self, ops: OpHandler) -> None:
+        self._ops = ops
+
+    async def create(
+        self, actor: str, key: str | None = None, config: Mapping[str, Any] | None = None, *,
+        filter: Mapping[str, Any] | None = None,  # noqa: A002
+    ) -> dict[str, Any]:
+        """Create (or find) an instance; its parent is the calling instance."""
+        return await self._ops.call(
+            "instances_create", params(actor=actor, key=key, config=config, filter=filter)
+        )
+
+
+class BaseContext:
+    def __init__(self, ops: OpHandler) -> None:
+        self.ops = ops
+        self.tenant = ops.tenant
+        self.instances = ChildInstances(ops)
+        self.conversations = Conversations(ops)
+
+    async def append(self, event: Mapping[str, Any], stream: str = "/") -> dict[str, Any]:
+        """Append to one of the tenant's streams (default: the global stream
+        ``/``); returns ``{"offset", "id"}`` once durable."""
+        return await self.ops.call("stream_append", {"event": event, "stream": stream})
+
+
+class Context(BaseContext):
+    """The context of one ``process()`` call."""
+
+    def __init__(self, ops: OpHandler, instance: InstanceInfo, event: Event, attempt: int) -> None:
+        super().__init__(ops)
+        self.instance = instance
+        self.event = event
+        self.attempt = attempt
+        self.state = State(ops)
+        self.sqlite = Sqlite(ops)
+        self.schedules = Schedules(ops)
+
+
+class PortalContext(BaseContext):
+    """The context of a portal request or loop."""
+
+    def __init__(self, ops: OpHandler, portal: str) -> None:
+        super().__init__(ops)
+        self.portal = portal

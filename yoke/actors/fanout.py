@@ -1,0 +1,152 @@
+"""Fan-out: route appended events into actor queues.
+
+After an append commits, the stream is marked dirty (in-process appends, and
+on PostgreSQL the NOTIFY of other processes). The fan-out task reads the
+stream after its persisted cursor, matches each event through the routing
+index, and in one transaction enqueues the matches and moves the cursor,
+provided nobody moved it first and the routing version is the one the index
+was built from. So an event is enqueued at most once per instance, and at
+least once: on start (and after a missed notification) fan-out catches up
+from the cursors. Appends never wait for any of this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+import orjson
+
+from ..events import now_ms
+from ..routing.filters import Filter
+from ..routing.index import Route, RoutingIndex
+from ..store.actors import QueueItem
+from .app import App
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+log = logging.getLogger("yoke.actors.fanout")
+
+PAGE = 1000  # events per fan-out transaction
+
+
+class Fanout:
+    def __init__(self, runtime: Runtime, app: App, worker_id: str, on_enqueued) -> None:  # noqa: ANN001
+        self._runtime = runtime
+        self._app = app
+        self._worker_id = worker_id
+        self._on_enqueued = on_enqueued  # (tenant) -> None: wake the scheduler
+        self._dirty: dict[str, set[str]] = defaultdict(set)
+        self._everything = True  # catch up every stream of every tenant
+        self._wake = asyncio.Event()
+        self._wake.set()
+        self._indexes: dict[str, tuple[int, RoutingIndex]] = {}
+        self._app_routes = [
+            Route(filter=d.filter, actor=d.name)
+            for d in app.actors.values()
+            if d.keyed and d.filter is not None
+        ]
+        self.idle = asyncio.Event()  # set while nothing is known to be pending
+        self.lag: dict[tuple[str, str], int] = {}
+
+    # --- triggers ------------------------------------------------------------
+
+    def appended(self, tenant: str, path: str) -> None:
+        self._dirty[tenant].add(path)
+        self.idle.clear()
+        self._wake.set()
+
+    def resync(self) -> None:
+        """Notifications may have been missed: catch up everything."""
+        self._everything = True
+        self.idle.clear()
+        self._wake.set()
+
+    def routing_changed(self, tenant: str) -> None:
+        self._indexes.pop(tenant, None)
+
+    # --- the loop ------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                if self._everything:
+                    self._everything = False
+                    for tenant in await self._runtime.store.actors.tenants():
+                        for lag in await self._runtime.store.actors.fanout_lag(tenant):
+                            self._dirty[tenant].add(lag.path)
+                dirty, self._dirty = self._dirty, defaultdict(set)
+                for tenant, paths in dirty.items():
+                    for path in sorted(paths):
+                        await self._fan_stream(tenant, path)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("fan-out pass failed; retrying from the cursors")
+                self._everything = True
+                await asyncio.sleep(0.5)
+                self._wake.set()
+                continue
+            if not self._dirty and not self._everything:
+                self.idle.set()
+
+    async def _index(self, tenant: str) -> tuple[int, RoutingIndex]:
+        cached = self._indexes.get(tenant)
+        if cached is None:
+            version, instances = await self._runtime.store.actors.routing(tenant)
+            routes = [
+                Route(filter=Filter.from_dict(i.filter), instance_id=i.instance_id)
+                for i in instances
+                if i.filter is not None
+            ]
+            cached = self._indexes[tenant] = (version, RoutingIndex(routes + self._app_routes))
+        return cached
+
+    async def _fan_stream(self, tenant: str, path: str) -> None:
+        actors = self._runtime.store.actors
+        through = await actors.fanout_cursor(tenant, path)
+        if through is None:
+            return
+        while True:
+            page = await self._runtime.store.read(tenant, path, through, PAGE)
+            if not page.events and page.head <= through:
+                self.lag.pop((tenant, path), None)
+                return
+            new_through = page.events[-1].offset if len(page.events) == PAGE else page.head
+            version, index = await self._index(tenant)
+            items = []
+            for event in page.events:
+                document = event.to_dict()
+                targets = index.targets(document) if index.size else ()
+                if not targets:
+                    continue
+                event_json = orjson.dumps(document).decode()
+                for t in targets:
+                    items.append(
+                        QueueItem(
+                            event_json=event_json, group_id=event.group_id, priority=event.priority,
+                            path=path, offset=event.offset, instance_id=t.instance_id,
+                            actor=t.actor, key=t.key,
+                        )
+                    )
+            status = await actors.fanout_commit(
+                tenant, path, through, new_through, version, items, self._worker_id, now_ms()
+            )
+            if status == "stale":
+                self._indexes.pop(tenant, None)
+                continue
+            if status == "moved":
+                moved = await actors.fanout_cursor(tenant, path)
+                if moved is None:
+                    return
+                through = moved
+                continue
+            through = new_through
+            self.lag[(tenant, path)] = max(page.head - through, 0)
+            if items:
+                self._on_enqueued(tenant)

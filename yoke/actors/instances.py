@@ -1,0 +1,145 @@
+"""Actor instances of one tenant: create, look up, list, and their queues
+(depth, dead letters, redrive, drop). ``y.instances(tenant)`` returns this
+handle; the HTTP API and the CLI use the same methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .. import errors
+from ..events import json_text, now_ms, validate_tenant
+from ..routing.filters import Filter
+from ..store.actors import InstanceInfo, QueueDepth, QueueRow, new_instance_id
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+MAX_KEY_CHARS = 500
+
+
+def check_key(key: Any) -> str:
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_CHARS or "\x00" in key:
+        raise errors.InvalidInput(f"an instance key is 1-{MAX_KEY_CHARS} characters", field="key")
+    return key
+
+
+class Instances:
+    def __init__(self, runtime: Runtime, tenant: str) -> None:
+        validate_tenant(tenant)
+        self._runtime = runtime
+        self.tenant = tenant
+
+    @property
+    def _store(self):  # noqa: ANN202
+        return self._runtime.store.actors
+
+    async def create(
+        self,
+        actor: str,
+        key: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        *,
+        filter: Filter | Mapping[str, Any] | None = None,  # noqa: A002
+        parent_id: str | None = None,
+    ) -> InstanceInfo:
+        """Create the instance ``(actor, key)``, or return the existing one.
+
+        With an application loaded, the actor must be registered and the
+        instance's filter is ``filter`` (when given), else the actor's
+        ``filter_from_config(config)``, else the actor's filter; keyed actors
+        route by key instead. A singleton actor has one instance per tenant.
+        """
+        app = self._runtime.app
+        config = dict(config or {})
+        json_text(config, "config")  # must be JSON
+        definition = None
+        if app is not None:
+            definition = app.get(actor)
+        elif not isinstance(actor, str) or not 1 <= len(actor) <= 200:
+            raise errors.InvalidInput("an actor name is 1-200 characters", field="actor")
+        if definition is not None and definition.singleton:
+            key = "singleton"
+        key = check_key(key if key is not None else new_instance_id())
+        if filter is not None:
+            resolved: Filter | None = Filter.from_dict(filter)
+        elif definition is not None:
+            resolved = definition.instance_filter(config)
+        else:
+            resolved = None
+        if resolved is not None and resolved.key is not None:
+            raise errors.InvalidFilter("an instance filter has no routing key", field="key")
+        info, created = await self._store.create_instance(
+            InstanceInfo(
+                instance_id=new_instance_id(),
+                tenant=self.tenant,
+                actor=actor,
+                key=key,
+                config=orjson.loads(orjson.dumps(config)),
+                filter=None if resolved is None else resolved.to_dict(),
+                parent_id=parent_id,
+                worker_id=self._runtime.worker_id,
+                created_at=now_ms(),
+            )
+        )
+        if created:
+            self._runtime.routing_changed(self.tenant)
+        return info
+
+    async def get(self, instance_id: str) -> InstanceInfo:
+        info = await self._store.get_instance(self.tenant, instance_id)
+        if info is None:
+            raise errors.InstanceNotFound(instance_id=instance_id)
+        return info
+
+    async def find(self, actor: str, key: str) -> InstanceInfo | None:
+        return await self._store.find_instance(self.tenant, actor, key)
+
+    async def list(
+        self, actor: str | None = None, *, limit: int = 100, after: str | None = None
+    ) -> list[InstanceInfo]:
+        if not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise errors.InvalidInput("limit must be 1-1000", field="limit")
+        return await self._store.list_instances(self.tenant, actor, limit, after)
+
+    async def state(self, instance_id: str) -> tuple[Any, int]:
+        """The instance's ``ctx.state`` document and version (operators, tests)."""
+        await self.get(instance_id)
+        return await self._runtime.state_databases().get(self.tenant, instance_id).state_get()
+
+    async def depth(self, instance_id: str | None = None) -> QueueDepth:
+        if instance_id is not None:
+            await self.get(instance_id)
+        return await self._store.queue_depth(self.tenant, instance_id)
+
+    async def queue(self, instance_id: str, *, status: str | None = None, limit: int = 100) -> list[QueueRow]:
+        if status not in (None, "pending", "processing", "dead"):
+            raise errors.InvalidInput("status is pending, processing or dead", field="status")
+        await self.get(instance_id)
+        return await self._store.queue_rows(self.tenant, instance_id, status, limit)
+
+    async def dead(self, instance_id: str, *, limit: int = 100) -> list[QueueRow]:
+        return await self.queue(instance_id, status="dead", limit=limit)
+
+    async def redrive(self, instance_id: str, qids: Sequence[int] | None = None) -> int:
+        """Dead rows (all, or those listed) back to pending with attempts reset."""
+        await self.get(instance_id)
+        count = await self._store.redrive(self.tenant, instance_id, _qids(qids), now_ms())
+        self._runtime.queue_changed(self.tenant)
+        return count
+
+    async def drop(self, instance_id: str, qids: Sequence[int] | None = None) -> int:
+        """Delete dead rows (all, or those listed)."""
+        await self.get(instance_id)
+        return await self._store.drop_dead(self.tenant, instance_id, _qids(qids))
+
+
+def _qids(qids: Sequence[int] | None) -> list[int] | None:
+    if qids is None:
+        return None
+    if not all(isinstance(q, int) and not isinstance(q, bool) for q in qids):
+        raise errors.InvalidInput("qids must be integers", field="qids")
+    return list(qids)

@@ -1,0 +1,244 @@
+"""The op handler: every kernel call an actor makes, as a method name and
+JSON params.
+
+``ctx`` (context.py) turns each call into ``await ops.call(method, params)``
+and this module carries it out. Keeping the surface to names and JSON values
+is the seam where user code can later run in another process; actor code
+never touches the store, and there is no op to read or tail a stream.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .. import errors
+from ..events import new_event_id, now_ms, prepare, validate_path
+from ..store.actors import InstanceInfo, Message, Schedule
+from ..streams.append import new_stream_id, refusal_error
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+MAX_SCHEDULE_NAME = 200
+CONVERSATION_STREAM = "/"
+CONVERSATION_EVENT = "conversation.message.posted"
+
+
+def instance_dict(info: InstanceInfo) -> dict[str, Any]:
+    return {
+        "id": info.instance_id,
+        "actor": info.actor,
+        "key": info.key,
+        "config": info.config,
+        "filter": info.filter,
+        "parent_id": info.parent_id,
+        "created_at": info.created_at,
+    }
+
+
+def message_dict(m: Message) -> dict[str, Any]:
+    return {
+        "conversation_id": m.conversation_id,
+        "message_id": m.message_id,
+        "seq": m.seq,
+        "role": m.role,
+        "content": m.content,
+        "metadata": m.metadata,
+        "at": m.at,
+        "offset": m.offset,
+    }
+
+
+class OpHandler:
+    """Ops of one instance (``instance`` may be None for portals)."""
+
+    def __init__(self, runtime: Runtime, tenant: str, instance: InstanceInfo | None) -> None:
+        self._runtime = runtime
+        self.tenant = tenant
+        self.instance = instance
+        self._methods: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
+            "stream_append": self._stream_append,
+            "state_get": self._state_get,
+            "state_set": self._state_set,
+            "state_cas": self._state_cas,
+            "sqlite_exec": self._sqlite_exec,
+            "sqlite_query": self._sqlite_query,
+            "instances_create": self._instances_create,
+            "schedules_upsert": self._schedules_upsert,
+            "schedules_cancel": self._schedules_cancel,
+            "schedules_list": self._schedules_list,
+            "conversations_post": self._conversations_post,
+            "conversations_messages": self._conversations_messages,
+        }
+
+    async def call(self, method: str, params: dict[str, Any]) -> Any:
+        handler = self._methods.get(method)
+        if handler is None:
+            raise errors.InvalidInput(f"unknown op {method!r}", op=method)
+        # Params cross the seam as JSON: anything else fails here, in-process too.
+        return await handler(orjson.loads(orjson.dumps(params)))
+
+    def _need_instance(self) -> InstanceInfo:
+        if self.instance is None:
+            raise errors.InvalidInput("this op needs an actor instance")
+        return self.instance
+
+    def _db(self):  # noqa: ANN202
+        instance = self._need_instance()
+        return self._runtime.state_databases().get(self.tenant, instance.instance_id)
+
+    # --- streams -------------------------------------------------------------
+
+    async def _stream_append(self, p: dict[str, Any]) -> dict[str, Any]:
+        event = dict(p["event"])
+        if self.instance is not None and event.get("source") is None:
+            event["source"] = {"actor": self.instance.actor, "instance": self.instance.instance_id}
+        result = await self._runtime.stream(p.get("stream") or "/", self.tenant).append(event)
+        return {"offset": result.offset, "id": result.id}
+
+    # --- state and sqlite ----------------------------------------------------
+
+    async def _state_get(self, p: dict[str, Any]) -> dict[str, Any]:
+        value, version = await self._db().state_get()
+        return {"value": value, "version": version}
+
+    async def _state_set(self, p: dict[str, Any]) -> dict[str, Any]:
+        return {"version": await self._db().state_set(p["value"])}
+
+    async def _state_cas(self, p: dict[str, Any]) -> dict[str, Any]:
+        ok, version = await self._db().state_cas(p["expected"], p["value"])
+        return {"ok": ok, "version": version}
+
+    async def _sqlite_exec(self, p: dict[str, Any]) -> dict[str, Any]:
+        return await self._db().execute(p["sql"], p.get("params") or ())
+
+    async def _sqlite_query(self, p: dict[str, Any]) -> list[dict[str, Any]]:
+        return await self._db().query(p["sql"], p.get("params") or ())
+
+    # --- instances -----------------------------------------------------------
+
+    async def _instances_create(self, p: dict[str, Any]) -> dict[str, Any]:
+        parent = None if self.instance is None else self.instance.instance_id
+        info = await self._runtime.instances(self.tenant).create(
+            p["actor"], p.get("key"), p.get("config"), filter=p.get("filter"), parent_id=parent
+        )
+        return instance_dict(info)
+
+    # --- schedules -----------------------------------------------------------
+
+    async def _schedules_upsert(self, p: dict[str, Any]) -> dict[str, Any]:
+        instance = self._need_instance()
+        name = p.get("name")
+        if not isinstance(name, str) or not 1 <= len(name) <= MAX_SCHEDULE_NAME:
+            raise errors.InvalidSchedule(f"a schedule name is 1-{MAX_SCHEDULE_NAME} characters", field="name")
+        when = [k for k in ("at", "after_s", "cron") if p.get(k) is not None]
+        if len(when) != 1:
+            raise errors.InvalidSchedule("give exactly one of at, after_s or cron")
+        now = now_ms()
+        cron = p.get("cron")
+        if cron is not None:
+            due = next_cron(cron, now)
+        elif p.get("after_s") is not None:
+            after = p["after_s"]
+            if not isinstance(after, (int, float)) or isinstance(after, bool) or after < 0:
+                raise errors.InvalidSchedule("after_s must be a non-negative number", field="after_s")
+            due = now + int(after * 1000)
+        else:
+            at = p["at"]
+            if not isinstance(at, (int, float)) or isinstance(at, bool):
+                raise errors.InvalidSchedule("at must be a datetime or epoch seconds", field="at")
+            due = int(at * 1000)
+        event = p.get("event")
+        prepare(event or {})  # the event must be valid input now, not when it fires
+        stream = p.get("stream")
+        if stream is not None:
+            validate_path(stream)
+        await self._runtime.store.actors.upsert_schedule(
+            Schedule(self.tenant, instance.instance_id, name, due, event, cron, stream, now)
+        )
+        self._runtime.timers_changed()
+        return {"name": name, "due_at": due}
+
+    async def _schedules_cancel(self, p: dict[str, Any]) -> dict[str, Any]:
+        instance = self._need_instance()
+        found = await self._runtime.store.actors.cancel_schedule(
+            self.tenant, instance.instance_id, str(p["name"])
+        )
+        return {"cancelled": found}
+
+    async def _schedules_list(self, p: dict[str, Any]) -> list[dict[str, Any]]:
+        instance = self._need_instance()
+        rows = await self._runtime.store.actors.schedules(self.tenant, instance.instance_id)
+        return [
+            {"name": s.name, "due_at": s.due_at, "cron": s.cron, "event": s.event, "stream": s.stream}
+            for s in rows
+        ]
+
+    # --- conversations -------------------------------------------------------
+
+    async def _conversations_post(self, p: dict[str, Any]) -> dict[str, Any]:
+        conversation_id, role = p.get("conversation_id"), p.get("role")
+        for field, value in (("conversation_id", conversation_id), ("role", role)):
+            if not isinstance(value, str) or not 1 <= len(value) <= 200:
+                raise errors.InvalidInput(f"{field} must be 1-200 characters", field=field)
+        metadata = p.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise errors.InvalidInput("metadata must be an object", field="metadata")
+        message_id = "msg_" + new_event_id()
+        source = None
+        if self.instance is not None:
+            source = {"actor": self.instance.actor, "instance": self.instance.instance_id}
+        event = prepare(
+            {
+                "type": CONVERSATION_EVENT,
+                "payload": {"conversation_id": conversation_id, "message_id": message_id},
+                "correlation": conversation_id,
+                "source": source,
+            }
+        )
+        message, outcome = await self._runtime.store.actors.post_message(
+            self.tenant, CONVERSATION_STREAM,
+            Message(conversation_id, message_id, 0, role, p.get("content"), metadata, 0, None),
+            event, now_ms(), new_stream_id(),
+        )
+        if outcome.status != "ok":
+            raise refusal_error(outcome.status, CONVERSATION_STREAM, [event])
+        self._runtime.appends.appended(self.tenant, CONVERSATION_STREAM, 1)
+        return message_dict(message)
+
+    async def _conversations_messages(self, p: dict[str, Any]) -> list[dict[str, Any]]:
+        limit = p.get("limit", 100)
+        if not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise errors.InvalidInput("limit must be 1-1000", field="limit")
+        rows = await self._runtime.store.actors.messages(
+            self.tenant, str(p["conversation_id"]), p.get("after"), limit
+        )
+        return [message_dict(m) for m in rows]
+
+
+def next_cron(expression: Any, after_ms: int) -> int:
+    """The first time strictly after ``after_ms`` the cron expression names (UTC)."""
+    from croniter import croniter
+
+    if not isinstance(expression, str) or not croniter.is_valid(expression):
+        raise errors.InvalidSchedule(f"not a valid cron expression: {expression!r}", field="cron")
+    start = dt.datetime.fromtimestamp(after_ms / 1000, tz=dt.timezone.utc)
+    return int(croniter(expression, start).get_next(float) * 1000)
+
+
+def as_epoch_s(at: Any) -> Any:
+    """``at`` as epoch seconds: datetimes are converted, numbers pass."""
+    if isinstance(at, dt.datetime):
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=dt.timezone.utc)
+        return at.timestamp()
+    return at
+
+
+def params(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+

@@ -1,0 +1,237 @@
+"""The scheduler: claim queue rows of the instances this worker owns and run
+``process(ctx, event)`` for each.
+
+Claims are one SQL statement per tenant (store ``claim``) that respects each
+(instance, group)'s concurrency and reclaims expired leases. A run holds its
+slot until ``process()`` returns (no early ack): success deletes the row
+(deletes are batched); an exception or a timeout returns it to pending with
+exponential backoff and jitter, or dead-letters it after ``max_attempts``.
+The scheduler wakes on enqueues (in-process, and NOTIFY on PostgreSQL),
+when a run finishes, and on a periodic sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import traceback
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from ..events import Event, now_ms
+from ..store.actors import InstanceInfo, Policy, QueueRow
+from .app import ActorDef, App
+from .context import Context
+from .ops import OpHandler
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+log = logging.getLogger("yoke.actors.scheduler")
+
+LEASE_GRACE_MS = 1000  # a lease outlives the actor's timeout by this much
+MAX_ERROR_CHARS = 4096
+
+
+def backoff_s(definition: ActorDef, attempt: int) -> float:
+    base = min(definition.retry_base_s * 2 ** (attempt - 1), definition.retry_max_s)
+    return base * random.uniform(0.8, 1.2)
+
+
+def event_from_queue(row: QueueRow) -> Event:
+    d = row.event
+    return Event(
+        offset=d.get("offset") or 0,
+        id=d["id"],
+        at=d["at"],
+        type=d["type"],
+        payload=d.get("payload"),
+        metadata=d.get("metadata") or {},
+        source=d.get("source"),
+        correlation=d.get("correlation"),
+        priority=d.get("priority") or 0,
+        group_id=d.get("group_id"),
+        idempotency_key=d.get("idempotency_key"),
+        tenant=row.tenant,
+        path=d.get("path"),  # type: ignore[arg-type]  # None for events sent directly
+    )
+
+
+class Scheduler:
+    def __init__(self, runtime: Runtime, app: App, worker_id: str, *, max_in_flight: int, sweep_s: float) -> None:
+        self._runtime = runtime
+        self._app = app
+        self._worker_id = worker_id
+        self._max_in_flight = max_in_flight
+        self._sweep_s = sweep_s
+        self._policies = [
+            Policy(d.name, d.concurrency, int(d.timeout_s * 1000) + LEASE_GRACE_MS)
+            for d in app.actors.values()
+        ]
+        self._dirty: set[str] = set()
+        self._all = True
+        self._wake = asyncio.Event()
+        self._running: set[asyncio.Task[None]] = set()
+        self._done: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        self._done_flag = asyncio.Event()
+        self._instances: dict[tuple[str, str], InstanceInfo] = {}
+        self.stopping = False
+        self.on_run = None  # test hook: (row, started, finished, ok) -> None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._running)
+
+    def wake(self, tenant: str | None = None) -> None:
+        if tenant is None:
+            self._all = True
+        else:
+            self._dirty.add(tenant)
+        self._wake.set()
+
+    def forget_instances(self) -> None:
+        self._instances.clear()
+
+    # --- claiming --------------------------------------------------------------
+
+    async def run(self) -> None:
+        if not self._policies:
+            return
+        while not self.stopping:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._sweep_s)
+            except asyncio.TimeoutError:
+                self._all = True
+            self._wake.clear()
+            try:
+                await self._claim_dirty()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("claiming failed; retrying")
+                self._all = True
+                await asyncio.sleep(0.5)
+
+    async def _claim_dirty(self) -> None:
+        if self._all:
+            self._all = False
+            self._dirty.update(await self._runtime.store.actors.tenants())
+        dirty, self._dirty = self._dirty, set()
+        for tenant in dirty:
+            while not self.stopping:
+                free = self._max_in_flight - len(self._running)
+                if free <= 0:
+                    self._dirty.add(tenant)  # revisit when a run finishes
+                    return
+                rows = await self._runtime.store.actors.claim(
+                    tenant, self._worker_id, self._policies, now_ms(), free
+                )
+                for row in rows:
+                    task = asyncio.create_task(self._run_row(row), name=f"yoke-process-{row.qid}")
+                    self._running.add(task)
+                    task.add_done_callback(self._running.discard)
+                if len(rows) < free:
+                    break
+
+    # --- running -----------------------------------------------------------
+
+    async def _instance(self, tenant: str, instance_id: str) -> InstanceInfo | None:
+        key = (tenant, instance_id)
+        info = self._instances.get(key)
+        if info is None:
+            info = await self._runtime.store.actors.get_instance(tenant, instance_id)
+            if info is not None:
+                self._instances[key] = info
+        return info
+
+    async def _run_row(self, row: QueueRow) -> None:
+        definition = self._app.actors[row.actor]
+        started = time.time()
+        ok = False
+        error = tb = ""
+        try:
+            instance = await self._instance(row.tenant, row.instance_id)
+            if instance is None:
+                raise LookupError(f"instance {row.instance_id} does not exist")
+            ops = OpHandler(self._runtime, row.tenant, instance)
+            ctx = Context(ops, instance, event_from_queue(row), row.attempts)
+            async with asyncio.timeout(definition.timeout_s):
+                await definition.handler(ctx, ctx.event)
+            ok = True
+        except TimeoutError:
+            error = f"process() timed out after {definition.timeout_s}s"
+            tb = traceback.format_exc()
+        except asyncio.CancelledError:
+            error, tb = "worker shut down during process()", ""
+            await self._settle(row, definition, False, error, tb, cancelled=True)
+            raise
+        except Exception as exc:  # the actor's failure, recorded on the row
+            error = f"{type(exc).__name__}: {exc}"
+            tb = traceback.format_exc()
+        finished = time.time()
+        if self.on_run is not None:
+            self.on_run(row, started, finished, ok)
+        self._runtime.metrics_processed(row, definition, ok, finished - started)
+        await self._settle(row, definition, ok, error, tb)
+
+    async def _settle(
+        self, row: QueueRow, definition: ActorDef, ok: bool, error: str, tb: str, *,
+        cancelled: bool = False,
+    ) -> None:
+        if ok:
+            self._done[row.tenant].append((row.qid, row.attempts))
+            self._done_flag.set()
+            return
+        if cancelled:
+            retry_at: int | None = now_ms()
+        elif row.attempts >= definition.max_attempts:
+            retry_at = None
+            log.warning("dead-lettered %s row %s after %s attempts: %s",
+                        row.instance_id, row.qid, row.attempts, error)
+        else:
+            retry_at = now_ms() + int(backoff_s(definition, row.attempts) * 1000)
+        try:
+            await self._runtime.store.actors.fail(
+                row.tenant, row.qid, row.attempts, retry_at=retry_at,
+                error=error[:MAX_ERROR_CHARS], traceback=tb[-MAX_ERROR_CHARS * 4 :],
+            )
+        except Exception:
+            log.exception("could not record the failure of row %s; its lease will expire", row.qid)
+        self.wake(row.tenant)
+
+    async def complete_forever(self) -> None:
+        """Delete finished rows in batches (one statement per tenant)."""
+        while True:
+            await self._done_flag.wait()
+            self._done_flag.clear()
+            done, self._done = self._done, defaultdict(list)
+            for tenant, rows in done.items():
+                try:
+                    await self._runtime.store.actors.complete(tenant, rows)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    # The rows stay processing until their leases expire and
+                    # run again: at-least-once, never lost.
+                    log.exception("completing %s rows failed", len(rows))
+                self.wake(tenant)
+
+    async def flush_completions(self) -> None:
+        done, self._done = self._done, defaultdict(list)
+        for tenant, rows in done.items():
+            await self._runtime.store.actors.complete(tenant, rows)
+
+    async def stop(self, timeout_s: float) -> None:
+        """Stop claiming; let runs finish for ``timeout_s``, then cancel them
+        (their rows go back to pending)."""
+        self.stopping = True
+        self._wake.set()
+        if self._running:
+            _, pending = await asyncio.wait(set(self._running), timeout=timeout_s)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+        await self.flush_completions()

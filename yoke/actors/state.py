@@ -1,0 +1,281 @@
+"""Per-instance SQLite databases: ``ctx.state`` and ``ctx.sqlite``.
+
+Each instance has one SQLite database. ``ctx.state`` is a JSON document with
+a version in the table ``_yoke_state``; ``ctx.sqlite`` runs the caller's SQL
+on the same database. Where the database lives is the storage mode
+(``YOKE_STORAGE``):
+
+- ``file``: one SQLite file per instance under ``<data dir>/actors/`` (the
+  embedded default), durable at each commit (``synchronous=FULL``);
+- ``pg_sqlite``: the serialized database as BYTEA in ``actor_sqlite``,
+  written after each write (the PostgreSQL default);
+- ``s3``: a file per instance in an S3 bucket with a local cache
+  (``actors/storage_s3.py``).
+
+SQLite work runs on a small thread pool; one operation at a time per
+instance (an asyncio lock), so a connection is never used by two threads
+at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import orjson
+
+from .. import errors
+from ..events import now_ms
+from ..store.actors import ActorStore
+
+T = TypeVar("T")
+
+STATE_TABLE = "_yoke_state"
+SCHEMA = (
+    f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} ("
+    " id INTEGER PRIMARY KEY CHECK (id = 1), value TEXT NOT NULL, version INTEGER NOT NULL)"
+)
+# Statements that only read; anything else counts as a write to persist.
+_READ_ONLY = re.compile(r"\s*(SELECT|WITH|EXPLAIN|PRAGMA\s+\w+\s*$)", re.IGNORECASE)
+
+
+class StateStorage(Protocol):
+    """Where per-instance databases are kept."""
+
+    def open(self, tenant: str, instance_id: str) -> sqlite3.Connection:
+        """A connection to the instance's database, loaded when needed (worker thread)."""
+
+    def persist(self, tenant: str, instance_id: str, conn: sqlite3.Connection) -> Callable[[], Any] | None:
+        """After a write (worker thread). May return a coroutine function to
+        await on the event loop (a database or network write)."""
+
+    async def close(self) -> None: ...
+
+
+def _configure(conn: sqlite3.Connection) -> sqlite3.Connection:
+    conn.execute(SCHEMA)
+    return conn
+
+
+def _safe(part: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", part)
+
+
+class FileStorage:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, tenant: str, instance_id: str) -> Path:
+        return self.root / _safe(tenant) / f"{_safe(instance_id)}.db"
+
+    def open(self, tenant: str, instance_id: str) -> sqlite3.Connection:
+        path = self.path(tenant, instance_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        return _configure(conn)
+
+    def persist(self, tenant: str, instance_id: str, conn: sqlite3.Connection) -> None:
+        return None  # committed to the file already
+
+    async def close(self) -> None:
+        return None
+
+
+class PgSqliteStorage:
+    """The database runs in memory; its serialized image is the durable copy."""
+
+    def __init__(self, store: ActorStore, loop: asyncio.AbstractEventLoop) -> None:
+        self._store = store
+        self._loop = loop
+
+    def open(self, tenant: str, instance_id: str) -> sqlite3.Connection:
+        image = asyncio.run_coroutine_threadsafe(
+            self._store.load_state(tenant, instance_id), self._loop
+        ).result()
+        conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        if image:
+            conn.deserialize(image)
+        return _configure(conn)
+
+    def persist(self, tenant: str, instance_id: str, conn: sqlite3.Connection) -> Callable[[], Any]:
+        image = conn.serialize()
+        return lambda: self._store.save_state(tenant, instance_id, image, now_ms())
+
+    async def close(self) -> None:
+        return None
+
+
+class InstanceDatabase:
+    """One instance's database; every method is one locked operation."""
+
+    def __init__(self, owner: StateDatabases, tenant: str, instance_id: str) -> None:
+        self._owner = owner
+        self.tenant = tenant
+        self.instance_id = instance_id
+        self._conn: sqlite3.Connection | None = None
+        self._lock = asyncio.Lock()
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
+        async with self._lock:
+            loop = asyncio.get_running_loop()
+
+            def work() -> tuple[T, Callable[[], Any] | None]:
+                if self._conn is None:
+                    self._conn = self._owner.storage.open(self.tenant, self.instance_id)
+                result = fn(self._conn)
+                after = (
+                    self._owner.storage.persist(self.tenant, self.instance_id, self._conn)
+                    if write else None
+                )
+                return result, after
+
+            result, after = await loop.run_in_executor(self._owner.pool, work)
+            if after is not None:
+                await after()
+            return result
+
+    # --- ctx.state ---------------------------------------------------------
+
+    async def state_get(self) -> tuple[Any, int]:
+        def get(conn: sqlite3.Connection) -> tuple[Any, int]:
+            row = conn.execute(f"SELECT value, version FROM {STATE_TABLE} WHERE id=1").fetchone()
+            return (None, 0) if row is None else (orjson.loads(row[0]), row[1])
+
+        return await self._run(get, write=False)
+
+    async def state_set(self, value: Any) -> int:
+        text = _dump_state(value)
+
+        def put(conn: sqlite3.Connection) -> int:
+            conn.execute(
+                f"INSERT INTO {STATE_TABLE} VALUES (1, ?, 1) ON CONFLICT (id)"
+                " DO UPDATE SET value=excluded.value, version=version+1",
+                (text,),
+            )
+            return conn.execute(f"SELECT version FROM {STATE_TABLE} WHERE id=1").fetchone()[0]
+
+        return await self._run(put, write=True)
+
+    async def state_cas(self, expected: int, value: Any) -> tuple[bool, int]:
+        """Write ``value`` if the version is still ``expected``: (written, version)."""
+        text = _dump_state(value)
+
+        def cas(conn: sqlite3.Connection) -> tuple[bool, int]:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute(f"SELECT version FROM {STATE_TABLE} WHERE id=1").fetchone()
+                current = 0 if row is None else row[0]
+                if current != expected:
+                    conn.execute("ROLLBACK")
+                    return False, current
+                conn.execute(
+                    f"INSERT INTO {STATE_TABLE} VALUES (1, ?, ?) ON CONFLICT (id)"
+                    " DO UPDATE SET value=excluded.value, version=excluded.version",
+                    (text, current + 1),
+                )
+                conn.execute("COMMIT")
+                return True, current + 1
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+        return await self._run(cas, write=True)
+
+    # --- ctx.sqlite --------------------------------------------------------
+
+    async def execute(self, sql: str, params: Sequence[Any] | dict[str, Any]) -> dict[str, int]:
+        _check_sql(sql)
+
+        def run(conn: sqlite3.Connection) -> dict[str, int]:
+            cur = conn.execute(sql, params)
+            return {"rowcount": cur.rowcount, "lastrowid": cur.lastrowid or 0}
+
+        return await self._guard(run, write=not _READ_ONLY.match(sql))
+
+    async def query(self, sql: str, params: Sequence[Any] | dict[str, Any]) -> list[dict[str, Any]]:
+        _check_sql(sql)
+
+        def run(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            cur = conn.execute(sql, params)
+            names = [d[0] for d in cur.description or ()]
+            return [dict(zip(names, row)) for row in cur.fetchall()]
+
+        return await self._guard(run, write=not _READ_ONLY.match(sql))
+
+    async def _guard(self, fn: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
+        try:
+            return await self._run(fn, write=write)
+        except sqlite3.Error as exc:
+            raise errors.InvalidInput(f"sqlite: {exc}", field="sql") from None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _dump_state(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError as exc:
+        raise errors.InvalidInput(f"state must be JSON: {exc}", field="state") from None
+
+
+def _check_sql(sql: str) -> None:
+    if not isinstance(sql, str) or not sql.strip():
+        raise errors.InvalidInput("sql must be a non-empty string", field="sql")
+    if STATE_TABLE in sql:
+        raise errors.InvalidInput(f"{STATE_TABLE} is reserved for ctx.state", field="sql")
+
+
+class StateDatabases:
+    """The open per-instance databases of this process."""
+
+    def __init__(self, storage: StateStorage, threads: int = 4) -> None:
+        self.storage = storage
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="yoke-actor-sqlite")
+        self._open: dict[tuple[str, str], InstanceDatabase] = {}
+
+    def get(self, tenant: str, instance_id: str) -> InstanceDatabase:
+        key = (tenant, instance_id)
+        db = self._open.get(key)
+        if db is None:
+            db = self._open[key] = InstanceDatabase(self, tenant, instance_id)
+        return db
+
+    def forget(self, tenant: str, instance_id: str) -> None:
+        """Drop the cached copy (the instance moved to another worker)."""
+        db = self._open.pop((tenant, instance_id), None)
+        if db is not None:
+            self.pool.submit(db.close)
+
+    async def close(self) -> None:
+        await self.storage.close()
+        for db in self._open.values():
+            self.pool.submit(db.close)
+        self._open.clear()
+        await asyncio.to_thread(self.pool.shutdown, wait=True)
+
+
+def make_storage(
+    mode: str, *, store: ActorStore, data_dir: str, settings: Any, postgres: bool
+) -> StateStorage:
+    mode = mode or ("pg_sqlite" if postgres else "file")
+    if mode == "file":
+        return FileStorage(Path(data_dir) / "actors")
+    if mode == "pg_sqlite":
+        return PgSqliteStorage(store, asyncio.get_running_loop())
+    if mode == "s3":
+        from .storage_s3 import S3Storage
+
+        return S3Storage(settings, Path(data_dir) / "s3-cache")
+    raise errors.InvalidInput(f"YOKE_STORAGE must be file, pg_sqlite or s3, not {mode!r}")
+

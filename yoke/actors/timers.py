@@ -1,0 +1,95 @@
+"""Durable schedules: fire ``ctx.schedules`` entries when due.
+
+Any executor may fire any due schedule: ``fire_schedule`` moves the
+schedule (to its next cron time, or deletes it) in the same transaction
+that enqueues its event, and only if nobody fired it first. A schedule
+that targets a stream appends with an idempotency key derived from the
+schedule and its due time, so a retry after a crash appends nothing new.
+Cron times are computed from now, so a schedule missed while everything
+was down fires once on restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import orjson
+
+from ..events import new_event_id, now_ms
+from ..store.actors import QueueItem, Schedule
+from .ops import next_cron
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+log = logging.getLogger("yoke.actors.timers")
+
+
+class Timers:
+    def __init__(self, runtime: Runtime, *, poll_s: float, on_enqueued: Callable[[str], None]) -> None:
+        self._runtime = runtime
+        self._poll_s = poll_s
+        self._on_enqueued = on_enqueued
+        self._wake = asyncio.Event()
+
+    def changed(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._poll_s)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                await self.fire_due()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("firing schedules failed")
+
+    async def fire_due(self) -> int:
+        fired = 0
+        actors = self._runtime.store.actors
+        for tenant in await actors.tenants():
+            for schedule in await actors.due_schedules(tenant, now_ms(), 100):
+                if await self._fire(schedule):
+                    fired += 1
+        return fired
+
+    async def _fire(self, s: Schedule) -> bool:
+        now = now_ms()
+        next_due = next_cron(s.cron, now) if s.cron else None
+        event = dict(s.event)
+        if s.stream is not None:
+            event.setdefault("idempotency_key", f"schedule:{s.instance_id}:{s.name}:{s.due_at}")
+            event.setdefault("source", {"instance": s.instance_id, "schedule": s.name})
+            await self._runtime.stream(s.stream, s.tenant).append(event)
+            return await self._runtime.store.actors.fire_schedule(s, next_due, None, now)
+        document = {
+            "offset": 0,
+            "id": new_event_id(),
+            "at": now,
+            "type": event.get("type"),
+            "payload": event.get("payload", {}),
+            "metadata": event.get("metadata") or {},
+            "source": {"instance": s.instance_id, "schedule": s.name},
+            "correlation": event.get("correlation"),
+            "priority": event.get("priority") or 0,
+            "group_id": event.get("group_id"),
+            "idempotency_key": None,
+            "tenant": s.tenant,
+            "path": None,
+        }
+        item = QueueItem(
+            event_json=orjson.dumps(document).decode(), group_id=document["group_id"],
+            priority=document["priority"], instance_id=s.instance_id,
+        )
+        fired = await self._runtime.store.actors.fire_schedule(s, next_due, item, now)
+        if fired:
+            self._on_enqueued(s.tenant)
+        return fired

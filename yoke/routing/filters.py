@@ -1,0 +1,174 @@
+"""Filters: which events an actor instance (or a tail) receives.
+
+A filter has ``types`` (exact names, ``prefix.*``, or ``*`` for all),
+optional ``streams`` (path globs: ``*`` matches within one path segment,
+``**`` across segments) and an optional JSONata ``where`` that must evaluate
+to exactly ``true`` on the event. Keyed routing adds ``key``, a JSONata
+expression whose value names the instance an event goes to.
+
+Expressions are compiled once (``compile_jsonata`` caches by text) and
+rejected with the parser's message when they do not parse.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import jsonata
+
+from .. import errors
+
+TYPE_PATTERN = re.compile(r"\*|[A-Za-z0-9._:/@+\-]{1,256}(\.\*)?")
+
+
+@lru_cache(maxsize=4096)
+def compile_jsonata(expression: str, what: str = "where") -> jsonata.Jsonata:
+    """The compiled expression; ``InvalidFilter`` with the parser's message."""
+    if not isinstance(expression, str) or not expression.strip():
+        raise errors.InvalidFilter(f"{what} must be a non-empty JSONata expression", field=what)
+    try:
+        return jsonata.Jsonata(expression)
+    except Exception as exc:  # the parser raises JException (and a few others)
+        raise errors.InvalidFilter(
+            f"{what} is not valid JSONata: {exc}", field=what, expression=expression[:200]
+        ) from None
+
+
+@lru_cache(maxsize=4096)
+def _glob(pattern: str) -> re.Pattern[str]:
+    out = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out))
+
+
+def path_matches(patterns: Iterable[str], path: str) -> bool:
+    return any(_glob(p).fullmatch(path) for p in patterns)
+
+
+def evaluate(expression: jsonata.Jsonata, document: Any) -> Any:
+    return expression.evaluate(document)
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    types: tuple[str, ...] = ("*",)
+    streams: tuple[str, ...] | None = None
+    where: str | None = None
+    key: str | None = None
+
+    def __init__(
+        self,
+        types: Iterable[str] | str = ("*",),
+        streams: Iterable[str] | str | None = None,
+        where: str | None = None,
+        key: str | None = None,
+    ) -> None:
+        if isinstance(types, str):
+            types = (types,)
+        if isinstance(streams, str):
+            streams = (streams,)
+        object.__setattr__(self, "types", tuple(types))
+        object.__setattr__(self, "streams", None if streams is None else tuple(streams))
+        object.__setattr__(self, "where", where)
+        object.__setattr__(self, "key", key)
+        self.validate()
+
+    def validate(self) -> None:
+        if not self.types or not all(isinstance(t, str) and TYPE_PATTERN.fullmatch(t) for t in self.types):
+            raise errors.InvalidFilter(
+                "types must be a non-empty list of event types, 'prefix.*' or '*'", field="types"
+            )
+        if self.streams is not None and not all(
+            isinstance(s, str) and s.startswith("/") for s in self.streams
+        ):
+            raise errors.InvalidFilter("streams are path globs starting with '/'", field="streams")
+        if self.where is not None:
+            compile_jsonata(self.where, "where")
+        if self.key is not None:
+            compile_jsonata(self.key, "key")
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"types": list(self.types)}
+        if self.streams is not None:
+            out["streams"] = list(self.streams)
+        if self.where is not None:
+            out["where"] = self.where
+        if self.key is not None:
+            out["key"] = self.key
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any] | Filter) -> Filter:
+        if isinstance(raw, Filter):
+            return raw
+        if not isinstance(raw, Mapping):
+            raise errors.InvalidFilter("a filter is an object with types, streams and where")
+        unknown = set(raw) - {"types", "streams", "where", "key"}
+        if unknown:
+            raise errors.InvalidFilter(f"unknown filter field(s): {', '.join(sorted(unknown))}")
+        types = raw.get("types", ("*",))
+        if isinstance(types, str) or not isinstance(types, Iterable):
+            raise errors.InvalidFilter("types must be a list", field="types")
+        streams = raw.get("streams")
+        if streams is not None and (isinstance(streams, str) or not isinstance(streams, Iterable)):
+            raise errors.InvalidFilter("streams must be a list", field="streams")
+        return cls(types=types, streams=streams, where=raw.get("where"), key=raw.get("key"))
+
+    def matches_type(self, event_type: str) -> bool:
+        for t in self.types:
+            if t == "*" or t == event_type or (t.endswith(".*") and event_type.startswith(t[:-1])):
+                return True
+        return False
+
+    def matches(self, document: Mapping[str, Any]) -> bool:
+        """Type, stream and ``where`` against an event document (``Event.to_dict()``).
+        Raises ``FilterError`` when ``where`` fails to evaluate."""
+        if not self.matches_type(document["type"]):
+            return False
+        if self.streams is not None and not path_matches(self.streams, document["path"]):
+            return False
+        return self.where is None or where_true(self.where, document)
+
+
+class FilterError(errors.InvalidFilter):
+    """The filter's expression failed to evaluate on an event."""
+
+    code = "filter_failed"
+
+
+def where_true(expression: str, document: Any) -> bool:
+    try:
+        return compile_jsonata(expression).evaluate(document) is True
+    except errors.InvalidFilter:
+        raise
+    except Exception as exc:
+        raise FilterError(f"the filter failed on an event: {exc}", expression=expression[:200]) from None
+
+
+def key_of(expression: str, document: Any) -> str | None:
+    """The routing key an event carries (None when the expression yields nothing)."""
+    value = compile_jsonata(expression, "key").evaluate(document)
+    if value is None or isinstance(value, (dict, list)):
+        return None
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)

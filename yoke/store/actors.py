@@ -1,0 +1,254 @@
+"""The storage contract for actors: instances, fan-out cursors, queues,
+workers, per-instance SQLite blobs, schedules and conversations.
+
+Each backend's ``Store`` exposes an ``actors`` attribute implementing
+``ActorStore``; the contract suite runs it on both backends.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from ..events import PreparedEvent
+from .contract import Outcome
+
+
+def new_instance_id() -> str:
+    return "inst_" + secrets.token_hex(10)
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceInfo:
+    instance_id: str
+    tenant: str
+    actor: str
+    key: str
+    config: dict[str, Any] = field(default_factory=dict)
+    # The instance's own filter as stored (types, streams, where); None when
+    # the actor routes by key (keyed and singleton actors).
+    filter: dict[str, Any] | None = None
+    parent_id: str | None = None
+    worker_id: str | None = None
+    created_at: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueItem:
+    """One event to enqueue. ``instance_id`` names the instance, or else
+    (``actor``, ``key``) does and the instance is created when missing
+    (keyed routing: one instance per key, whatever the concurrency)."""
+
+    event_json: str
+    group_id: str | None = None
+    priority: int = 0
+    path: str | None = None  # the stream the event came from (None: sent directly)
+    offset: int | None = None
+    instance_id: str | None = None
+    actor: str | None = None
+    key: str | None = None
+    available_at: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    qid: int
+    tenant: str
+    instance_id: str
+    group_id: str | None
+    priority: int
+    path: str | None
+    offset: int | None
+    event: dict[str, Any]
+    status: Literal["pending", "processing", "dead"]
+    attempts: int
+    available_at: int
+    lease_until: int | None
+    worker_id: str | None
+    enqueued_at: int
+    started_at: int | None
+    last_error: str | None
+    last_traceback: str | None
+    actor: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """What a worker can run of one actor: its concurrency per (instance,
+    group) and how long a claim's lease lasts."""
+
+    actor: str
+    concurrency: int
+    lease_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    pending: int = 0
+    processing: int = 0
+    dead: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    tenant: str
+    instance_id: str
+    name: str
+    due_at: int
+    event: dict[str, Any]
+    cron: str | None = None
+    stream: str | None = None  # append to this stream instead of the instance's queue
+    created_at: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    conversation_id: str
+    message_id: str
+    seq: int
+    role: str
+    content: Any
+    metadata: dict[str, Any]
+    at: int
+    offset: int | None  # of the conversation.message.posted event
+
+
+@dataclass(frozen=True, slots=True)
+class FanoutLag:
+    path: str
+    head: int
+    through: int
+
+
+class ActorStore(Protocol):
+    # --- instances -----------------------------------------------------------
+
+    async def create_instance(self, instance: InstanceInfo) -> tuple[InstanceInfo, bool]:
+        """Insert unless (tenant, actor, key) exists; returns (row, created).
+        Bumps the tenant's routing version when the instance has a filter."""
+
+    async def get_instance(self, tenant: str, instance_id: str) -> InstanceInfo | None: ...
+
+    async def find_instance(self, tenant: str, actor: str, key: str) -> InstanceInfo | None: ...
+
+    async def list_instances(
+        self, tenant: str, actor: str | None, limit: int, after: str | None
+    ) -> list[InstanceInfo]:
+        """By instance id, after ``after``."""
+
+    async def routing(self, tenant: str) -> tuple[int, list[InstanceInfo]]:
+        """The routing version and every instance that has its own filter."""
+
+    async def tenants(self) -> list[str]: ...
+
+    # --- fan-out -------------------------------------------------------------
+
+    async def fanout_lag(self, tenant: str) -> list[FanoutLag]:
+        """Streams of ``tenant`` whose head is past their fan-out cursor."""
+
+    async def fanout_cursor(self, tenant: str, path: str) -> int | None:
+        """How far ``path`` was fanned out (0: not yet); None if no such stream."""
+
+    async def fanout_commit(
+        self, tenant: str, path: str, expected: int, through: int, routing_version: int,
+        items: Sequence[QueueItem], worker_id: str | None, now: int,
+    ) -> Literal["ok", "moved", "stale"]:
+        """One transaction: unless the stream's cursor moved from ``expected``
+        (another process fanned these events out: 'moved') or the routing
+        version changed ('stale'), enqueue ``items`` (creating keyed
+        instances, owned by ``worker_id``) and set the cursor to ``through``."""
+
+    # --- queue ---------------------------------------------------------------
+
+    async def enqueue(self, tenant: str, items: Sequence[QueueItem], now: int) -> None: ...
+
+    async def claim(
+        self, tenant: str, worker_id: str, policies: Sequence[Policy], now: int, limit: int
+    ) -> list[QueueRow]:
+        """One statement: mark up to ``limit`` rows processing for instances
+        owned by ``worker_id``: pending rows that are due and rows whose lease
+        expired, by priority then enqueue order within each (instance,
+        group), no more per group than the policy's concurrency minus the
+        rows holding an unexpired lease."""
+
+    async def complete(self, tenant: str, done: Sequence[tuple[int, int]]) -> None:
+        """Delete processed rows, given as (qid, attempts) of their claim."""
+
+    async def fail(
+        self, tenant: str, qid: int, attempts: int, *, retry_at: int | None, error: str,
+        traceback: str,
+    ) -> None:
+        """Back to pending due at ``retry_at``, or dead when it is None."""
+
+    async def queue_rows(
+        self, tenant: str, instance_id: str, status: str | None, limit: int
+    ) -> list[QueueRow]: ...
+
+    async def queue_depth(self, tenant: str, instance_id: str | None) -> QueueDepth: ...
+
+    async def redrive(self, tenant: str, instance_id: str, qids: Sequence[int] | None, now: int) -> int:
+        """Dead rows back to pending with attempts reset (all when qids is None)."""
+
+    async def drop_dead(self, tenant: str, instance_id: str, qids: Sequence[int] | None) -> int: ...
+
+    async def unfinished(self, actors: Sequence[str]) -> int:
+        """Pending and processing rows of instances of ``actors``, plus events
+        not fanned out yet, over every tenant."""
+
+    # --- workers -------------------------------------------------------------
+
+    async def register_worker(self, worker_id: str, now: int, info: dict[str, Any]) -> None: ...
+
+    async def heartbeat(self, worker_id: str, now: int) -> bool:
+        """False when the worker was reaped (its instances went to others)."""
+
+    async def unregister_worker(self, worker_id: str) -> None:
+        """Leave cleanly: the worker's instances become unowned."""
+
+    async def reap_workers(self, stale_before: int) -> list[str]:
+        """Remove workers whose heartbeat is older than ``stale_before``."""
+
+    async def live_workers(self) -> list[str]: ...
+
+    async def release_instances(self, tenant: str, worker_ids: Sequence[str]) -> int:
+        """Unown the instances of gone workers (their leases expire on their own)."""
+
+    async def adopt_instances(self, tenant: str, worker_id: str, workers: int) -> int:
+        """Take unowned instances, up to a fair share of the tenant's."""
+
+    # --- per-instance SQLite databases (pg_sqlite storage) -------------------
+
+    async def load_state(self, tenant: str, instance_id: str) -> bytes | None: ...
+
+    async def save_state(self, tenant: str, instance_id: str, data: bytes, now: int) -> None: ...
+
+    # --- schedules -----------------------------------------------------------
+
+    async def upsert_schedule(self, schedule: Schedule) -> None: ...
+
+    async def cancel_schedule(self, tenant: str, instance_id: str, name: str) -> bool: ...
+
+    async def schedules(self, tenant: str, instance_id: str) -> list[Schedule]: ...
+
+    async def due_schedules(self, tenant: str, now: int, limit: int) -> list[Schedule]: ...
+
+    async def fire_schedule(
+        self, schedule: Schedule, next_due: int | None, item: QueueItem | None, now: int
+    ) -> bool:
+        """If the schedule is still due at ``schedule.due_at``: enqueue ``item``
+        (when given) and move the schedule to ``next_due`` (or delete it), in
+        one transaction. False when someone else fired or changed it."""
+
+    # --- conversations -------------------------------------------------------
+
+    async def post_message(
+        self, tenant: str, path: str, message: Message, event: PreparedEvent, now: int,
+        new_stream_id: str,
+    ) -> tuple[Message, Outcome]:
+        """Store the message and append ``event`` to ``path`` in one transaction."""
+
+    async def messages(
+        self, tenant: str, conversation_id: str, after: int | None, limit: int
+    ) -> list[Message]: ...

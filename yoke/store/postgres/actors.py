@@ -1,0 +1,553 @@
+"""PostgreSQL implementation of the actor storage contract (``store.actors``).
+
+Every tenant-scoped query runs in a transaction with ``yoke.tenant`` set, so
+row-level security applies; ``runtime_workers`` alone is tenant-free.
+Enqueues NOTIFY ``yoke_queue`` with the tenant name (delivered at commit),
+which wakes the owning worker's scheduler in any process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import asyncpg
+import orjson
+
+from ...events import PreparedEvent
+from ..actors import (
+    FanoutLag,
+    InstanceInfo,
+    Message,
+    Policy,
+    QueueDepth,
+    QueueItem,
+    QueueRow,
+    Schedule,
+    new_instance_id,
+)
+from ..contract import Outcome
+from ..rows import (
+    INSTANCE_COLUMNS,
+    MESSAGE_COLUMNS,
+    QUEUE_COLUMNS,
+    SCHEDULE_COLUMNS,
+    instance_from_row,
+    message_from_row,
+    queue_row_from_row,
+    schedule_from_row,
+)
+
+from .listener import QUEUE_CHANNEL
+
+if TYPE_CHECKING:
+    from .store import PostgresStore
+
+
+
+# Claim in one statement: count each (instance, group)'s live leases, rank
+# its claimable rows (due pending rows, expired leases) by priority then
+# enqueue order, keep those that fit the free slots, lock them skipping rows
+# another claimer holds, and mark them processing.
+CLAIM = f"""
+WITH pol AS (
+    SELECT * FROM unnest($3::text[], $4::int[], $5::bigint[]) AS p(actor, concurrency, lease_ms)
+), mine AS (
+    SELECT i.instance_id, p.concurrency, p.lease_ms
+    FROM actor_instances i JOIN pol p ON p.actor = i.actor
+    WHERE i.tenant_id = $1 AND i.worker_id = $2
+), busy AS (
+    SELECT q.instance_id, q.group_key, count(*) AS n
+    FROM actor_queue q JOIN mine m ON m.instance_id = q.instance_id
+    WHERE q.tenant_id = $1 AND q.status = 'processing' AND q.lease_until > $6
+    GROUP BY 1, 2
+), ranked AS (
+    SELECT q.qid, q.priority, m.lease_ms,
+           row_number() OVER (PARTITION BY q.instance_id, q.group_key
+                              ORDER BY q.priority DESC, q.qid) AS rn,
+           m.concurrency - coalesce(b.n, 0) AS free
+    FROM actor_queue q
+    JOIN mine m ON m.instance_id = q.instance_id
+    LEFT JOIN busy b ON b.instance_id = q.instance_id AND b.group_key = q.group_key
+    WHERE q.tenant_id = $1
+      AND ((q.status = 'pending' AND q.available_at <= $6)
+           OR (q.status = 'processing' AND q.lease_until <= $6))
+), picked AS (
+    SELECT qid, lease_ms FROM ranked WHERE rn <= free ORDER BY priority DESC, qid LIMIT $7
+), locked AS (
+    SELECT q.qid, p.lease_ms FROM actor_queue q JOIN picked p ON p.qid = q.qid
+    WHERE q.tenant_id = $1
+    FOR UPDATE OF q SKIP LOCKED
+)
+UPDATE actor_queue q
+SET status = 'processing', attempts = q.attempts + 1, lease_until = $6 + l.lease_ms,
+    worker_id = $2, started_at = $6
+FROM locked l
+WHERE q.tenant_id = $1 AND q.qid = l.qid
+RETURNING {', '.join('q.' + c.strip() for c in QUEUE_COLUMNS.split(','))},
+          (SELECT actor FROM actor_instances i WHERE i.tenant_id = $1 AND i.instance_id = q.instance_id)
+"""
+
+ENQUEUE = """
+INSERT INTO actor_queue (tenant_id, instance_id, group_key, priority, path, seq, event,
+                         available_at, enqueued_at)
+SELECT $1, t.instance_id, t.group_key, t.priority, t.path, t.seq, t.event::jsonb,
+       greatest(t.available_at, $2), $2
+FROM unnest($3::text[], $4::text[], $5::int[], $6::text[], $7::bigint[], $8::text[], $9::bigint[])
+     AS t(instance_id, group_key, priority, path, seq, event, available_at)
+"""
+
+
+class PgActorStore:
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+
+    @property
+    def _pool(self) -> asyncpg.Pool:
+        return self._store.pool
+
+    def _tx(self, tenant: str):  # noqa: ANN202 - an async context manager
+        return self._store._tx(tenant)
+
+    # --- instances -----------------------------------------------------------
+
+    async def create_instance(self, instance: InstanceInfo) -> tuple[InstanceInfo, bool]:
+        t = instance.tenant
+        async with self._tx(t) as conn:
+            row = await self._insert_instance(conn, instance)
+            created = row is not None
+            if row is None:
+                row = await conn.fetchrow(
+                    f"SELECT {INSTANCE_COLUMNS} FROM actor_instances"
+                    " WHERE tenant_id=$1 AND actor=$2 AND key=$3",
+                    t, instance.actor, instance.key,
+                )
+        return instance_from_row(row), created
+
+    @staticmethod
+    async def _insert_instance(conn: asyncpg.Connection, i: InstanceInfo) -> Any:
+        await conn.execute(
+            "INSERT INTO yoke_tenants VALUES ($1, $2) ON CONFLICT DO NOTHING", i.tenant, i.created_at
+        )
+        row = await conn.fetchrow(
+            "INSERT INTO actor_instances (tenant_id, instance_id, actor, key, config, filter,"
+            " parent_id, worker_id, created_at) VALUES ($1,$2,$3,$4,$5::jsonb,$6::jsonb,$7,$8,$9)"
+            f" ON CONFLICT (tenant_id, actor, key) DO NOTHING RETURNING {INSTANCE_COLUMNS}",
+            i.tenant, i.instance_id, i.actor, i.key, orjson.dumps(i.config).decode(),
+            None if i.filter is None else orjson.dumps(i.filter).decode(),
+            i.parent_id, i.worker_id, i.created_at,
+        )
+        if row is not None and i.filter is not None:
+            await conn.execute(
+                "INSERT INTO routing_versions VALUES ($1, 1) ON CONFLICT (tenant_id)"
+                " DO UPDATE SET version = routing_versions.version + 1",
+                i.tenant,
+            )
+        return row
+
+    async def get_instance(self, tenant: str, instance_id: str) -> InstanceInfo | None:
+        async with self._tx(tenant) as conn:
+            row = await conn.fetchrow(
+                f"SELECT {INSTANCE_COLUMNS} FROM actor_instances WHERE tenant_id=$1 AND instance_id=$2",
+                tenant, instance_id,
+            )
+        return None if row is None else instance_from_row(row)
+
+    async def find_instance(self, tenant: str, actor: str, key: str) -> InstanceInfo | None:
+        async with self._tx(tenant) as conn:
+            row = await conn.fetchrow(
+                f"SELECT {INSTANCE_COLUMNS} FROM actor_instances"
+                " WHERE tenant_id=$1 AND actor=$2 AND key=$3",
+                tenant, actor, key,
+            )
+        return None if row is None else instance_from_row(row)
+
+    async def list_instances(
+        self, tenant: str, actor: str | None, limit: int, after: str | None
+    ) -> list[InstanceInfo]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                f"SELECT {INSTANCE_COLUMNS} FROM actor_instances WHERE tenant_id=$1"
+                " AND ($2::text IS NULL OR actor=$2) AND instance_id > coalesce($3, '')"
+                " ORDER BY instance_id LIMIT $4",
+                tenant, actor, after, limit,
+            )
+        return [instance_from_row(r) for r in rows]
+
+    async def routing(self, tenant: str) -> tuple[int, list[InstanceInfo]]:
+        async with self._tx(tenant) as conn:
+            version = await conn.fetchval(
+                "SELECT version FROM routing_versions WHERE tenant_id=$1", tenant
+            )
+            rows = await conn.fetch(
+                f"SELECT {INSTANCE_COLUMNS} FROM actor_instances"
+                " WHERE tenant_id=$1 AND filter IS NOT NULL",
+                tenant,
+            )
+        return version or 0, [instance_from_row(r) for r in rows]
+
+    async def tenants(self) -> list[str]:
+        return await self._store._tenants()
+
+    # --- fan-out -------------------------------------------------------------
+
+    async def fanout_lag(self, tenant: str) -> list[FanoutLag]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                "SELECT s.path, s.head, coalesce(c.through, 0) FROM streams s"
+                " LEFT JOIN fanout_cursors c ON c.tenant_id = s.tenant_id AND c.sid = s.sid"
+                " WHERE s.tenant_id=$1 AND s.head > coalesce(c.through, 0)",
+                tenant,
+            )
+        return [FanoutLag(r[0], r[1], r[2]) for r in rows]
+
+    async def fanout_cursor(self, tenant: str, path: str) -> int | None:
+        async with self._tx(tenant) as conn:
+            row = await conn.fetchrow(
+                "SELECT coalesce(c.through, 0) FROM streams s LEFT JOIN fanout_cursors c"
+                " ON c.tenant_id = s.tenant_id AND c.sid = s.sid WHERE s.tenant_id=$1 AND s.path=$2",
+                tenant, path,
+            )
+        return None if row is None else row[0]
+
+    async def fanout_commit(
+        self, tenant: str, path: str, expected: int, through: int, routing_version: int,
+        items: Sequence[QueueItem], worker_id: str | None, now: int,
+    ) -> Literal["ok", "moved", "stale"]:
+        async with self._tx(tenant) as conn:
+            sid = await conn.fetchval(
+                "SELECT sid FROM streams WHERE tenant_id=$1 AND path=$2", tenant, path
+            )
+            await conn.execute(
+                "INSERT INTO fanout_cursors VALUES ($1, $2, 0) ON CONFLICT DO NOTHING", tenant, sid
+            )
+            current = await conn.fetchval(
+                "SELECT through FROM fanout_cursors WHERE tenant_id=$1 AND sid=$2 FOR UPDATE",
+                tenant, sid,
+            )
+            if current != expected:
+                return "moved"
+            version = await conn.fetchval(
+                "SELECT version FROM routing_versions WHERE tenant_id=$1", tenant
+            )
+            if (version or 0) != routing_version:
+                return "stale"
+            if items:
+                await self._enqueue(conn, tenant, items, now, worker_id)
+            await conn.execute(
+                "UPDATE fanout_cursors SET through=$3 WHERE tenant_id=$1 AND sid=$2",
+                tenant, sid, through,
+            )
+        return "ok"
+
+    async def _enqueue(
+        self, conn: asyncpg.Connection, tenant: str, items: Sequence[QueueItem], now: int,
+        worker_id: str | None,
+    ) -> None:
+        ids: list[str] = []
+        keyed: dict[tuple[str, str], str] = {}
+        for item in items:
+            if item.instance_id is None:
+                assert item.actor is not None and item.key is not None
+                pair = (item.actor, item.key)
+                if pair not in keyed:
+                    keyed[pair] = await self._keyed_instance(conn, tenant, pair, worker_id, now)
+                ids.append(keyed[pair])
+            else:
+                ids.append(item.instance_id)
+        await conn.execute(
+            ENQUEUE, tenant, now, ids,
+            [i.group_id or "" for i in items],
+            [i.priority for i in items],
+            [i.path for i in items],
+            [i.offset for i in items],
+            [i.event_json for i in items],
+            [i.available_at for i in items],
+        )
+        await conn.execute("SELECT pg_notify($1, $2)", QUEUE_CHANNEL, tenant)
+
+    async def _keyed_instance(
+        self, conn: asyncpg.Connection, tenant: str, pair: tuple[str, str], worker_id: str | None,
+        now: int,
+    ) -> str:
+        row = await self._insert_instance(
+            conn,
+            InstanceInfo(new_instance_id(), tenant, pair[0], pair[1], worker_id=worker_id, created_at=now),
+        )
+        if row is not None:
+            return row[0]
+        return await conn.fetchval(
+            "SELECT instance_id FROM actor_instances WHERE tenant_id=$1 AND actor=$2 AND key=$3",
+            tenant, *pair,
+        )
+
+    # --- queue ---------------------------------------------------------------
+
+    async def enqueue(self, tenant: str, items: Sequence[QueueItem], now: int) -> None:
+        async with self._tx(tenant) as conn:
+            await self._enqueue(conn, tenant, items, now, None)
+
+    async def claim(
+        self, tenant: str, worker_id: str, policies: Sequence[Policy], now: int, limit: int
+    ) -> list[QueueRow]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                CLAIM, tenant, worker_id,
+                [p.actor for p in policies], [p.concurrency for p in policies],
+                [p.lease_ms for p in policies], now, limit,
+            )
+        return sorted((queue_row_from_row(r) for r in rows), key=lambda q: (-q.priority, q.qid))
+
+    async def complete(self, tenant: str, done: Sequence[tuple[int, int]]) -> None:
+        async with self._tx(tenant) as conn:
+            await conn.execute(
+                "DELETE FROM actor_queue q USING unnest($2::bigint[], $3::int[]) AS d(qid, attempts)"
+                " WHERE q.tenant_id=$1 AND q.qid=d.qid AND q.attempts=d.attempts"
+                " AND q.status='processing'",
+                tenant, [d[0] for d in done], [d[1] for d in done],
+            )
+
+    async def fail(
+        self, tenant: str, qid: int, attempts: int, *, retry_at: int | None, error: str,
+        traceback: str,
+    ) -> None:
+        async with self._tx(tenant) as conn:
+            await conn.execute(
+                "UPDATE actor_queue SET status=CASE WHEN $3::bigint IS NULL THEN 'dead' ELSE 'pending' END,"
+                " available_at=coalesce($3, available_at), lease_until=NULL, worker_id=NULL,"
+                " last_error=$5, last_traceback=$6"
+                " WHERE tenant_id=$1 AND qid=$2 AND attempts=$4 AND status='processing'",
+                tenant, qid, retry_at, attempts, error, traceback,
+            )
+            if retry_at is not None:
+                await conn.execute("SELECT pg_notify($1, $2)", QUEUE_CHANNEL, tenant)
+
+    async def queue_rows(
+        self, tenant: str, instance_id: str, status: str | None, limit: int
+    ) -> list[QueueRow]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                f"SELECT {QUEUE_COLUMNS}, '' FROM actor_queue WHERE tenant_id=$1 AND instance_id=$2"
+                " AND ($3::text IS NULL OR status=$3) ORDER BY qid LIMIT $4",
+                tenant, instance_id, status, limit,
+            )
+        return [queue_row_from_row(r) for r in rows]
+
+    async def queue_depth(self, tenant: str, instance_id: str | None) -> QueueDepth:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                "SELECT status, count(*) FROM actor_queue WHERE tenant_id=$1"
+                " AND ($2::text IS NULL OR instance_id=$2) GROUP BY status",
+                tenant, instance_id,
+            )
+        return QueueDepth(**{r[0]: r[1] for r in rows})
+
+    async def redrive(self, tenant: str, instance_id: str, qids: Sequence[int] | None, now: int) -> int:
+        async with self._tx(tenant) as conn:
+            result = await conn.execute(
+                "UPDATE actor_queue SET status='pending', attempts=0, available_at=$3,"
+                " lease_until=NULL, worker_id=NULL"
+                " WHERE tenant_id=$1 AND instance_id=$2 AND status='dead'"
+                " AND ($4::bigint[] IS NULL OR qid = ANY($4))",
+                tenant, instance_id, now, None if qids is None else list(qids),
+            )
+            await conn.execute("SELECT pg_notify($1, $2)", QUEUE_CHANNEL, tenant)
+        return int(result.split()[-1])
+
+    async def drop_dead(self, tenant: str, instance_id: str, qids: Sequence[int] | None) -> int:
+        async with self._tx(tenant) as conn:
+            result = await conn.execute(
+                "DELETE FROM actor_queue WHERE tenant_id=$1 AND instance_id=$2 AND status='dead'"
+                " AND ($3::bigint[] IS NULL OR qid = ANY($3))",
+                tenant, instance_id, None if qids is None else list(qids),
+            )
+        return int(result.split()[-1])
+
+    async def unfinished(self, actors: Sequence[str]) -> int:
+        total = 0
+        for tenant in await self.tenants():
+            async with self._tx(tenant) as conn:
+                total += await conn.fetchval(
+                    "SELECT (SELECT count(*) FROM actor_queue q JOIN actor_instances i"
+                    "    ON i.tenant_id = q.tenant_id AND i.instance_id = q.instance_id"
+                    "    WHERE q.tenant_id=$1 AND q.status <> 'dead' AND i.actor = ANY($2))"
+                    " + (SELECT coalesce(sum(s.head - coalesce(c.through, 0)), 0) FROM streams s"
+                    "    LEFT JOIN fanout_cursors c ON c.tenant_id = s.tenant_id AND c.sid = s.sid"
+                    "    WHERE s.tenant_id=$1 AND s.head > coalesce(c.through, 0))",
+                    tenant, list(actors),
+                )
+        return int(total)
+
+    # --- workers -------------------------------------------------------------
+
+    async def register_worker(self, worker_id: str, now: int, info: dict[str, Any]) -> None:
+        await self._pool.execute(
+            "INSERT INTO runtime_workers VALUES ($1, $2, $2, $3::jsonb)"
+            " ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = $2",
+            worker_id, now, orjson.dumps(info).decode(),
+        )
+
+    async def heartbeat(self, worker_id: str, now: int) -> bool:
+        result = await self._pool.execute(
+            "UPDATE runtime_workers SET heartbeat_at=$2 WHERE worker_id=$1", worker_id, now
+        )
+        return result != "UPDATE 0"
+
+    async def unregister_worker(self, worker_id: str) -> None:
+        await self._pool.execute("DELETE FROM runtime_workers WHERE worker_id=$1", worker_id)
+        for tenant in await self.tenants():
+            await self.release_instances(tenant, [worker_id])
+
+    async def reap_workers(self, stale_before: int) -> list[str]:
+        rows = await self._pool.fetch(
+            "DELETE FROM runtime_workers WHERE heartbeat_at < $1 RETURNING worker_id", stale_before
+        )
+        return [r[0] for r in rows]
+
+    async def live_workers(self) -> list[str]:
+        return [r[0] for r in await self._pool.fetch("SELECT worker_id FROM runtime_workers")]
+
+    async def release_instances(self, tenant: str, worker_ids: Sequence[str]) -> int:
+        async with self._tx(tenant) as conn:
+            result = await conn.execute(
+                "UPDATE actor_instances SET worker_id=NULL WHERE tenant_id=$1 AND worker_id = ANY($2)",
+                tenant, list(worker_ids),
+            )
+        return int(result.split()[-1])
+
+    async def adopt_instances(self, tenant: str, worker_id: str, workers: int) -> int:
+        async with self._tx(tenant) as conn:
+            # Orphans: owners that are no longer registered (reaped elsewhere).
+            await conn.execute(
+                "UPDATE actor_instances SET worker_id=NULL WHERE tenant_id=$1 AND worker_id IS NOT NULL"
+                " AND worker_id NOT IN (SELECT worker_id FROM runtime_workers)",
+                tenant,
+            )
+            total, mine = await conn.fetchrow(
+                "SELECT count(*), count(*) FILTER (WHERE worker_id=$2) FROM actor_instances"
+                " WHERE tenant_id=$1",
+                tenant, worker_id,
+            )
+            share = -(-total // max(workers, 1)) - mine
+            if share <= 0:
+                return 0
+            result = await conn.execute(
+                "UPDATE actor_instances SET worker_id=$2 WHERE tenant_id=$1 AND instance_id IN ("
+                " SELECT instance_id FROM actor_instances WHERE tenant_id=$1 AND worker_id IS NULL"
+                " ORDER BY instance_id LIMIT $3 FOR UPDATE SKIP LOCKED)",
+                tenant, worker_id, share,
+            )
+            adopted = int(result.split()[-1])
+            if adopted:
+                await conn.execute("SELECT pg_notify($1, $2)", QUEUE_CHANNEL, tenant)
+        return adopted
+
+    # --- per-instance SQLite databases ---------------------------------------
+
+    async def load_state(self, tenant: str, instance_id: str) -> bytes | None:
+        async with self._tx(tenant) as conn:
+            return await conn.fetchval(
+                "SELECT data FROM actor_sqlite WHERE tenant_id=$1 AND instance_id=$2",
+                tenant, instance_id,
+            )
+
+    async def save_state(self, tenant: str, instance_id: str, data: bytes, now: int) -> None:
+        async with self._tx(tenant) as conn:
+            await conn.execute(
+                "INSERT INTO actor_sqlite VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, instance_id)"
+                " DO UPDATE SET data=EXCLUDED.data, updated_at=EXCLUDED.updated_at",
+                tenant, instance_id, data, now,
+            )
+
+    # --- schedules -----------------------------------------------------------
+
+    async def upsert_schedule(self, s: Schedule) -> None:
+        async with self._tx(s.tenant) as conn:
+            await conn.execute(
+                "INSERT INTO actor_schedules VALUES ($1,$2,$3,$4,$5,$6::jsonb,$7,$8)"
+                " ON CONFLICT (tenant_id, instance_id, name) DO UPDATE SET due_at=EXCLUDED.due_at,"
+                " cron=EXCLUDED.cron, event=EXCLUDED.event, stream=EXCLUDED.stream",
+                s.tenant, s.instance_id, s.name, s.due_at, s.cron,
+                orjson.dumps(s.event).decode(), s.stream, s.created_at,
+            )
+
+    async def cancel_schedule(self, tenant: str, instance_id: str, name: str) -> bool:
+        async with self._tx(tenant) as conn:
+            result = await conn.execute(
+                "DELETE FROM actor_schedules WHERE tenant_id=$1 AND instance_id=$2 AND name=$3",
+                tenant, instance_id, name,
+            )
+        return result != "DELETE 0"
+
+    async def schedules(self, tenant: str, instance_id: str) -> list[Schedule]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                f"SELECT {SCHEDULE_COLUMNS} FROM actor_schedules WHERE tenant_id=$1"
+                " AND instance_id=$2 ORDER BY name",
+                tenant, instance_id,
+            )
+        return [schedule_from_row(r) for r in rows]
+
+    async def due_schedules(self, tenant: str, now: int, limit: int) -> list[Schedule]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                f"SELECT {SCHEDULE_COLUMNS} FROM actor_schedules WHERE tenant_id=$1 AND due_at <= $2"
+                " ORDER BY due_at LIMIT $3",
+                tenant, now, limit,
+            )
+        return [schedule_from_row(r) for r in rows]
+
+    async def fire_schedule(
+        self, s: Schedule, next_due: int | None, item: QueueItem | None, now: int
+    ) -> bool:
+        async with self._tx(s.tenant) as conn:
+            found = await conn.fetchval(
+                "SELECT 1 FROM actor_schedules WHERE tenant_id=$1 AND instance_id=$2 AND name=$3"
+                " AND due_at=$4 FOR UPDATE SKIP LOCKED",
+                s.tenant, s.instance_id, s.name, s.due_at,
+            )
+            if found is None:
+                return False
+            if item is not None:
+                await self._enqueue(conn, s.tenant, [item], now, None)
+            if next_due is None:
+                await conn.execute(
+                    "DELETE FROM actor_schedules WHERE tenant_id=$1 AND instance_id=$2 AND name=$3",
+                    s.tenant, s.instance_id, s.name,
+                )
+            else:
+                await conn.execute(
+                    "UPDATE actor_schedules SET due_at=$4 WHERE tenant_id=$1 AND instance_id=$2"
+                    " AND name=$3",
+                    s.tenant, s.instance_id, s.name, next_due,
+                )
+        return True
+
+    # --- conversations -------------------------------------------------------
+
+    async def post_message(
+        self, tenant: str, path: str, message: Message, event: PreparedEvent, now: int,
+        new_stream_id: str,
+    ) -> tuple[Message, Outcome]:
+        async with self._tx(tenant) as conn:
+            outcome = await self._store._commit_in(conn, tenant, path, [event], now, new_stream_id)
+            row = await conn.fetchrow(
+                "INSERT INTO conversation_messages (tenant_id, conversation_id, message_id, role,"
+                " content, metadata, at, event_seq) VALUES ($1,$2,$3,$4,$5::jsonb,$6::jsonb,$7,$8)"
+                f" RETURNING {MESSAGE_COLUMNS}",
+                tenant, message.conversation_id, message.message_id, message.role,
+                orjson.dumps(message.content).decode(), orjson.dumps(message.metadata).decode(),
+                now, outcome.offset,
+            )
+        return message_from_row(row), outcome
+
+    async def messages(
+        self, tenant: str, conversation_id: str, after: int | None, limit: int
+    ) -> list[Message]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                f"SELECT {MESSAGE_COLUMNS} FROM conversation_messages WHERE tenant_id=$1"
+                " AND conversation_id=$2 AND seq > $3 ORDER BY seq LIMIT $4",
+                tenant, conversation_id, after or 0, limit,
+            )
+        return [message_from_row(r) for r in rows]

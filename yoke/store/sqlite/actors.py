@@ -1,0 +1,573 @@
+"""SQLite implementation of the actor storage contract (``store.actors``).
+
+Writes run on the store's single writer thread (so a claim cannot race
+another claim: the single writer is the lock); reads on its reader threads.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import orjson
+
+from ...events import PreparedEvent
+from ..actors import (
+    FanoutLag,
+    InstanceInfo,
+    Message,
+    Policy,
+    QueueDepth,
+    QueueItem,
+    QueueRow,
+    Schedule,
+    new_instance_id,
+)
+from ..contract import Outcome
+from ..rows import (
+    INSTANCE_COLUMNS,
+    MESSAGE_COLUMNS,
+    QUEUE_COLUMNS,
+    SCHEDULE_COLUMNS,
+    instance_from_row,
+    message_from_row,
+    queue_row_from_row,
+    schedule_from_row,
+)
+
+if TYPE_CHECKING:
+    from .store import SqliteStore
+
+# The same claim as PostgreSQL's (store/postgres/actors.py), with the
+# policies as a VALUES list; the writer thread serializes claims.
+CLAIM_SELECT = """
+WITH pol(actor, concurrency, lease_ms) AS (VALUES {values}),
+mine AS (
+    SELECT i.instance_id, p.concurrency, p.lease_ms
+    FROM actor_instances i JOIN pol p ON p.actor = i.actor
+    WHERE i.tenant_id = ? AND i.worker_id = ?
+), busy AS (
+    SELECT q.instance_id, q.group_key, count(*) AS n
+    FROM actor_queue q JOIN mine m ON m.instance_id = q.instance_id
+    WHERE q.tenant_id = ? AND q.status = 'processing' AND q.lease_until > ?
+    GROUP BY 1, 2
+), ranked AS (
+    SELECT q.qid, q.priority, m.lease_ms,
+           row_number() OVER (PARTITION BY q.instance_id, q.group_key
+                              ORDER BY q.priority DESC, q.qid) AS rn,
+           m.concurrency - coalesce(b.n, 0) AS free
+    FROM actor_queue q
+    JOIN mine m ON m.instance_id = q.instance_id
+    LEFT JOIN busy b ON b.instance_id = q.instance_id AND b.group_key = q.group_key
+    WHERE q.tenant_id = ?
+      AND ((q.status = 'pending' AND q.available_at <= ?)
+           OR (q.status = 'processing' AND q.lease_until <= ?))
+)
+SELECT qid, lease_ms FROM ranked WHERE rn <= free ORDER BY priority DESC, qid LIMIT ?
+"""
+
+ENQUEUE = (
+    "INSERT INTO actor_queue (tenant_id, instance_id, group_key, priority, path, seq, event,"
+    " available_at, enqueued_at) VALUES (?,?,?,?,?,?,?,?,?)"
+)
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+class SqliteActorStore:
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+
+    async def _write(self, fn, *args):  # noqa: ANN001, ANN202
+        return await self._store._write(fn, *args)
+
+    async def _read(self, sql: str, params: Sequence[Any]) -> list[sqlite3.Row]:
+        return await self._store._read(lambda: self._store._rconn().execute(sql, params).fetchall())
+
+    def _tx(self):  # noqa: ANN202
+        return self._store._transaction()
+
+    # --- instances -----------------------------------------------------------
+
+    async def create_instance(self, instance: InstanceInfo) -> tuple[InstanceInfo, bool]:
+        def run() -> tuple[InstanceInfo, bool]:
+            with self._tx() as conn:
+                created = self._insert_instance(conn, instance)
+                row = conn.execute(
+                    f"SELECT {INSTANCE_COLUMNS} FROM actor_instances"
+                    " WHERE tenant_id=? AND actor=? AND key=?",
+                    (instance.tenant, instance.actor, instance.key),
+                ).fetchone()
+            return instance_from_row(row), created
+
+        return await self._write(run)
+
+    @staticmethod
+    def _insert_instance(conn: sqlite3.Connection, i: InstanceInfo) -> bool:
+        cur = conn.execute(
+            "INSERT INTO actor_instances (tenant_id, instance_id, actor, key, config, filter,"
+            " parent_id, worker_id, created_at) VALUES (?,?,?,?,?,?,?,?,?)"
+            " ON CONFLICT (tenant_id, actor, key) DO NOTHING",
+            (
+                i.tenant, i.instance_id, i.actor, i.key, _dumps(i.config),
+                None if i.filter is None else _dumps(i.filter), i.parent_id, i.worker_id,
+                i.created_at,
+            ),
+        )
+        created = cur.rowcount == 1
+        if created and i.filter is not None:
+            conn.execute(
+                "INSERT INTO routing_versions VALUES (?, 1) ON CONFLICT (tenant_id)"
+                " DO UPDATE SET version = version + 1",
+                (i.tenant,),
+            )
+        return created
+
+    async def get_instance(self, tenant: str, instance_id: str) -> InstanceInfo | None:
+        rows = await self._read(
+            f"SELECT {INSTANCE_COLUMNS} FROM actor_instances WHERE tenant_id=? AND instance_id=?",
+            (tenant, instance_id),
+        )
+        return instance_from_row(rows[0]) if rows else None
+
+    async def find_instance(self, tenant: str, actor: str, key: str) -> InstanceInfo | None:
+        rows = await self._read(
+            f"SELECT {INSTANCE_COLUMNS} FROM actor_instances WHERE tenant_id=? AND actor=? AND key=?",
+            (tenant, actor, key),
+        )
+        return instance_from_row(rows[0]) if rows else None
+
+    async def list_instances(
+        self, tenant: str, actor: str | None, limit: int, after: str | None
+    ) -> list[InstanceInfo]:
+        rows = await self._read(
+            f"SELECT {INSTANCE_COLUMNS} FROM actor_instances WHERE tenant_id=?"
+            " AND (? IS NULL OR actor=?) AND instance_id > ? ORDER BY instance_id LIMIT ?",
+            (tenant, actor, actor, after or "", limit),
+        )
+        return [instance_from_row(r) for r in rows]
+
+    async def routing(self, tenant: str) -> tuple[int, list[InstanceInfo]]:
+        def run() -> tuple[int, list[InstanceInfo]]:
+            conn = self._store._rconn()
+            conn.execute("BEGIN")  # one snapshot for the version and the rows
+            try:
+                version = conn.execute(
+                    "SELECT version FROM routing_versions WHERE tenant_id=?", (tenant,)
+                ).fetchone()
+                rows = conn.execute(
+                    f"SELECT {INSTANCE_COLUMNS} FROM actor_instances"
+                    " WHERE tenant_id=? AND filter IS NOT NULL",
+                    (tenant,),
+                ).fetchall()
+            finally:
+                conn.execute("COMMIT")
+            return (version[0] if version else 0), [instance_from_row(r) for r in rows]
+
+        return await self._store._read(run)
+
+    async def tenants(self) -> list[str]:
+        rows = await self._read(
+            "SELECT tenant_id FROM streams UNION SELECT tenant_id FROM actor_instances", ()
+        )
+        return [r[0] for r in rows]
+
+    # --- fan-out -------------------------------------------------------------
+
+    async def fanout_lag(self, tenant: str) -> list[FanoutLag]:
+        rows = await self._read(
+            "SELECT s.path, s.head, coalesce(c.through, 0) FROM streams s"
+            " LEFT JOIN fanout_cursors c ON c.tenant_id = s.tenant_id AND c.sid = s.sid"
+            " WHERE s.tenant_id=? AND s.head > coalesce(c.through, 0)",
+            (tenant,),
+        )
+        return [FanoutLag(r[0], r[1], r[2]) for r in rows]
+
+    async def fanout_cursor(self, tenant: str, path: str) -> int | None:
+        rows = await self._read(
+            "SELECT coalesce(c.through, 0) FROM streams s LEFT JOIN fanout_cursors c"
+            " ON c.tenant_id = s.tenant_id AND c.sid = s.sid WHERE s.tenant_id=? AND s.path=?",
+            (tenant, path),
+        )
+        return rows[0][0] if rows else None
+
+    async def fanout_commit(
+        self, tenant: str, path: str, expected: int, through: int, routing_version: int,
+        items: Sequence[QueueItem], worker_id: str | None, now: int,
+    ) -> Literal["ok", "moved", "stale"]:
+        def run() -> Literal["ok", "moved", "stale"]:
+            with self._tx() as conn:
+                sid = conn.execute(
+                    "SELECT sid FROM streams WHERE tenant_id=? AND path=?", (tenant, path)
+                ).fetchone()[0]
+                current = conn.execute(
+                    "SELECT through FROM fanout_cursors WHERE tenant_id=? AND sid=?", (tenant, sid)
+                ).fetchone()
+                if (current[0] if current else 0) != expected:
+                    return "moved"
+                version = conn.execute(
+                    "SELECT version FROM routing_versions WHERE tenant_id=?", (tenant,)
+                ).fetchone()
+                if (version[0] if version else 0) != routing_version:
+                    return "stale"
+                self._enqueue(conn, tenant, items, now, worker_id)
+                conn.execute(
+                    "INSERT INTO fanout_cursors VALUES (?,?,?) ON CONFLICT (tenant_id, sid)"
+                    " DO UPDATE SET through=excluded.through",
+                    (tenant, sid, through),
+                )
+            return "ok"
+
+        return await self._write(run)
+
+    def _enqueue(
+        self, conn: sqlite3.Connection, tenant: str, items: Sequence[QueueItem], now: int,
+        worker_id: str | None,
+    ) -> None:
+        keyed: dict[tuple[str, str], str] = {}
+        rows = []
+        for item in items:
+            instance_id = item.instance_id
+            if instance_id is None:
+                assert item.actor is not None and item.key is not None
+                pair = (item.actor, item.key)
+                if pair not in keyed:
+                    self._insert_instance(
+                        conn,
+                        InstanceInfo(new_instance_id(), tenant, pair[0], pair[1],
+                                     worker_id=worker_id, created_at=now),
+                    )
+                    keyed[pair] = conn.execute(
+                        "SELECT instance_id FROM actor_instances WHERE tenant_id=? AND actor=? AND key=?",
+                        (tenant, *pair),
+                    ).fetchone()[0]
+                instance_id = keyed[pair]
+            rows.append(
+                (
+                    tenant, instance_id, item.group_id or "", item.priority, item.path,
+                    item.offset, item.event_json, max(item.available_at, now), now,
+                )
+            )
+        conn.executemany(ENQUEUE, rows)
+
+    # --- queue ---------------------------------------------------------------
+
+    async def enqueue(self, tenant: str, items: Sequence[QueueItem], now: int) -> None:
+        def run() -> None:
+            with self._tx() as conn:
+                self._enqueue(conn, tenant, items, now, None)
+
+        await self._write(run)
+
+    async def claim(
+        self, tenant: str, worker_id: str, policies: Sequence[Policy], now: int, limit: int
+    ) -> list[QueueRow]:
+        if not policies:
+            return []
+        sql = CLAIM_SELECT.format(values=",".join("(?,?,?)" for _ in policies))
+        params: list[Any] = [x for p in policies for x in (p.actor, p.concurrency, p.lease_ms)]
+        params += [tenant, worker_id, tenant, now, tenant, now, now, limit]
+        actors = {p.actor for p in policies}
+
+        def run() -> list[QueueRow]:
+            with self._tx() as conn:
+                picked = conn.execute(sql, params).fetchall()
+                if not picked:
+                    return []
+                conn.executemany(
+                    "UPDATE actor_queue SET status='processing', attempts=attempts+1,"
+                    " lease_until=?, worker_id=?, started_at=? WHERE qid=?",
+                    [(now + lease, worker_id, now, qid) for qid, lease in picked],
+                )
+                marks = ",".join("?" * len(picked))
+                rows = conn.execute(
+                    f"SELECT {', '.join('q.' + c.strip() for c in QUEUE_COLUMNS.split(','))},"
+                    " i.actor FROM actor_queue q JOIN actor_instances i"
+                    " ON i.tenant_id = q.tenant_id AND i.instance_id = q.instance_id"
+                    f" WHERE q.qid IN ({marks}) ORDER BY q.priority DESC, q.qid",
+                    [qid for qid, _ in picked],
+                ).fetchall()
+            return [queue_row_from_row(r) for r in rows if r[-1] in actors]
+
+        return await self._write(run)
+
+    async def complete(self, tenant: str, done: Sequence[tuple[int, int]]) -> None:
+        def run() -> None:
+            with self._tx() as conn:
+                conn.executemany(
+                    "DELETE FROM actor_queue WHERE tenant_id=? AND qid=? AND attempts=?"
+                    " AND status='processing'",
+                    [(tenant, qid, attempts) for qid, attempts in done],
+                )
+
+        await self._write(run)
+
+    async def fail(
+        self, tenant: str, qid: int, attempts: int, *, retry_at: int | None, error: str,
+        traceback: str,
+    ) -> None:
+        def run() -> None:
+            with self._tx() as conn:
+                conn.execute(
+                    "UPDATE actor_queue SET status=?, available_at=coalesce(?, available_at),"
+                    " lease_until=NULL, worker_id=NULL, last_error=?, last_traceback=?"
+                    " WHERE tenant_id=? AND qid=? AND attempts=? AND status='processing'",
+                    ("dead" if retry_at is None else "pending", retry_at, error, traceback,
+                     tenant, qid, attempts),
+                )
+
+        await self._write(run)
+
+    async def queue_rows(
+        self, tenant: str, instance_id: str, status: str | None, limit: int
+    ) -> list[QueueRow]:
+        rows = await self._read(
+            f"SELECT {QUEUE_COLUMNS}, '' FROM actor_queue WHERE tenant_id=? AND instance_id=?"
+            " AND (? IS NULL OR status=?) ORDER BY qid LIMIT ?",
+            (tenant, instance_id, status, status, limit),
+        )
+        return [queue_row_from_row(r) for r in rows]
+
+    async def queue_depth(self, tenant: str, instance_id: str | None) -> QueueDepth:
+        rows = await self._read(
+            "SELECT status, count(*) FROM actor_queue WHERE tenant_id=?"
+            " AND (? IS NULL OR instance_id=?) GROUP BY status",
+            (tenant, instance_id, instance_id),
+        )
+        return QueueDepth(**{r[0]: r[1] for r in rows})
+
+    def _where_qids(self, qids: Sequence[int] | None) -> tuple[str, list[int]]:
+        if qids is None:
+            return "", []
+        return f" AND qid IN ({','.join('?' * len(qids))})", list(qids)
+
+    async def redrive(self, tenant: str, instance_id: str, qids: Sequence[int] | None, now: int) -> int:
+        extra, params = self._where_qids(qids)
+
+        def run() -> int:
+            with self._tx() as conn:
+                return conn.execute(
+                    "UPDATE actor_queue SET status='pending', attempts=0, available_at=?,"
+                    " lease_until=NULL, worker_id=NULL"
+                    " WHERE tenant_id=? AND instance_id=? AND status='dead'" + extra,
+                    (now, tenant, instance_id, *params),
+                ).rowcount
+
+        return await self._write(run)
+
+    async def drop_dead(self, tenant: str, instance_id: str, qids: Sequence[int] | None) -> int:
+        extra, params = self._where_qids(qids)
+
+        def run() -> int:
+            with self._tx() as conn:
+                return conn.execute(
+                    "DELETE FROM actor_queue WHERE tenant_id=? AND instance_id=? AND status='dead'"
+                    + extra,
+                    (tenant, instance_id, *params),
+                ).rowcount
+
+        return await self._write(run)
+
+    async def unfinished(self, actors: Sequence[str]) -> int:
+        marks = ",".join("?" * len(actors)) or "NULL"
+        rows = await self._read(
+            "SELECT (SELECT count(*) FROM actor_queue q JOIN actor_instances i"
+            "    ON i.tenant_id = q.tenant_id AND i.instance_id = q.instance_id"
+            f"    WHERE q.status <> 'dead' AND i.actor IN ({marks}))"
+            " + (SELECT coalesce(sum(s.head - coalesce(c.through, 0)), 0) FROM streams s"
+            "    LEFT JOIN fanout_cursors c ON c.tenant_id = s.tenant_id AND c.sid = s.sid"
+            "    WHERE s.head > coalesce(c.through, 0))",
+            list(actors),
+        )
+        return int(rows[0][0])
+
+    # --- workers -------------------------------------------------------------
+
+    async def _exec(self, sql: str, params: Sequence[Any]) -> int:
+        def run() -> int:
+            with self._tx() as conn:
+                return conn.execute(sql, params).rowcount
+
+        return await self._write(run)
+
+    async def register_worker(self, worker_id: str, now: int, info: dict[str, Any]) -> None:
+        await self._exec(
+            "INSERT INTO runtime_workers VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
+            (worker_id, now, now, _dumps(info)),
+        )
+
+    async def heartbeat(self, worker_id: str, now: int) -> bool:
+        return await self._exec(
+            "UPDATE runtime_workers SET heartbeat_at=? WHERE worker_id=?", (now, worker_id)
+        ) == 1
+
+    async def unregister_worker(self, worker_id: str) -> None:
+        def run() -> None:
+            with self._tx() as conn:
+                conn.execute("DELETE FROM runtime_workers WHERE worker_id=?", (worker_id,))
+                conn.execute(
+                    "UPDATE actor_instances SET worker_id=NULL WHERE worker_id=?", (worker_id,)
+                )
+
+        await self._write(run)
+
+    async def reap_workers(self, stale_before: int) -> list[str]:
+        def run() -> list[str]:
+            with self._tx() as conn:
+                rows = conn.execute(
+                    "DELETE FROM runtime_workers WHERE heartbeat_at < ? RETURNING worker_id",
+                    (stale_before,),
+                ).fetchall()
+            return [r[0] for r in rows]
+
+        return await self._write(run)
+
+    async def live_workers(self) -> list[str]:
+        return [r[0] for r in await self._read("SELECT worker_id FROM runtime_workers", ())]
+
+    async def release_instances(self, tenant: str, worker_ids: Sequence[str]) -> int:
+        marks = ",".join("?" * len(worker_ids))
+        return await self._exec(
+            f"UPDATE actor_instances SET worker_id=NULL WHERE tenant_id=? AND worker_id IN ({marks})",
+            (tenant, *worker_ids),
+        )
+
+    async def adopt_instances(self, tenant: str, worker_id: str, workers: int) -> int:
+        def run() -> int:
+            with self._tx() as conn:
+                conn.execute(
+                    "UPDATE actor_instances SET worker_id=NULL WHERE tenant_id=?"
+                    " AND worker_id IS NOT NULL"
+                    " AND worker_id NOT IN (SELECT worker_id FROM runtime_workers)",
+                    (tenant,),
+                )
+                total, mine = conn.execute(
+                    "SELECT count(*), sum(worker_id IS ?) FROM actor_instances WHERE tenant_id=?",
+                    (worker_id, tenant),
+                ).fetchone()
+                share = -(-total // max(workers, 1)) - (mine or 0)
+                if share <= 0:
+                    return 0
+                return conn.execute(
+                    "UPDATE actor_instances SET worker_id=? WHERE tenant_id=? AND instance_id IN ("
+                    " SELECT instance_id FROM actor_instances WHERE tenant_id=? AND worker_id IS NULL"
+                    " ORDER BY instance_id LIMIT ?)",
+                    (worker_id, tenant, tenant, share),
+                ).rowcount
+
+        return await self._write(run)
+
+    # --- per-instance SQLite databases ---------------------------------------
+
+    async def load_state(self, tenant: str, instance_id: str) -> bytes | None:
+        rows = await self._read(
+            "SELECT data FROM actor_sqlite WHERE tenant_id=? AND instance_id=?", (tenant, instance_id)
+        )
+        return bytes(rows[0][0]) if rows else None
+
+    async def save_state(self, tenant: str, instance_id: str, data: bytes, now: int) -> None:
+        await self._exec(
+            "INSERT INTO actor_sqlite VALUES (?,?,?,?) ON CONFLICT (tenant_id, instance_id)"
+            " DO UPDATE SET data=excluded.data, updated_at=excluded.updated_at",
+            (tenant, instance_id, data, now),
+        )
+
+    # --- schedules -----------------------------------------------------------
+
+    async def upsert_schedule(self, s: Schedule) -> None:
+        await self._exec(
+            "INSERT INTO actor_schedules VALUES (?,?,?,?,?,?,?,?)"
+            " ON CONFLICT (tenant_id, instance_id, name) DO UPDATE SET due_at=excluded.due_at,"
+            " cron=excluded.cron, event=excluded.event, stream=excluded.stream",
+            (s.tenant, s.instance_id, s.name, s.due_at, s.cron, _dumps(s.event), s.stream,
+             s.created_at),
+        )
+
+    async def cancel_schedule(self, tenant: str, instance_id: str, name: str) -> bool:
+        return await self._exec(
+            "DELETE FROM actor_schedules WHERE tenant_id=? AND instance_id=? AND name=?",
+            (tenant, instance_id, name),
+        ) == 1
+
+    async def schedules(self, tenant: str, instance_id: str) -> list[Schedule]:
+        rows = await self._read(
+            f"SELECT {SCHEDULE_COLUMNS} FROM actor_schedules WHERE tenant_id=? AND instance_id=?"
+            " ORDER BY name",
+            (tenant, instance_id),
+        )
+        return [schedule_from_row(r) for r in rows]
+
+    async def due_schedules(self, tenant: str, now: int, limit: int) -> list[Schedule]:
+        rows = await self._read(
+            f"SELECT {SCHEDULE_COLUMNS} FROM actor_schedules WHERE tenant_id=? AND due_at <= ?"
+            " ORDER BY due_at LIMIT ?",
+            (tenant, now, limit),
+        )
+        return [schedule_from_row(r) for r in rows]
+
+    async def fire_schedule(
+        self, s: Schedule, next_due: int | None, item: QueueItem | None, now: int
+    ) -> bool:
+        key = (s.tenant, s.instance_id, s.name)
+
+        def run() -> bool:
+            with self._tx() as conn:
+                found = conn.execute(
+                    "SELECT 1 FROM actor_schedules WHERE tenant_id=? AND instance_id=? AND name=?"
+                    " AND due_at=?",
+                    (*key, s.due_at),
+                ).fetchone()
+                if found is None:
+                    return False
+                if item is not None:
+                    self._enqueue(conn, s.tenant, [item], now, None)
+                if next_due is None:
+                    conn.execute(
+                        "DELETE FROM actor_schedules WHERE tenant_id=? AND instance_id=? AND name=?",
+                        key,
+                    )
+                else:
+                    conn.execute(
+                        "UPDATE actor_schedules SET due_at=? WHERE tenant_id=? AND instance_id=?"
+                        " AND name=?",
+                        (next_due, *key),
+                    )
+            return True
+
+        return await self._write(run)
+
+    # --- conversations -------------------------------------------------------
+
+    async def post_message(
+        self, tenant: str, path: str, message: Message, event: PreparedEvent, now: int,
+        new_stream_id: str,
+    ) -> tuple[Message, Outcome]:
+        def run() -> tuple[Message, Outcome]:
+            with self._tx() as conn:
+                outcome = self._store._commit_in(
+                    conn, tenant, path, [event], [0], now, new_stream_id
+                ).outcomes[0]
+                row = conn.execute(
+                    "INSERT INTO conversation_messages (tenant_id, conversation_id, message_id,"
+                    " role, content, metadata, at, event_seq) VALUES (?,?,?,?,?,?,?,?)"
+                    f" RETURNING {MESSAGE_COLUMNS}",
+                    (tenant, message.conversation_id, message.message_id, message.role,
+                     _dumps(message.content), _dumps(message.metadata), now, outcome.offset),
+                ).fetchone()
+            return message_from_row(row), outcome
+
+        return await self._write(run)
+
+    async def messages(
+        self, tenant: str, conversation_id: str, after: int | None, limit: int
+    ) -> list[Message]:
+        rows = await self._read(
+            f"SELECT {MESSAGE_COLUMNS} FROM conversation_messages WHERE tenant_id=?"
+            " AND conversation_id=? AND seq > ? ORDER BY seq LIMIT ?",
+            (tenant, conversation_id, after or 0, limit),
+        )
+        return [message_from_row(r) for r in rows]
