@@ -1,0 +1,190 @@
+"""Queues and the scheduler, on both backends (DESIGN.md invariant 7)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import yoke
+from yoke import App, Filter
+
+T = "acme"
+
+
+async def test_failures_retry_then_dead_letter_then_redrive(fresh_url: str, tmp_path) -> None:
+    app = App()
+    attempts: list[int] = []
+    healthy = asyncio.Event()
+
+    @app.actor("flaky", filter=Filter(types=["job"]), max_attempts=3, retry_base_s=0.01, retry_max_s=0.05)
+    async def flaky(ctx, event):
+        attempts.append(ctx.attempt)
+        if not healthy.is_set():
+            raise ValueError(f"boom {ctx.attempt}")
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        inst = await y.instances(T).create("flaky", key="k")
+        await y.stream("/", T).append({"type": "job", "payload": {"n": 1}})
+        await y.wait_idle(timeout_s=10)
+        assert attempts == [1, 2, 3]
+        dead = await y.instances(T).dead(inst.instance_id)
+        assert len(dead) == 1
+        row = dead[0]
+        assert row.status == "dead" and row.attempts == 3
+        assert row.last_error == "ValueError: boom 3"
+        assert "raise ValueError" in (row.last_traceback or "")
+        assert row.event["payload"] == {"n": 1} and row.offset == 1 and row.path == "/"
+        assert (await y.instances(T).depth(inst.instance_id)).dead == 1
+
+        healthy.set()
+        assert await y.instances(T).redrive(inst.instance_id) == 1
+        await y.wait_idle(timeout_s=10)
+        assert attempts == [1, 2, 3, 1]  # attempts reset by the redrive
+        depth = await y.instances(T).depth(inst.instance_id)
+        assert (depth.pending, depth.processing, depth.dead) == (0, 0, 0)
+
+
+async def test_drop_dead_rows(fresh_url: str, tmp_path) -> None:
+    app = App()
+
+    @app.actor("bad", filter=Filter(types=["job"]), max_attempts=1)
+    async def bad(ctx, event):
+        raise RuntimeError("always")
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        inst = await y.instances(T).create("bad", key="k")
+        await y.stream("/", T).append_many([{"type": "job"}, {"type": "job"}])
+        await y.wait_idle(timeout_s=10)
+        dead = await y.instances(T).dead(inst.instance_id)
+        assert len(dead) == 2
+        assert await y.instances(T).drop(inst.instance_id, [dead[0].qid]) == 1
+        assert [r.qid for r in await y.instances(T).dead(inst.instance_id)] == [dead[1].qid]
+        assert await y.instances(T).drop(inst.instance_id) == 1
+        assert await y.instances(T).dead(inst.instance_id) == []
+
+
+async def test_timeout_counts_as_a_failure(fresh_url: str, tmp_path) -> None:
+    app = App()
+    calls: list[int] = []
+
+    @app.actor("slow", filter=Filter(types=["job"]), timeout_s=0.05, max_attempts=2, retry_base_s=0.01)
+    async def slow(ctx, event):
+        calls.append(ctx.attempt)
+        if ctx.attempt == 1:
+            await asyncio.Event().wait()  # never returns: the timeout must end it
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        inst = await y.instances(T).create("slow", key="k")
+        await y.stream("/", T).append({"type": "job"})
+        await y.wait_idle(timeout_s=10)
+        assert calls == [1, 2]
+        assert await y.instances(T).dead(inst.instance_id) == []
+
+
+async def test_priority_then_offset_within_a_group(fresh_url: str, tmp_path) -> None:
+    app = App()
+    order: list[int] = []
+
+    @app.actor("ordered", filter=Filter(types=["job"]), concurrency=1)
+    async def ordered(ctx, event):
+        order.append(event.payload["n"])
+
+    # Enqueue everything before anything runs: append without an executor,
+    # then start one, which catches up from the fan-out cursor.
+    async with yoke.open(fresh_url, app=app, executor=False, data_dir=str(tmp_path)) as y:
+        await y.instances(T).create("ordered", key="k")
+        await y.stream("/", T).append_many(
+            [{"type": "job", "payload": {"n": n}, "priority": p} for n, p in
+             [(1, 0), (2, 5), (3, 0), (4, 5), (5, -1)]]
+        )
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        await y.wait_idle(timeout_s=10)
+    assert order == [2, 4, 1, 3, 5]
+
+
+async def test_concurrency_per_group_and_groups_in_parallel(fresh_url: str, tmp_path) -> None:
+    app = App()
+    running: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    total_peak = 0
+    gate = asyncio.Event()
+    started = asyncio.Condition()
+
+    @app.actor("worker", filter=Filter(types=["job"]), concurrency=2)
+    async def worker(ctx, event):
+        nonlocal total_peak
+        g = event.group_id
+        async with started:
+            running[g] = running.get(g, 0) + 1
+            peak[g] = max(peak.get(g, 0), running[g])
+            total_peak = max(total_peak, sum(running.values()))
+            started.notify_all()
+        await gate.wait()
+        running[g] -= 1
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        await y.instances(T).create("worker", key="k")
+        await y.stream("/", T).append_many(
+            [{"type": "job", "group_id": g} for g in ["a"] * 5 + ["b"] * 5]
+        )
+        async with started:
+            # Both groups fill their two slots, and no more start while they hold them.
+            await asyncio.wait_for(started.wait_for(lambda: sum(running.values()) == 4), 10)
+        depth = await y.instances(T).depth()
+        assert depth.processing == 4 and depth.pending == 6
+        gate.set()
+        await y.wait_idle(timeout_s=10)
+    assert peak == {"a": 2, "b": 2}
+    assert total_peak == 4
+
+
+async def test_an_expired_lease_is_reclaimed_even_when_slots_look_full(fresh_url: str, tmp_path) -> None:
+    """A worker that died mid-run leaves a processing row whose lease expires;
+    the claim takes it back although it fills the group's only slot."""
+    from yoke.events import now_ms
+    from yoke.store.actors import Policy
+
+    app = App()
+
+    @app.actor("one", filter=Filter(types=["job"]))
+    async def one(ctx, event):
+        pass
+
+    async with yoke.open(fresh_url, app=app, executor=False, data_dir=str(tmp_path)) as y:
+        actors = y.store.actors
+        await actors.register_worker("w1", now_ms(), {})
+        inst = await y.instances(T).create("one", key="k")
+        await actors.release_instances(T, [""])  # no-op, keeps the call covered
+        await actors.adopt_instances(T, "w1", 1)
+        from yoke.store.actors import QueueItem
+
+        await actors.enqueue(T, [QueueItem('{"id":"e","at":0,"type":"job"}', instance_id=inst.instance_id)], now_ms())
+        policy = [Policy("one", 1, 1000)]
+        t0 = now_ms()
+        first = await actors.claim(T, "w1", policy, t0, 10)
+        assert [r.attempts for r in first] == [1]
+        assert await actors.claim(T, "w1", policy, t0 + 10, 10) == []  # slot held
+        again = await actors.claim(T, "w1", policy, t0 + 1001, 10)  # lease over
+        assert [(r.qid, r.attempts) for r in again] == [(first[0].qid, 2)]
+        # The first claim's late result is fenced off: it changes nothing.
+        await actors.complete(T, [(first[0].qid, 1)])
+        assert (await actors.queue_depth(T, inst.instance_id)).processing == 1
+        await actors.complete(T, [(again[0].qid, 2)])
+        assert (await actors.queue_depth(T, inst.instance_id)).processing == 0
+
+
+async def test_claims_only_for_owned_instances_and_known_actors(fresh_url: str, tmp_path) -> None:
+    from yoke.events import now_ms
+    from yoke.store.actors import Policy, QueueItem
+
+    async with yoke.open(fresh_url, data_dir=str(tmp_path)) as y:
+        actors = y.store.actors
+        for w in ("w1", "w2"):
+            await actors.register_worker(w, now_ms(), {})
+        inst = await y.instances(T).create("a", key="k")
+        assert inst.worker_id is None  # no executor here: unowned
+        assert await actors.adopt_instances(T, "w1", 2) == 1
+        await actors.enqueue(T, [QueueItem('{"id":"e","at":0,"type":"x"}', instance_id=inst.instance_id)], now_ms())
+        now = now_ms()
+        assert await actors.claim(T, "w2", [Policy("a", 1, 1000)], now, 10) == []
+        assert await actors.claim(T, "w1", [Policy("other", 1, 1000)], now, 10) == []
+        assert len(await actors.claim(T, "w1", [Policy("a", 1, 1000)], now, 10)) == 1

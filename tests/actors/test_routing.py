@@ -1,0 +1,93 @@
+"""Filters and the fan-out index (no database)."""
+
+from __future__ import annotations
+
+import pytest
+
+from yoke import App, Filter, InvalidFilter
+from yoke.routing.filters import path_matches
+from yoke.routing.index import Route, RoutingIndex
+
+
+def doc(type_: str, path: str = "/", **payload):
+    return {"type": type_, "path": path, "payload": payload, "id": "e1"}
+
+
+def test_types_exact_prefix_and_all() -> None:
+    f = Filter(types=["order.*", "work.assigned"])
+    assert f.matches_type("order.placed") and f.matches_type("order.line.added")
+    assert f.matches_type("work.assigned") and not f.matches_type("work.done")
+    assert not f.matches_type("orders.placed")
+    assert Filter(types=["*"]).matches_type("anything")
+
+
+def test_stream_globs() -> None:
+    assert path_matches(["/orders/*"], "/orders/1")
+    assert not path_matches(["/orders/*"], "/orders/1/lines")
+    assert path_matches(["/orders/**"], "/orders/1/lines")
+    assert not path_matches(["/orders/*"], "/")
+    f = Filter(types=["*"], streams=["/orders/*"])
+    assert f.matches(doc("x", "/orders/7")) and not f.matches(doc("x", "/users/7"))
+
+
+def test_where_must_be_exactly_true() -> None:
+    f = Filter(types=["*"], where='payload.role = "coder"')
+    assert f.matches(doc("x", role="coder"))
+    assert not f.matches(doc("x", role="tester"))
+    truthy = Filter(types=["*"], where="payload.role")
+    assert not truthy.matches(doc("x", role="coder"))  # a string is not true
+
+
+@pytest.mark.parametrize("bad", ["payload.(", "payload.role = ", "$$$unknown("])
+def test_unparseable_jsonata_is_rejected_with_the_parsers_message(bad: str) -> None:
+    with pytest.raises(InvalidFilter) as info:
+        Filter(types=["x"], where=bad)
+    assert info.value.code == "invalid_filter"
+    assert "not valid JSONata" in info.value.message
+
+
+def test_invalid_filter_shapes() -> None:
+    with pytest.raises(InvalidFilter):
+        Filter(types=[])
+    with pytest.raises(InvalidFilter):
+        Filter(types=["bad type!"])
+    with pytest.raises(InvalidFilter):
+        Filter(types=["x"], streams=["no-slash"])
+    with pytest.raises(InvalidFilter):
+        Filter.from_dict({"types": ["x"], "bogus": 1})
+    with pytest.raises(InvalidFilter):
+        Filter.from_dict({"types": "x"})
+
+
+def test_actor_registration_rejects_bad_jsonata() -> None:
+    app = App()
+    with pytest.raises(InvalidFilter):
+        app.actor("a", filter={"types": ["x"], "where": "payload.("})
+    with pytest.raises(InvalidFilter):
+        app.actor("b", filter=Filter.from_dict({"types": ["x"], "key": "payload.("}))
+
+
+def test_index_routes_by_type_then_expression() -> None:
+    routes = [
+        Route(Filter(types=["order.*"]), instance_id="i-prefix"),
+        Route(Filter(types=["order.placed"], where="payload.total > 100"), instance_id="i-big"),
+        Route(Filter(types=["*"], streams=["/audit"]), instance_id="i-audit"),
+        Route(Filter(types=["order.placed"], key="payload.order_id"), actor="per-order"),
+    ]
+    index = RoutingIndex(routes)
+    small = index.targets(doc("order.placed", total=5, order_id=7))
+    assert {(t.instance_id, t.actor, t.key) for t in small} == {
+        ("i-prefix", None, None), (None, "per-order", "7")
+    }
+    big = index.targets(doc("order.placed", total=500, order_id="a"))
+    assert {t.instance_id or t.key for t in big} == {"i-prefix", "i-big", "a"}
+    assert [t.instance_id for t in index.targets(doc("user.created", "/audit"))] == ["i-audit"]
+    assert index.targets(doc("user.created", "/")) == []
+
+
+def test_a_failing_expression_skips_the_route_only() -> None:
+    index = RoutingIndex([
+        Route(Filter(types=["x"], where="$number(payload.v) > 1"), instance_id="i-num"),
+        Route(Filter(types=["x"]), instance_id="i-all"),
+    ])
+    assert [t.instance_id for t in index.targets(doc("x", v="not a number"))] == ["i-all"]
