@@ -40,15 +40,16 @@ class State:
         Returns the value written."""
         if default is None:
             default = {}
-        for _ in range(MAX_UPDATE_RETRIES):
-            current = await self._ops.call("state_get", {})
-            value = current["value"]
-            new = fn(default if value is None else value)
-            result = await self._ops.call(
-                "state_cas", {"expected": current["version"], "value": new}
-            )
-            if result["ok"]:
-                return new
+        async with self._ops.update_lock():
+            for _ in range(MAX_UPDATE_RETRIES):
+                current = await self._ops.call("state_get", {})
+                value = current["value"]
+                new = fn(default if value is None else value)
+                result = await self._ops.call(
+                    "state_cas", {"expected": current["version"], "value": new}
+                )
+                if result["ok"]:
+                    return new
         raise RuntimeError("ctx.state.update: too much contention")
 
 

@@ -9,6 +9,7 @@ never touches the store, and there is no op to read or tail a stream.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -86,6 +87,10 @@ class OpHandler:
         if self.instance is None:
             raise errors.InvalidInput("this op needs an actor instance")
         return self.instance
+
+    def update_lock(self) -> asyncio.Lock:
+        """A process-local lock for one instance's ctx.state.update."""
+        return self._db().update_lock
 
     def _db(self):  # noqa: ANN202
         instance = self._need_instance()

@@ -13,6 +13,7 @@ when a run finishes, and on a periodic sweep.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import random
 import time
@@ -77,6 +78,8 @@ class Scheduler:
         self._done: dict[str, list[tuple[int, int]]] = defaultdict(list)
         self._done_flag = asyncio.Event()
         self._instances: dict[tuple[str, str], InstanceInfo] = {}
+        # Retries this worker scheduled, (due, tenant): claim again when due.
+        self._retries: list[tuple[int, str]] = []
         self.stopping = False
         self.on_run = None  # test hook: (row, started, finished, ok) -> None
 
@@ -100,11 +103,17 @@ class Scheduler:
         if not self._policies:
             return
         while not self.stopping:
+            timeout = self._sweep_s
+            if self._retries:
+                timeout = min(timeout, max((self._retries[0][0] - now_ms()) / 1000, 0))
             try:
-                await asyncio.wait_for(self._wake.wait(), self._sweep_s)
+                await asyncio.wait_for(self._wake.wait(), timeout)
             except asyncio.TimeoutError:
-                self._all = True
+                if not self._retries or self._retries[0][0] > now_ms():
+                    self._all = True  # the periodic sweep
             self._wake.clear()
+            while self._retries and self._retries[0][0] <= now_ms():
+                self._dirty.add(heapq.heappop(self._retries)[1])
             try:
                 await self._claim_dirty()
             except asyncio.CancelledError:
@@ -192,6 +201,7 @@ class Scheduler:
                         row.instance_id, row.qid, row.attempts, error)
         else:
             retry_at = now_ms() + int(backoff_s(definition, row.attempts) * 1000)
+            heapq.heappush(self._retries, (retry_at, row.tenant))
         try:
             await self._runtime.store.actors.fail(
                 row.tenant, row.qid, row.attempts, retry_at=retry_at,

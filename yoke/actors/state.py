@@ -121,6 +121,10 @@ class InstanceDatabase:
         self.instance_id = instance_id
         self._conn: sqlite3.Connection | None = None
         self._lock = asyncio.Lock()
+        # Serializes ctx.state.update calls of this process (the compare-and-
+        # set still guards against every other writer): N concurrent
+        # updaters then cost N round trips, not N squared.
+        self.update_lock = asyncio.Lock()
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
         async with self._lock:
@@ -129,10 +133,12 @@ class InstanceDatabase:
             def work() -> tuple[T, Callable[[], Any] | None]:
                 if self._conn is None:
                     self._conn = self._owner.storage.open(self.tenant, self.instance_id)
+                before = self._conn.total_changes
                 result = fn(self._conn)
+                changed = write and self._conn.total_changes != before
                 after = (
                     self._owner.storage.persist(self.tenant, self.instance_id, self._conn)
-                    if write else None
+                    if changed else None
                 )
                 return result, after
 
