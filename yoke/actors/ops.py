@@ -210,7 +210,7 @@ class OpHandler:
             Message(conversation_id, message_id, 0, role, p.get("content"), metadata, 0, None),
             event, now_ms(), new_stream_id(),
         )
-        if outcome.status != "ok":
+        if message is None:
             raise refusal_error(outcome.status, CONVERSATION_STREAM, [event])
         self._runtime.appends.appended(self.tenant, CONVERSATION_STREAM, 1)
         return message_dict(message)

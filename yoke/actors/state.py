@@ -126,16 +126,18 @@ class InstanceDatabase:
         # updaters then cost N round trips, not N squared.
         self.update_lock = asyncio.Lock()
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
+    async def _run(
+        self, fn: Callable[[sqlite3.Connection], T], *, write: bool | Callable[[T], bool]
+    ) -> T:
         async with self._lock:
             loop = asyncio.get_running_loop()
 
             def work() -> tuple[T, Callable[[], Any] | None]:
                 if self._conn is None:
                     self._conn = self._owner.storage.open(self.tenant, self.instance_id)
-                before = self._conn.total_changes
                 result = fn(self._conn)
-                changed = write and self._conn.total_changes != before
+                # (Not total_changes: DDL and COMMIT change the file without it.)
+                changed = write(result) if callable(write) else write
                 after = (
                     self._owner.storage.persist(self.tenant, self.instance_id, self._conn)
                     if changed else None
@@ -193,7 +195,7 @@ class InstanceDatabase:
                     conn.execute("ROLLBACK")
                 raise
 
-        return await self._run(cas, write=True)
+        return await self._run(cas, write=lambda result: result[0])  # a lost race wrote nothing
 
     # --- ctx.sqlite --------------------------------------------------------
 
@@ -256,6 +258,11 @@ class StateDatabases:
         if db is None:
             db = self._open[key] = InstanceDatabase(self, tenant, instance_id)
         return db
+
+    def forget_all(self) -> None:
+        """Drop every cached copy (this worker's instances went to others)."""
+        for tenant, instance_id in list(self._open):
+            self.forget(tenant, instance_id)
 
     def forget(self, tenant: str, instance_id: str) -> None:
         """Drop the cached copy (the instance moved to another worker)."""

@@ -246,8 +246,10 @@ class ActorStore(Protocol):
     async def post_message(
         self, tenant: str, path: str, message: Message, event: PreparedEvent, now: int,
         new_stream_id: str,
-    ) -> tuple[Message, Outcome]:
-        """Store the message and append ``event`` to ``path`` in one transaction."""
+    ) -> tuple[Message | None, Outcome]:
+        """Store the message and append ``event`` to ``path`` in one
+        transaction; when the append is refused (closed stream, no credit)
+        nothing is stored and the message is None."""
 
     async def messages(
         self, tenant: str, conversation_id: str, after: int | None, limit: int

@@ -431,10 +431,13 @@ class PgActorStore:
             share = -(-total // max(workers, 1)) - mine
             if share <= 0:
                 return 0
+            # A CTE, evaluated once: as an IN (...) subquery under row-level
+            # security it can be rerun per row and take more than the share.
             result = await conn.execute(
-                "UPDATE actor_instances SET worker_id=$2 WHERE tenant_id=$1 AND instance_id IN ("
-                " SELECT instance_id FROM actor_instances WHERE tenant_id=$1 AND worker_id IS NULL"
-                " ORDER BY instance_id LIMIT $3 FOR UPDATE SKIP LOCKED)",
+                "WITH pick AS (SELECT instance_id FROM actor_instances WHERE tenant_id=$1"
+                " AND worker_id IS NULL ORDER BY instance_id LIMIT $3 FOR UPDATE SKIP LOCKED)"
+                " UPDATE actor_instances i SET worker_id=$2 FROM pick"
+                " WHERE i.tenant_id=$1 AND i.instance_id = pick.instance_id",
                 tenant, worker_id, share,
             )
             adopted = int(result.split()[-1])
@@ -528,9 +531,11 @@ class PgActorStore:
     async def post_message(
         self, tenant: str, path: str, message: Message, event: PreparedEvent, now: int,
         new_stream_id: str,
-    ) -> tuple[Message, Outcome]:
+    ) -> tuple[Message | None, Outcome]:
         async with self._tx(tenant) as conn:
             outcome = await self._store._commit_in(conn, tenant, path, [event], now, new_stream_id)
+            if outcome.status != "ok":
+                return None, outcome  # refused: no message without its event
             row = await conn.fetchrow(
                 "INSERT INTO conversation_messages (tenant_id, conversation_id, message_id, role,"
                 " content, metadata, at, event_seq) VALUES ($1,$2,$3,$4,$5::jsonb,$6::jsonb,$7,$8)"

@@ -545,12 +545,14 @@ class SqliteActorStore:
     async def post_message(
         self, tenant: str, path: str, message: Message, event: PreparedEvent, now: int,
         new_stream_id: str,
-    ) -> tuple[Message, Outcome]:
-        def run() -> tuple[Message, Outcome]:
+    ) -> tuple[Message | None, Outcome]:
+        def run() -> tuple[Message | None, Outcome]:
             with self._tx() as conn:
                 outcome = self._store._commit_in(
                     conn, tenant, path, [event], [0], now, new_stream_id
                 ).outcomes[0]
+                if outcome.status != "ok":
+                    return None, outcome  # refused: no message without its event
                 row = conn.execute(
                     "INSERT INTO conversation_messages (tenant_id, conversation_id, message_id,"
                     " role, content, metadata, at, event_seq) VALUES (?,?,?,?,?,?,?,?)"
