@@ -16,7 +16,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 run: $(STAMP)
-	$(VENV)/bin/yoke serve
+	$(VENV)/bin/yoke serve --app examples.orders:app
 
 bench: $(STAMP)
 	$(PY) bench/append.py
