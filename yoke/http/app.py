@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__, errors, metrics
-from . import health, objects, streams, tokens, workflow
+from . import actors, health, objects, portals, streams, tokens, workflow
 from .auth import TokenCache
 from .hotpath import HotPath
 from .responses import http_error_handler, validation_error_handler, yoke_error_handler
@@ -41,7 +41,10 @@ def create_app(
     app = FastAPI(
         title="Yoke",
         version=__version__,
-        description="Durable event streams: append, read, tail (SSE), acknowledge, backpressure.",
+        description=(
+            "Durable event streams: append, read, tail (SSE), acknowledge, backpressure;"
+            " actor instances, their queues and dead letters; portals."
+        ),
         lifespan=lifespan,
     )
     app.state.token_cache = TokenCache()
@@ -50,7 +53,7 @@ def create_app(
     app.add_exception_handler(errors.YokeError, yoke_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
-    for module in (health, tokens, objects, streams, workflow):
+    for module in (health, tokens, objects, streams, workflow, actors, portals):
         app.include_router(module.router)
     return app
 

@@ -1,0 +1,271 @@
+"""``/v1/instances``: actor instances of the token's tenant, their queues and
+dead letters.
+
+Reads need ``read``; creating an instance and redriving or dropping dead
+rows change what runs, so they need ``admin`` (like stream settings).
+The routes call the same ``runtime.instances(tenant)`` methods as Python.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Path, Query, Request
+from starlette.responses import Response
+
+from .. import errors
+from ..actors.instances import MAX_KEY_CHARS, Instances, check_key
+from ..actors.ops import instance_dict
+from ..actors.state import InstanceDatabase
+from ..events import check_text, json_text
+from ..runtime import Runtime
+from ..store.actors import InstanceInfo, QueueRow
+from .auth import ADMIN, READ, Principal, runtime_of
+from .responses import ERROR_RESPONSES, MAX_JSON_BODY_BYTES, json_body, json_response, limited_body, parse_json
+from .streams import object_body
+
+router = APIRouter(prefix="/v1/instances", tags=["actors"], responses=ERROR_RESPONSES)
+
+INSTANCE_ID = Path(description="The instance id (inst_...)")
+MAX_NAME_CHARS = 200  # actor names, instance ids, list cursors
+MAX_QID = 2**63 - 1
+
+FILTER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "types": {"type": "array", "items": {"type": "string"}, "description": "event types, 'prefix.*' or '*'"},
+        "streams": {"type": "array", "items": {"type": "string"}, "description": "path globs ('*', '**')"},
+        "where": {"type": "string", "description": "a JSONata expression that must be true"},
+    },
+}
+CREATE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["actor"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "actor": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS},
+                        "key": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_CHARS},
+                        "config": {"type": "object"},
+                        "filter": FILTER_SCHEMA,
+                    },
+                }
+            }
+        },
+    }
+}
+QIDS_BODY = {
+    "requestBody": {
+        "required": False,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "qids": {
+                            "type": "array",
+                            "items": {"type": "integer", "minimum": 1},
+                            "description": "Only these dead rows (default: all of them)",
+                        }
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+def instances_of(request: Request, principal: Principal) -> Instances:
+    return runtime_of(request).instances(principal.tenant)
+
+
+def text(value: Any, field: str, max_chars: int = MAX_NAME_CHARS) -> str:
+    """A name both backends can look up: 1-``max_chars`` characters, no NUL."""
+    if not isinstance(value, str) or not 1 <= len(value) <= max_chars:
+        raise errors.InvalidInput(f"{field} is 1-{max_chars} characters", field=field)
+    return check_text(value, field, errors.InvalidInput)
+
+
+def instance_id_of(value: str) -> str:
+    """An id no instance can have is simply not found (after the text check)."""
+    check_text(value, "instance_id", errors.InvalidInput)
+    if not 1 <= len(value) <= MAX_NAME_CHARS:
+        raise errors.InstanceNotFound(instance_id=value[:80])
+    return value
+
+
+def instance_json(info: InstanceInfo) -> dict[str, Any]:
+    return {**instance_dict(info), "worker_id": info.worker_id}
+
+
+def queue_row_json(row: QueueRow) -> dict[str, Any]:
+    return {
+        "qid": row.qid,
+        "status": row.status,
+        "attempts": row.attempts,
+        "group_id": row.group_id,
+        "priority": row.priority,
+        "path": row.path,
+        "offset": row.offset,
+        "event": row.event,
+        "available_at": row.available_at,
+        "last_error": row.last_error,
+        "last_traceback": row.last_traceback,
+        "enqueued_at": row.enqueued_at,
+        "started_at": row.started_at,
+    }
+
+
+def qids_of(body: Any) -> list[int] | None:
+    """``{"qids": [...]}`` (some dead rows), or no body / ``{}`` (all of them)."""
+    body = object_body(body, {"qids"})
+    qids = body.get("qids")
+    if qids is None:
+        return None
+    if not isinstance(qids, list) or not all(
+        isinstance(q, int) and not isinstance(q, bool) and 1 <= q <= MAX_QID for q in qids
+    ):
+        raise errors.InvalidInput("qids is a list of queue row ids (positive integers)", field="qids")
+    return qids
+
+
+async def optional_json_body(request: Request) -> Any:
+    """The JSON body, or ``{}`` when there is none."""
+    raw = await limited_body(request, MAX_JSON_BODY_BYTES)
+    return parse_json(raw) if raw else {}
+
+
+async def read_state(runtime: Runtime, info: InstanceInfo) -> tuple[Any, int]:
+    """The instance's state document and version.
+
+    The process that runs the instance keeps its database open and is its
+    only writer, so its copy is current. Any other process (an API server
+    without an executor, or one whose instance another worker owns) reads
+    the stored copy afresh instead of caching one that would go stale.
+    """
+    if runtime.worker_id is not None and info.worker_id == runtime.worker_id:
+        return await runtime.instances(info.tenant).state(info.instance_id)
+    db = InstanceDatabase(runtime.state_databases(), info.tenant, info.instance_id)
+    try:
+        return await db.state_get()
+    finally:
+        db.close()
+
+
+# --- instances ---------------------------------------------------------------
+
+
+@router.get("", summary="List actor instances")
+async def list_instances(
+    request: Request,
+    actor: str | None = Query(None, description="Only instances of this actor"),
+    limit: int = Query(100, ge=1, le=1000),
+    after: str | None = Query(None, description="Continue after this instance id"),
+    principal: Principal = READ,
+) -> Response:
+    if actor is not None:
+        text(actor, "actor")
+    if after is not None:
+        text(after, "after", 10_000)
+    listed = await instances_of(request, principal).list(actor, limit=limit, after=after)
+    return json_response({"instances": [instance_json(i) for i in listed]})
+
+
+@router.post("", status_code=201, openapi_extra=CREATE_BODY, summary="Create an instance (200 if it exists)")
+async def create_instance(request: Request, principal: Principal = ADMIN) -> Response:
+    body = object_body(await json_body(request), {"actor", "key", "config", "filter"})
+    actor = text(body.get("actor"), "actor")
+    key = body.get("key")
+    if key is not None:
+        check_key(key)
+        check_text(key, "key", errors.InvalidInput)
+    config = body.get("config")
+    if config is not None and not isinstance(config, dict):
+        raise errors.InvalidInput("config must be an object", field="config")
+    filter_ = body.get("filter")
+    if filter_ is not None:
+        json_text(filter_, "filter")  # storable (no NUL); Instances.create parses it
+    runtime = runtime_of(request)
+    instances = runtime.instances(principal.tenant)
+    definition = runtime.app.get(actor) if runtime.app is not None else None  # unknown_actor
+    if definition is not None and filter_ is None and definition.filter_from_config is not None:
+        # The application's code derives the filter from the caller's config:
+        # a config it cannot handle is the caller's error, not a 500.
+        try:
+            definition.instance_filter(config or {})
+        except errors.YokeError:
+            raise
+        except Exception as exc:
+            raise errors.InvalidInput(
+                f"actor {actor!r} cannot derive a filter from this config: {type(exc).__name__}: {exc}",
+                field="config",
+            ) from None
+    # Instances.create returns the instance whether or not it was new: look
+    # first, so a repeated create answers 200 with "created": false.
+    lookup_key = "singleton" if definition is not None and definition.singleton else key
+    existing = await instances.find(actor, lookup_key) if lookup_key is not None else None
+    info = await instances.create(actor, key, config, filter=filter_)
+    created = existing is None or existing.instance_id != info.instance_id
+    return json_response({**instance_json(info), "created": created}, status_code=201 if created else 200)
+
+
+@router.get("/{instance_id}", summary="An instance, its state and its queue depth")
+async def show_instance(request: Request, instance_id: str = INSTANCE_ID, principal: Principal = READ) -> Response:
+    runtime = runtime_of(request)
+    instances = runtime.instances(principal.tenant)
+    info = await instances.get(instance_id_of(instance_id))
+    value, version = await read_state(runtime, info)
+    depth = await instances.depth(info.instance_id)
+    return json_response(
+        {
+            **instance_json(info),
+            "state": {"value": value, "version": version},
+            "queue": {"pending": depth.pending, "processing": depth.processing, "dead": depth.dead},
+        }
+    )
+
+
+@router.get("/{instance_id}/queue", summary="Queue rows of an instance")
+async def queue(
+    request: Request,
+    instance_id: str = INSTANCE_ID,
+    status: str | None = Query(None, description="pending, processing or dead (default: all)"),
+    limit: int = Query(100, ge=1, le=1000),
+    principal: Principal = READ,
+) -> Response:
+    rows = await instances_of(request, principal).queue(instance_id_of(instance_id), status=status, limit=limit)
+    return json_response({"rows": [queue_row_json(r) for r in rows]})
+
+
+# --- dead letters --------------------------------------------------------------
+
+
+@router.get("/{instance_id}/dlq", summary="Dead-lettered rows of an instance")
+async def dead_letters(
+    request: Request,
+    instance_id: str = INSTANCE_ID,
+    limit: int = Query(100, ge=1, le=1000),
+    principal: Principal = READ,
+) -> Response:
+    rows = await instances_of(request, principal).dead(instance_id_of(instance_id), limit=limit)
+    return json_response({"rows": [queue_row_json(r) for r in rows]})
+
+
+@router.post("/{instance_id}/dlq/redrive", openapi_extra=QIDS_BODY, summary="Dead rows back to pending, attempts reset")
+async def redrive(request: Request, instance_id: str = INSTANCE_ID, principal: Principal = ADMIN) -> Response:
+    qids = qids_of(await optional_json_body(request))
+    count = await instances_of(request, principal).redrive(instance_id_of(instance_id), qids)
+    return json_response({"redriven": count})
+
+
+@router.post("/{instance_id}/dlq/drop", openapi_extra=QIDS_BODY, summary="Delete dead rows")
+async def drop(request: Request, instance_id: str = INSTANCE_ID, principal: Principal = ADMIN) -> Response:
+    qids = qids_of(await optional_json_body(request))
+    count = await instances_of(request, principal).drop(instance_id_of(instance_id), qids)
+    return json_response({"dropped": count})
