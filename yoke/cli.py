@@ -1,14 +1,17 @@
 """The ``yoke`` command line.
 
-Server and operator commands (``serve``, ``migrate``, ``tokens``) work on the
-database directly. Stream commands (``append``, ``read``, ``tail``,
-``streams``, ``stream ...``) talk HTTP to ``--url`` with ``--token``
-(default: ``YOKE_TOKEN``, else ``./.yoke/token`` written by ``yoke serve``).
+Server and operator commands (``serve``, ``worker``, ``migrate``,
+``tokens``) work on the database directly. Stream and actor commands
+(``append``, ``read``, ``tail``, ``streams``, ``stream ...``, ``instances
+...``, ``dlq ...``) talk HTTP to ``--url`` with ``--token`` (default:
+``YOKE_TOKEN``, else ``./.yoke/token`` written by ``yoke serve``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -95,19 +98,102 @@ def info_lines(info: dict[str, Any]) -> str:
 # --- server and operator commands --------------------------------------------
 
 
+APP_OPTION_HELP = "module:attr of a Yoke App to run (imported with the current directory on sys.path)"
+
+
 @main.command()
 @DB_OPTION
 @click.option("--host", default=None, help="Bind address (default 127.0.0.1)")
 @click.option("--port", default=None, type=int, help="Port (default 8080)")
-@click.option("--app", "app_spec", default=None, help="module:attr of a Yoke App to run")
-def serve(database_url: str | None, host: str | None, port: int | None, app_spec: str | None) -> None:
-    """Run the HTTP API (embedded SQLite under ./.yoke by default)."""
+@click.option("--app", "app_spec", envvar="YOKE_APP", default=None, help=APP_OPTION_HELP)
+@click.option(
+    "--no-executor", is_flag=True,
+    help="Serve the API only: appends are stored without fan-out; `yoke worker` runs the actors",
+)
+def serve(
+    database_url: str | None, host: str | None, port: int | None, app_spec: str | None, no_executor: bool
+) -> None:
+    """Run the HTTP API (embedded SQLite under ./.yoke by default), and with
+    --app the application's actors in the same process."""
+    app = load_app_or_fail(app_spec) if app_spec is not None else None
     from .http.server import serve as run_server
 
-    if app_spec is not None:
-        fail("--app needs the actor runtime, which this version does not include yet")
     settings = Settings.from_env(database_url=database_url, host=host, port=port)
-    run_server(settings, on_ready=print_banner)
+
+    def on_ready(settings: Settings, token: str) -> None:
+        print_banner(settings, token)
+        if app is not None:
+            mode = "API only (no executor: run `yoke worker`)" if no_executor else "running its actors here"
+            click.echo(f"  app:          {app_spec}: {describe_app(app)}; {mode}\n", err=True)
+        elif no_executor:
+            click.echo("  no executor:  appends are stored without fan-out\n", err=True)
+
+    run_server(settings, app=app, executor=not no_executor, on_ready=on_ready)
+
+
+def load_app_or_fail(spec: str) -> Any:
+    """The App ``spec`` names; the current directory is importable first."""
+    from .actors.app import load_app
+    from .errors import YokeError
+
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        return load_app(spec)
+    except YokeError as exc:
+        fail(exc.message)
+    except Exception as exc:  # the module does not import, or fails while importing
+        fail(f"cannot load {spec}: {type(exc).__name__}: {exc}")
+
+
+def describe_app(app: Any) -> str:
+    actors = ", ".join(app.actors) or "no actors"
+    portals = f"; portals {', '.join(app.portals)}" if app.portals else ""
+    return f"actors {actors}{portals}"
+
+
+@main.command()
+@DB_OPTION
+@click.option("--app", "app_spec", envvar="YOKE_APP", required=True, help=APP_OPTION_HELP)
+def worker(database_url: str | None, app_spec: str) -> None:
+    """Run the application's actors without HTTP (fan-out, scheduler,
+    schedules, portal loops) until SIGTERM/SIGINT, then stop gracefully:
+    runs in progress finish (up to YOKE_SHUTDOWN_TIMEOUT_S), queued appends
+    commit, and the worker's instances pass to the other workers."""
+    import logging
+
+    app = load_app_or_fail(app_spec)
+    settings = Settings.from_env(database_url=database_url)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(_work(settings, app, app_spec))
+    except KeyboardInterrupt:  # a second signal while stopping
+        sys.exit(130)
+    except Exception as exc:  # an unreachable or missing database, a bad URL
+        fail(f"{settings.database_url}: {type(exc).__name__}: {exc}")
+
+
+async def _work(settings: Settings, app: Any, app_spec: str) -> None:
+    from .runtime import open as open_runtime
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    async with open_runtime(settings=settings, app=app) as runtime:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        click.echo(
+            f"yoke worker {runtime.worker_id} on {settings.database_url}: {app_spec}: {describe_app(app)}"
+            " (SIGTERM or Ctrl-C to stop)",
+            err=True,
+        )
+        try:
+            await stop.wait()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)  # a second signal ends the process at once
+            click.echo(f"yoke worker {runtime.worker_id}: stopping", err=True)
+    click.echo("yoke worker: stopped", err=True)
 
 
 def print_banner(settings: Settings, token: str) -> None:
@@ -333,6 +419,128 @@ def stream_retention(client: Client, as_json: bool, path: str, max_age_s: float 
 @http_command
 def stream_hold(client: Client, as_json: bool, path: str, state: str) -> None:
     emit(client.set_legal_hold(path, state == "on"), as_json, lambda i: f"legal hold {state} for {i['path']}")
+
+
+# --- actor commands (HTTP) ---------------------------------------------------------
+
+
+def json_option(value: str | None, name: str) -> Any:
+    if value is None:
+        return None
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        fail(f"{name} is not valid JSON: {exc}")
+
+
+def instance_line(i: dict[str, Any]) -> str:
+    return f"{i['id']}  {i['actor']:<20} {i['key']:<24} worker {i['worker_id'] or '-'}"
+
+
+def instance_lines(i: dict[str, Any]) -> str:
+    lines = [
+        f"id          {i['id']}",
+        f"actor       {i['actor']}   key {i['key']}",
+        f"config      {orjson.dumps(i['config']).decode()}",
+        f"filter      {orjson.dumps(i['filter']).decode() if i['filter'] is not None else '(routed by key)'}",
+        f"parent      {i['parent_id'] or '-'}   worker {i['worker_id'] or '-'}",
+    ]
+    if "state" in i:
+        state, q = i["state"], i["queue"]
+        lines += [
+            f"state       version {state['version']}  {orjson.dumps(state['value']).decode()}",
+            f"queue       {q['pending']} pending, {q['processing']} processing, {q['dead']} dead",
+        ]
+    return "\n".join(lines)
+
+
+def queue_row_line(r: dict[str, Any]) -> str:
+    where = f"{r['path']}@{r['offset']}" if r["path"] is not None else "(sent)"
+    error = (r["last_error"] or "").splitlines()[0][:80] if r["last_error"] else ""
+    event_type = (r["event"] or {}).get("type", "?")
+    return f"{r['qid']:>8}  attempts {r['attempts']:<3} {where:<28} {event_type:<24} {error}"
+
+
+@main.group()
+def instances() -> None:
+    """List, create and inspect actor instances of the token's tenant."""
+
+
+@instances.command("list")
+@click.option("--actor", default=None, help="Only instances of this actor")
+@click.option("--limit", default=100, show_default=True, type=int)
+@click.option("--after", default=None, help="Continue after this instance id")
+@http_command
+def instances_list(client: Client, as_json: bool, actor: str | None, limit: int, after: str | None) -> None:
+    listed = client.instances(actor, limit, after)["instances"]
+    emit(listed, as_json, lambda v: "\n".join(instance_line(i) for i in v) or "(no instances)")
+
+
+@instances.command("create")
+@click.argument("actor")
+@click.option("--key", default=None, help="The instance key (default: a new one)")
+@click.option("--config", "config_json", default=None, help="Config, a JSON object")
+@click.option("--filter", "filter_json", default=None, help='Filter, JSON: {"types": [...], "streams": [...], "where": "..."}')
+@http_command
+def instances_create(
+    client: Client, as_json: bool, actor: str, key: str | None, config_json: str | None, filter_json: str | None
+) -> None:
+    """Create the instance (ACTOR, --key), or show the existing one."""
+    config = json_option(config_json, "--config")
+    filter_ = json_option(filter_json, "--filter")
+    created = client.create_instance(actor, key, config, filter_)
+    emit(
+        created,
+        as_json,
+        lambda i: f"{'created' if i['created'] else 'exists '} {i['id']} (actor {i['actor']}, key {i['key']})",
+    )
+
+
+@instances.command("show")
+@click.argument("instance_id")
+@http_command
+def instances_show(client: Client, as_json: bool, instance_id: str) -> None:
+    """An instance, its state and its queue depth."""
+    emit(client.instance(instance_id), as_json, instance_lines)
+
+
+@main.group()
+def dlq() -> None:
+    """Dead-lettered queue rows of an instance: list, redrive, drop."""
+
+
+@dlq.command("list")
+@click.argument("instance_id")
+@click.option("--limit", default=100, show_default=True, type=int)
+@http_command
+def dlq_list(client: Client, as_json: bool, instance_id: str, limit: int) -> None:
+    rows = client.dead_letters(instance_id, limit)["rows"]
+    emit(rows, as_json, lambda v: "\n".join(queue_row_line(r) for r in v) or "(no dead rows)")
+
+
+QID_OPTION = click.option(
+    "--qid", "qids", multiple=True, type=int, help="A dead row's qid (repeatable; default: all dead rows)"
+)
+
+
+@dlq.command("redrive")
+@click.argument("instance_id")
+@QID_OPTION
+@http_command
+def dlq_redrive(client: Client, as_json: bool, instance_id: str, qids: tuple[int, ...]) -> None:
+    """Dead rows back to pending, attempts reset."""
+    result = client.redrive(instance_id, list(qids) or None)
+    emit(result, as_json, lambda r: f"redriven {r['redriven']} row(s) of {instance_id}")
+
+
+@dlq.command("drop")
+@click.argument("instance_id")
+@QID_OPTION
+@http_command
+def dlq_drop(client: Client, as_json: bool, instance_id: str, qids: tuple[int, ...]) -> None:
+    """Delete dead rows."""
+    result = client.drop_dead(instance_id, list(qids) or None)
+    emit(result, as_json, lambda r: f"dropped {r['dropped']} row(s) of {instance_id}")
 
 
 @main.command()

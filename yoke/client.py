@@ -3,6 +3,7 @@
     with Client("http://127.0.0.1:8080", token) as c:
         c.append("/orders", {"type": "order.placed"})
         for event in c.tail("/orders", after=0): ...
+        c.redrive(c.instances(actor="billing")["instances"][0]["id"])
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ def stream_url(path: str, action: str = "") -> str:
         path = "/" + path
     base = "/v1/streams" + quote(path.rstrip("/"), safe="/:@~._-")
     return f"{base}/-/{action}" if action else (base if path != "/" else "/v1/streams/")
+
+
+def instance_url(instance_id: str, action: str = "") -> str:
+    base = "/v1/instances/" + quote(instance_id, safe="")
+    return f"{base}/{action}" if action else base
+
+
+def _qids_body(qids: list[int] | None) -> dict[str, Any]:
+    return {} if qids is None else {"qids": list(qids)}
 
 
 class Client:
@@ -96,6 +106,50 @@ class Client:
 
     def set_legal_hold(self, path: str, on: bool) -> Any:
         return self.request("PUT", stream_url(path, "legal-hold"), json={"on": on})
+
+    # --- actor instances and dead letters ---------------------------------
+
+    def instances(self, actor: str | None = None, limit: int = 100, after: str | None = None) -> Any:
+        params: dict[str, Any] = {"limit": limit}
+        if actor is not None:
+            params["actor"] = actor
+        if after is not None:
+            params["after"] = after
+        return self.request("GET", "/v1/instances", params=params)
+
+    def create_instance(
+        self,
+        actor: str,
+        key: str | None = None,
+        config: dict[str, Any] | None = None,
+        filter: dict[str, Any] | None = None,  # noqa: A002
+    ) -> Any:
+        body: dict[str, Any] = {"actor": actor}
+        for name, value in (("key", key), ("config", config), ("filter", filter)):
+            if value is not None:
+                body[name] = value
+        return self.request("POST", "/v1/instances", json=body)
+
+    def instance(self, instance_id: str) -> Any:
+        """The instance with its ``state`` and ``queue`` depth."""
+        return self.request("GET", instance_url(instance_id))
+
+    def queue(self, instance_id: str, status: str | None = None, limit: int = 100) -> Any:
+        params: dict[str, Any] = {"limit": limit}
+        if status is not None:
+            params["status"] = status
+        return self.request("GET", instance_url(instance_id, "queue"), params=params)
+
+    def dead_letters(self, instance_id: str, limit: int = 100) -> Any:
+        return self.request("GET", instance_url(instance_id, "dlq"), params={"limit": limit})
+
+    def redrive(self, instance_id: str, qids: list[int] | None = None) -> Any:
+        """Dead rows (all, or ``qids``) back to pending: ``{"redriven": n}``."""
+        return self.request("POST", instance_url(instance_id, "dlq/redrive"), json=_qids_body(qids))
+
+    def drop_dead(self, instance_id: str, qids: list[int] | None = None) -> Any:
+        """Delete dead rows (all, or ``qids``): ``{"dropped": n}``."""
+        return self.request("POST", instance_url(instance_id, "dlq/drop"), json=_qids_body(qids))
 
     def tail(self, path: str, after: int = 0) -> Iterator[dict[str, Any]]:
         """Events as they arrive, forever (reconnecting is the caller's choice)."""

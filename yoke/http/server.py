@@ -3,6 +3,12 @@
 On SIGTERM/SIGINT the server stops accepting connections, ends live tails
 (their SSE responses finish cleanly), lets in-flight requests complete, and
 then closes the runtime, which commits every queued append.
+
+With an ``App`` the runtime also runs the application's executor in this
+process (fan-out, scheduler, schedules, portal loops), unless
+``executor=False``: then the server is the control plane only (API,
+portals, appends stored without fan-out) and ``yoke worker`` processes run
+the actors.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 import uvicorn
 
 from .. import runtime as runtime_module
+from ..actors.app import App
 from ..config import Settings
 from ..runtime import Runtime
 from .app import asgi_app, create_app
@@ -55,7 +62,13 @@ async def ensure_admin_token(runtime: Runtime, token_file: Path) -> str:
     return new.token
 
 
-def serve(settings: Settings, *, on_ready: Callable[[Settings, str], None] | None = None) -> None:
+def serve(
+    settings: Settings,
+    *,
+    app: App | None = None,
+    executor: bool = True,
+    on_ready: Callable[[Settings, str], None] | None = None,
+) -> None:
     # SSE heartbeats are sent on the tails' sweep: make it tick often enough.
     settings = replace(settings, tail_sweep_s=min(settings.tail_sweep_s, settings.sse_heartbeat_s))
     shutdown = asyncio.Event()
@@ -63,22 +76,22 @@ def serve(settings: Settings, *, on_ready: Callable[[Settings, str], None] | Non
 
     @asynccontextmanager
     async def open_runtime() -> AsyncIterator[Runtime]:
-        async with runtime_module.open(settings=settings) as runtime:
+        async with runtime_module.open(settings=settings, app=app, executor=executor) as runtime:
             token = await ensure_admin_token(runtime, token_file)
             if on_ready is not None:
                 on_ready(settings, token)
             yield runtime
 
-    app = create_app(open_runtime, heartbeat_s=settings.sse_heartbeat_s, shutdown=shutdown)
+    api = create_app(open_runtime, heartbeat_s=settings.sse_heartbeat_s, shutdown=shutdown)
 
     def stop_tails() -> None:
         shutdown.set()
-        runtime = getattr(app.state, "runtime", None)
+        runtime = getattr(api.state, "runtime", None)
         if runtime is not None:
             runtime.appends.stop_blocking()  # producers waiting for credit: 503 now
             runtime.hub.wake_all()  # idle tails notice the stop now
     config = uvicorn.Config(
-        asgi_app(app),
+        asgi_app(api),
         host=settings.host,
         port=settings.port,
         log_level="info",
