@@ -48,7 +48,8 @@ class Server:
         return orjson.loads(out.stdout)["token"]
 
 
-def start_server(db_url: str, data_dir: Path, **env: str) -> Server:
+def start_server(db_url: str, data_dir: Path, *, args: tuple[str, ...] = (), **env: str) -> Server:
+    """``yoke serve [args]`` on ``db_url`` with its data under ``data_dir``."""
     port = free_port()
     environment = {
         **os.environ,
@@ -62,7 +63,7 @@ def start_server(db_url: str, data_dir: Path, **env: str) -> Server:
     }
     log = open(data_dir.parent / f"server-{port}.log", "w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "yoke.cli", "serve"], env=environment, stdout=log, stderr=subprocess.STDOUT,
+        [sys.executable, "-m", "yoke.cli", "serve", *args], env=environment, stdout=log, stderr=subprocess.STDOUT,
         cwd=data_dir.parent,
     )
     url = f"http://127.0.0.1:{port}"

@@ -1,0 +1,489 @@
+"""Actors over HTTP: a real ``yoke serve --app tests.http.actor_app:app`` per
+backend (instances, queues, dead letters, portals, the CLI), and the
+control-plane / executor split (``yoke serve --no-executor`` + ``yoke worker``).
+
+Each test works in a tenant of its own (a token made for it); the servers
+get PostgreSQL databases of their own, since fan-out and workers span every
+tenant of a database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import jsonata
+import orjson
+import pytest
+
+import yoke
+
+from ..conftest import PG_ADMIN_URL, with_database
+from .conftest import Server, start_server, stop_server
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = "tests.http.actor_app:app"
+FAST = {
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    "YOKE_SCHEDULER_SWEEP_S": "0.05",
+    "YOKE_WORKER_HEARTBEAT_S": "0.2",
+}
+DEADLINE_S = 20
+
+
+# --- databases, servers, tenants ------------------------------------------------------
+
+
+async def _admin(sql: str) -> None:
+    conn = await asyncpg.connect(PG_ADMIN_URL)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@contextlib.contextmanager
+def database(kind: str, base: Path) -> Iterator[str]:
+    """A database of its own: a SQLite file, or a new PostgreSQL database
+    (``yoke serve`` migrates it on start)."""
+    if kind == "sqlite":
+        yield f"sqlite:///{base}/yoke.db"
+        return
+    name = f"yoke_http_actors_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
+    try:
+        yield with_database(PG_ADMIN_URL, name)
+    finally:
+        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def actors_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    base = tmp_path_factory.mktemp("actors")
+    with database(request.param, base) as db_url:
+        srv = start_server(db_url, base / ".yoke", args=("--app", APP), **FAST)
+        try:
+            yield srv
+        finally:
+            stop_server(srv)
+
+
+def make_token(db_url: str, tenant: str, scopes: str = "admin") -> str:
+    async def create() -> str:
+        async with yoke.open(db_url) as y:
+            return (await y.tokens.create(tenant, scopes.split(","), "actors api test")).token
+
+    return asyncio.run(create())
+
+
+class Tenant:
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.name = "t" + uuid.uuid4().hex[:12]
+        self.token = make_token(server.db_url, self.name)
+        self.http = server.client(self.token)
+
+    def create(self, actor: str, **body: Any) -> dict[str, Any]:
+        response = self.http.post("/v1/instances", json={"actor": actor, **body})
+        assert response.status_code in (200, 201), response.text
+        return response.json()
+
+    def show(self, instance_id: str) -> dict[str, Any]:
+        response = self.http.get(f"/v1/instances/{instance_id}")
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def append(self, path: str, *events: dict[str, Any]) -> None:
+        response = self.http.post(f"/v1/streams{path}/-/events", json=list(events))
+        assert response.status_code == 201, response.text
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return self.server.cli(*args, "--url", self.server.url, "--token", self.token, check=check)
+
+    def cli_many(self, *commands: tuple[str, ...]) -> list[subprocess.CompletedProcess]:
+        """Independent CLI commands run at once (each starts a Python process)."""
+        with ThreadPoolExecutor(len(commands)) as pool:
+            return list(pool.map(lambda args: self.cli(*args, check=False), commands))
+
+
+@pytest.fixture
+def tenant(actors_server: Server) -> Iterator[Tenant]:
+    t = Tenant(actors_server)
+    try:
+        yield t
+    finally:
+        t.http.close()
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout_s: float = DEADLINE_S) -> Any:
+    """Poll ``check`` until it returns something truthy; fail after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def wait_state(
+    t: Tenant, instance_id: str, done: Callable[[Any], bool], what: str, timeout_s: float = DEADLINE_S
+) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        shown = t.show(instance_id)
+        return shown if done(shown["state"]["value"] or {}) else None
+
+    return wait_for(check, what, timeout_s)
+
+
+def wait_settled(t: Tenant, instance_id: str, done: Callable[[Any], bool], what: str) -> dict[str, Any]:
+    """The state satisfies ``done`` and no row is pending or processing (a
+    finished row is deleted just after its state was written)."""
+
+    def check() -> dict[str, Any] | None:
+        shown = t.show(instance_id)
+        idle = shown["queue"]["pending"] == shown["queue"]["processing"] == 0
+        return shown if idle and done(shown["state"]["value"] or {}) else None
+
+    return wait_for(check, what)
+
+
+def wait_dead(t: Tenant, instance_id: str, count: int) -> dict[str, Any]:
+    return wait_for(
+        lambda: (s := t.show(instance_id))["queue"]["dead"] == count and s["queue"]["pending"] == 0
+        and s["queue"]["processing"] == 0 and s,
+        f"{count} dead row(s)",
+    )
+
+
+def error_of(response: httpx.Response) -> tuple[int, str]:
+    return response.status_code, response.json()["error"]["code"]
+
+
+# --- instances ------------------------------------------------------------------------
+
+
+def test_create_list_and_show_instances(tenant):
+    first = tenant.http.post("/v1/instances", json={"actor": "counter", "key": "a", "config": {"x": 1}})
+    assert first.status_code == 201
+    a = first.json()
+    assert a["created"] is True and a["id"].startswith("inst_")
+    assert (a["actor"], a["key"], a["config"], a["parent_id"]) == ("counter", "a", {"x": 1}, None)
+    assert a["filter"] == {"types": ["count.*"]}  # the actor's filter
+    assert a["worker_id"].startswith("wrk_")  # owned by the server's executor
+    again = tenant.http.post("/v1/instances", json={"actor": "counter", "key": "a"})
+    assert again.status_code == 200
+    assert again.json() == {**a, "created": False}
+    own_filter = {"types": ["count.special"], "streams": ["/special/**"], "where": "payload.n > 1"}
+    b = tenant.create("counter", key="b", filter=own_filter)
+    assert b["filter"] == own_filter
+    generated = tenant.create("flaky")
+    assert generated["created"] and generated["key"]
+
+    listed = tenant.http.get("/v1/instances").json()["instances"]
+    assert [i["id"] for i in listed] == sorted(i["id"] for i in (a, b, generated))
+    assert {i["id"]: i for i in listed}[a["id"]] == {k: v for k, v in a.items() if k != "created"}
+    counters = tenant.http.get("/v1/instances", params={"actor": "counter"}).json()["instances"]
+    assert {i["key"] for i in counters} == {"a", "b"}
+    page = tenant.http.get("/v1/instances", params={"limit": 1}).json()["instances"]
+    rest = tenant.http.get("/v1/instances", params={"after": page[0]["id"]}).json()["instances"]
+    assert [i["id"] for i in page + rest] == [i["id"] for i in listed]
+
+    shown = tenant.show(a["id"])
+    assert shown["state"] == {"value": None, "version": 0}
+    assert shown["queue"] == {"pending": 0, "processing": 0, "dead": 0}
+    assert {k: v for k, v in shown.items() if k not in ("state", "queue")} == {
+        k: v for k, v in a.items() if k != "created"
+    }
+
+
+def test_appended_events_reach_the_actor(tenant):
+    inst = tenant.create("counter", key="c")
+    tenant.append("/orders", {"type": "count.one", "payload": 1}, {"type": "other.thing"})
+    tenant.append("/orders/eu", {"type": "count.two", "payload": {"n": 2}})
+    shown = wait_settled(tenant, inst["id"], lambda s: s.get("n") == 2, "two count events processed")
+    assert shown["state"]["value"] == {"n": 2, "last": {"n": 2}, "path": "/orders/eu"}
+    assert shown["state"]["version"] == 2
+    assert shown["queue"] == {"pending": 0, "processing": 0, "dead": 0}
+
+
+# --- dead letters -----------------------------------------------------------------------
+
+
+def test_dead_letters_list_redrive_and_drop(tenant):
+    inst = tenant.create("flaky", key="f")
+    iid = inst["id"]
+    tenant.append("/jobs", {"type": "flaky.fail", "payload": "first"}, {"type": "flaky.fail", "payload": "second"})
+    wait_dead(tenant, iid, 2)
+
+    rows = tenant.http.get(f"/v1/instances/{iid}/dlq").json()["rows"]
+    assert [r["event"]["payload"] for r in rows] == ["first", "second"]
+    first, second = rows
+    assert set(first) == {
+        "qid", "status", "attempts", "group_id", "priority", "path", "offset", "event", "available_at",
+        "last_error", "last_traceback", "enqueued_at", "started_at",
+    }
+    assert (first["status"], first["attempts"], first["path"], first["offset"]) == ("dead", 2, "/jobs", 1)
+    assert first["last_error"] == "RuntimeError: flaky refuses first"
+    assert "RuntimeError" in first["last_traceback"] and first["started_at"] >= first["enqueued_at"]
+    assert first["event"]["type"] == "flaky.fail"
+    assert tenant.http.get(f"/v1/instances/{iid}/queue", params={"status": "dead"}).json()["rows"] == rows
+    assert tenant.http.get(f"/v1/instances/{iid}/queue", params={"status": "pending"}).json()["rows"] == []
+    assert tenant.http.get(f"/v1/instances/{iid}/queue").json()["rows"] == rows
+
+    # Drop one by qid (a qid that is not dead is ignored).
+    dropped = tenant.http.post(f"/v1/instances/{iid}/dlq/drop", json={"qids": [first["qid"], 10**12]})
+    assert dropped.json() == {"dropped": 1}
+    assert [r["qid"] for r in tenant.http.get(f"/v1/instances/{iid}/dlq").json()["rows"]] == [second["qid"]]
+
+    # Heal the actor, then redrive everything (no body): the row succeeds.
+    tenant.append("/jobs", {"type": "flaky.heal"})
+    wait_state(tenant, iid, lambda s: s.get("healed"), "the heal event")
+    assert tenant.http.post(f"/v1/instances/{iid}/dlq/redrive").json() == {"redriven": 1}
+    shown = wait_settled(tenant, iid, lambda s: s.get("done") == 1, "the redriven row to succeed")
+    assert shown["queue"] == {"pending": 0, "processing": 0, "dead": 0}
+    assert tenant.http.post(f"/v1/instances/{iid}/dlq/redrive", json={}).json() == {"redriven": 0}
+    assert tenant.http.post(f"/v1/instances/{iid}/dlq/drop", json={"qids": []}).json() == {"dropped": 0}
+
+
+def test_cli_instances_and_dlq(tenant):
+    created = orjson.loads(tenant.cli("instances", "create", "flaky", "--key", "k", "--json").stdout)
+    iid = created["id"]
+    assert (created["created"], created["actor"], created["key"]) == (True, "flaky", "k")
+    tenant.append("/cli", {"type": "flaky.fail", "payload": 1}, {"type": "flaky.fail", "payload": 2})
+    wait_dead(tenant, iid, 2)
+
+    listed, shown, dead = tenant.cli_many(
+        ("instances", "list", "--actor", "flaky"), ("instances", "show", iid), ("dlq", "list", iid)
+    )
+    assert iid in listed.stdout and " k " in listed.stdout
+    assert "0 pending, 0 processing, 2 dead" in shown.stdout
+    assert dead.stdout.count("flaky refuses") == 2 and "/cli@1" in dead.stdout
+
+    first = tenant.http.get(f"/v1/instances/{iid}/dlq").json()["rows"][0]
+    out = tenant.cli("dlq", "drop", iid, "--qid", str(first["qid"]))
+    assert out.stdout.strip() == f"dropped 1 row(s) of {iid}"
+    tenant.append("/cli", {"type": "flaky.heal"})
+    wait_state(tenant, iid, lambda s: s.get("healed"), "the heal event")
+    out = tenant.cli("dlq", "redrive", iid, "--json")
+    assert orjson.loads(out.stdout) == {"redriven": 1}
+    wait_state(tenant, iid, lambda s: s.get("done") == 1, "the redriven row to succeed")
+
+
+# --- portals -----------------------------------------------------------------------------
+
+
+def test_portal_appends_an_event_the_actor_processes(tenant, actors_server):
+    inst = tenant.create("counter", key="hooked", filter={"types": ["count.hook"]})
+    signed = {"X-Signature": "ok"}
+    answer = tenant.http.post("/v1/portals/hooks/inbox", json={"pr": 7}, headers=signed)
+    assert answer.status_code == 202
+    assert answer.json() == {"tenant": tenant.name, "stream": "/hooks/inbox", "offset": 1, "id": answer.json()["id"]}
+    shown = wait_state(tenant, inst["id"], lambda s: s.get("n") == 1, "the portal's event processed")
+    assert shown["state"]["value"]["last"] == {"pr": 7}
+
+    # Without a Yoke token (a webhook sender): the portal's own tenant.
+    path = "/hooks/" + uuid.uuid4().hex[:12]
+    with httpx.Client(base_url=actors_server.url, timeout=30) as anonymous:
+        answer = anonymous.post(f"/v1/portals{path}", json={"anon": True}, headers=signed)
+        assert answer.status_code == 202 and answer.json()["tenant"] == "default"
+        # A bearer credential that is not a Yoke token is the sender's own business.
+        foreign = anonymous.post(
+            f"/v1/portals{path}?quiet=1", json={"anon": 2},
+            headers={**signed, "Authorization": "Bearer github-sends-this"},
+        )
+        assert foreign.status_code == 204 and foreign.content == b""
+        refused = anonymous.post("/v1/portals/hooks/x", json={}, headers={"X-Signature": "forged"})
+        assert (refused.status_code, refused.json()) == (401, {"error": "bad signature"})
+        echo = anonymous.get("/v1/portals/hooks/a/b", params={"q": "1"})
+        assert echo.json() == {"tenant": "default", "path": "/a/b", "query": {"q": "1"}}
+        assert anonymous.get("/v1/portals/hooks").json()["path"] == "/"
+        not_json = anonymous.post("/v1/portals/hooks/x", content=b"{nope", headers=signed)
+        assert error_of(not_json) == (400, "invalid_input")
+        for url in ("/v1/portals/nope", "/v1/portals/nope/a/b"):
+            assert error_of(anonymous.post(url, json={})) == (404, "portal_not_found")
+            assert error_of(anonymous.get(url)) == (404, "portal_not_found")
+    events = actors_server.client().get(f"/v1/streams{path}/-/events").json()["events"]
+    assert [e["payload"] for e in events] == [{"anon": True}, {"anon": 2}]
+
+    read_only = make_token(actors_server.db_url, tenant.name, "read")
+    with actors_server.client(read_only) as c:
+        assert error_of(c.post("/v1/portals/hooks/x", json={}, headers=signed)) == (403, "forbidden")
+
+
+# --- errors --------------------------------------------------------------------------------
+
+
+def test_error_answers(tenant, actors_server):
+    http = tenant.http
+    inst = tenant.create("counter", key="e")
+    for method, suffix in [
+        ("GET", ""), ("GET", "/queue"), ("GET", "/dlq"), ("POST", "/dlq/redrive"), ("POST", "/dlq/drop"),
+    ]:
+        answer = http.request(method, f"/v1/instances/inst_0000000000000000dead{suffix}")
+        assert error_of(answer) == (404, "instance_not_found"), (method, suffix)
+        assert error_of(http.request(method, f"/v1/instances/{'x' * 300}{suffix}")) == (404, "instance_not_found")
+    # Another tenant's instance does not exist for this one.
+    with actors_server.client() as default_tenant:
+        assert error_of(default_tenant.get(f"/v1/instances/{inst['id']}")) == (404, "instance_not_found")
+
+    unknown = http.post("/v1/instances", json={"actor": "nobody"})
+    assert error_of(unknown) == (400, "unknown_actor")
+    # The application derives this actor's filter from the config: one it cannot use is a 400.
+    derived = tenant.create("worker", key="w", config={"role": "coder"})
+    assert derived["filter"] == {"types": ["work.*"], "where": 'payload.role = "coder"'}
+    no_role = http.post("/v1/instances", json={"actor": "worker", "key": "w2", "config": {}})
+    assert error_of(no_role) == (400, "invalid_input")
+    assert "KeyError" in no_role.json()["error"]["message"]
+
+    expression = "payload.(("
+    with pytest.raises(Exception) as parser:
+        jsonata.Jsonata(expression)
+    bad_filter = http.post("/v1/instances", json={"actor": "counter", "filter": {"where": expression}})
+    assert error_of(bad_filter) == (400, "invalid_filter")
+    assert str(parser.value) in bad_filter.json()["error"]["message"]
+    for bad in ({"types": []}, {"types": ["count.*"], "streams": ["no-slash"]}, {"key": "payload.id"}, "types"):
+        answer = http.post("/v1/instances", json={"actor": "counter", "filter": bad})
+        assert error_of(answer) == (400, "invalid_filter"), bad
+
+    for body in [
+        b"", b"{nope", b"[]", b'"counter"', b"{}", b'{"actor": 7}', b'{"actor": ""}', b'{"actor": "a\\u0000b"}',
+        b'{"actor": "counter", "key": ""}', b'{"actor": "counter", "key": 5}', b'{"actor": "counter", "key": "a\\u0000"}',
+        b'{"actor": "counter", "key": "' + b"k" * 501 + b'"}', b'{"actor": "counter", "config": [["a", 1]]}',
+        b'{"actor": "counter", "config": "ab"}', b'{"actor": "counter", "config": {"a": "\\u0000"}}',
+        b'{"actor": "counter", "filter": {"types": ["*"], "streams": ["/a\\u0000"]}}',
+        b'{"actor": "counter", "surprise": 1}',
+    ]:
+        answer = http.post("/v1/instances", content=body, headers={"Content-Type": "application/json"})
+        assert answer.status_code == 400 and answer.json()["error"]["code"] in ("invalid_input", "invalid_filter"), body
+
+    iid = inst["id"]
+    for body in [{"qids": "1"}, {"qids": 1}, {"qids": [True]}, {"qids": [0]}, {"qids": [2**63]}, {"qids": [1.5]},
+                 {"other": 1}, [1]]:
+        for action in ("redrive", "drop"):
+            assert error_of(http.post(f"/v1/instances/{iid}/dlq/{action}", json=body)) == (400, "invalid_input"), body
+    for url, params in [
+        ("/v1/instances", {"limit": 0}), ("/v1/instances", {"limit": 1001}), ("/v1/instances", {"limit": "x"}),
+        ("/v1/instances", {"actor": "a\x00"}), ("/v1/instances", {"after": "\x00"}),
+        (f"/v1/instances/{iid}/queue", {"status": "bogus"}), (f"/v1/instances/{iid}/queue", {"limit": -1}),
+        (f"/v1/instances/{iid}/dlq", {"limit": 0}),
+    ]:
+        assert error_of(http.get(url, params=params)) == (400, "invalid_input"), (url, params)
+    assert error_of(http.get("/v1/instances/inst%00x")) == (400, "invalid_input")
+
+    # Scopes: reading needs read; creating, redriving and dropping need admin.
+    read_only = make_token(actors_server.db_url, tenant.name, "read,append")
+    with actors_server.client(read_only) as c:
+        assert c.get(f"/v1/instances/{iid}").status_code == 200
+        assert c.get("/v1/instances").status_code == 200
+        assert error_of(c.post("/v1/instances", json={"actor": "counter"})) == (403, "forbidden")
+        assert error_of(c.post(f"/v1/instances/{iid}/dlq/redrive")) == (403, "forbidden")
+        assert error_of(c.post(f"/v1/instances/{iid}/dlq/drop")) == (403, "forbidden")
+    with actors_server.client("") as anonymous:
+        assert error_of(anonymous.get("/v1/instances")) == (401, "unauthorized")
+    assert error_of(http.get("/v1/instances", params={"tenant": "someone-else"})) == (403, "forbidden")
+
+
+# --- the control plane / executor split ----------------------------------------------------
+
+
+def start_worker(db_url: str, data_dir: Path) -> subprocess.Popen:
+    env = {**os.environ, **FAST, "YOKE_DATABASE_URL": db_url, "YOKE_DATA_DIR": str(data_dir)}
+    log = open(data_dir.parent / "worker.log", "w")
+    return subprocess.Popen(
+        [sys.executable, "-m", "yoke.cli", "worker", "--app", APP], env=env, stdout=log,
+        stderr=subprocess.STDOUT, cwd=data_dir.parent,
+    )
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_no_executor_server_and_a_worker(kind, tmp_path):
+    data_dir = tmp_path / ".yoke"
+    with database(kind, tmp_path) as db_url:
+        server = start_server(db_url, data_dir, args=("--app", APP, "--no-executor"), **FAST)
+        t = Tenant(server)
+        worker = None
+        try:
+            inst = t.create("counter", key="split")
+            assert inst["filter"] == {"types": ["count.*"]} and inst["worker_id"] is None  # no executor here
+            t.append("/split", *({"type": "count.x", "payload": n} for n in range(3)))
+            portal = t.http.post("/v1/portals/hooks/split", json={"via": "portal"}, headers={"X-Signature": "ok"})
+            assert portal.status_code == 202  # portals work without an executor
+            assert len(t.http.get("/v1/streams/split/-/events").json()["events"]) == 3
+            # Stored, not fanned out: nothing is queued, nothing runs (watched for a moment).
+            watch_until = time.monotonic() + 0.3
+            while time.monotonic() < watch_until:
+                shown = t.show(inst["id"])
+                assert shown["queue"] == {"pending": 0, "processing": 0, "dead": 0}
+                assert shown["state"] == {"value": None, "version": 0}
+                time.sleep(0.02)
+
+            worker = start_worker(db_url, data_dir)
+            shown = wait_state(t, inst["id"], lambda s: s.get("n") == 4, "the worker to process the backlog")
+            assert shown["worker_id"] is not None  # adopted by the worker
+            # The API server reads the state the worker wrote (not a stale copy of its own).
+            assert shown["state"]["version"] == 4
+
+            # An append after the worker started reaches it too.
+            t.append("/split", {"type": "count.late", "payload": "late"})
+            try:
+                wait_state(
+                    t, inst["id"], lambda s: s.get("n") == 5, "the late append",
+                    timeout_s=DEADLINE_S if kind == "postgres" else 2,
+                )
+                late_append_processed = True
+            except AssertionError:
+                if kind == "postgres":
+                    raise
+                late_append_processed = False
+        finally:
+            t.http.close()
+            code = None
+            if worker is not None:
+                worker.send_signal(signal.SIGTERM)
+                try:
+                    code = worker.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    worker.kill()
+                    worker.wait()
+            stop_server(server)
+    assert code == 0  # the worker stopped gracefully
+    log = (tmp_path / "worker.log").read_text()
+    assert "yoke worker wrk_" in log and "yoke worker: stopped" in log
+    if not late_append_processed:
+        pytest.xfail(
+            "SQLite: a worker's fan-out never learns of appends another process makes after it"
+            " started (no NOTIFY, and the tails' sweep does not wake fan-out)"
+        )
+
+
+def test_an_app_that_does_not_load_is_refused(tmp_path):
+    env = {**os.environ, **FAST, "YOKE_DATA_DIR": str(tmp_path / ".yoke")}
+    cases = [
+        ("serve", "tests.http.no_such_module:app", "cannot load tests.http.no_such_module:app: ModuleNotFoundError"),
+        ("worker", "tests.http.actor_app:counter", "tests.http.actor_app:counter is not a yoke.App"),
+    ]
+
+    def run(case: tuple[str, str, str]) -> tuple[str, subprocess.CompletedProcess]:
+        command, spec, message = case
+        out = subprocess.run(
+            [sys.executable, "-m", "yoke.cli", command, "--app", spec, "--db", f"sqlite:///{tmp_path}/y.db"],
+            env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        )
+        return message, out
+
+    with ThreadPoolExecutor(len(cases)) as pool:
+        for message, out in pool.map(run, cases):
+            assert out.returncode == 1 and out.stderr.startswith("error: ") and message in out.stderr, out.stderr
