@@ -91,3 +91,40 @@ def test_a_failing_expression_skips_the_route_only() -> None:
         Route(Filter(types=["x"]), instance_id="i-all"),
     ])
     assert [t.instance_id for t in index.targets(doc("x", v="not a number"))] == ["i-all"]
+
+
+EXPRESSIONS = [
+    "payload.k = 5", 'payload.k = "5"', "payload.k = true", "payload.k = null", "payload.a.b = 1",
+    'payload.k = 5 and type = "x"', "payload.k > 3", "payload.items.n = 2", 'type = "x" and payload.k = 1',
+]
+DOCUMENTS = [
+    {"k": 5}, {"k": 5.0}, {"k": "5"}, {"k": True}, {"k": 1}, {"k": None}, {}, {"k": [5]},
+    {"a": {"b": 1}}, {"a": {"b": [1]}}, {"a": 1}, {"items": [{"n": 2}, {"n": 3}]}, {"k": {"x": 5}},
+]
+
+
+def _matches(expression: str, document) -> bool:
+    try:
+        return Filter(types=["x"], where=expression).matches(document)
+    except InvalidFilter:  # fails to evaluate: the index skips the route
+        return False
+
+
+@pytest.mark.parametrize("payload", DOCUMENTS)
+def test_the_equality_index_agrees_with_jsonata(payload) -> None:
+    routes = [Route(Filter(types=["x"], where=e), instance_id=e) for e in EXPRESSIONS]
+    document = {"type": "x", "path": "/", "payload": payload, "id": "e"}
+    expected = {e for e in EXPRESSIONS if _matches(e, document)}
+    got = {t.instance_id for t in RoutingIndex(routes).targets(document)}
+    assert got == expected
+
+
+def test_thousands_of_equality_filters_route_without_jsonata(monkeypatch) -> None:
+    from yoke.routing import filters
+
+    index = RoutingIndex(
+        [Route(Filter(types=["job"], where=f"payload.k = {i}"), instance_id=f"i{i}") for i in range(5000)]
+    )
+    monkeypatch.setattr(filters, "where_true", None)  # any JSONata run would now fail
+    monkeypatch.setattr("yoke.routing.index.where_true", None)
+    assert [t.instance_id for t in index.targets(doc("job", k=4321))] == ["i4321"]

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("yoke.actors.executor")
 
-IDLE_POLL_S = 0.02
+IDLE_POLL_S = 0.05  # while the store still reports rows (retries due later, other workers)
 
 
 class Executor:
@@ -69,7 +69,6 @@ class Executor:
         jobs = {
             "fanout": self.fanout.run(),
             "scheduler": self.scheduler.run(),
-            "completions": self.scheduler.complete_forever(),
             "membership": self.membership.run(),
             "timers": self.timers.run(),
         }
@@ -100,12 +99,23 @@ class Executor:
         """Return once fan-out has caught up and no queue row is pending or
         processing (dead rows excepted); ``TimeoutError`` otherwise."""
         deadline = time.monotonic() + timeout_s
+
+        async def quiet() -> None:
+            while True:
+                await self.fanout.idle.wait()
+                await self.scheduler.idle.wait()
+                if self.fanout.idle.is_set():
+                    return
+
         while True:
-            if (
-                self.fanout.idle.is_set()
-                and self.scheduler.in_flight == 0
-                and await self._runtime.store.actors.unfinished(list(self.app.actors)) == 0
-            ):
+            # This process looks idle first; then the store must agree (rows
+            # may wait for a retry, or belong to instances of other workers).
+            remaining = deadline - time.monotonic()
+            try:
+                await asyncio.wait_for(quiet(), max(remaining, 0))
+            except asyncio.TimeoutError:
+                raise TimeoutError(f"not idle after {timeout_s}s") from None
+            if await self._runtime.store.actors.unfinished(list(self.app.actors)) == 0:
                 return
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"not idle after {timeout_s}s")

@@ -4,7 +4,7 @@
 Claims are one SQL statement per tenant (store ``claim``) that respects each
 (instance, group)'s concurrency and reclaims expired leases. A run holds its
 slot until ``process()`` returns (no early ack): success deletes the row
-(deletes are batched); an exception or a timeout returns it to pending with
+(in the round trip that claims the next rows); an exception or a timeout returns it to pending with
 exponential backoff and jitter, or dead-letters it after ``max_attempts``.
 The scheduler wakes on enqueues (in-process, and NOTIFY on PostgreSQL),
 when a run finishes, and on a periodic sweep.
@@ -75,12 +75,13 @@ class Scheduler:
         self._all = True
         self._wake = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
+        # Finished rows waiting to be deleted, per tenant (with the next claim).
         self._done: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        self._done_flag = asyncio.Event()
         self._instances: dict[tuple[str, str], InstanceInfo] = {}
         # Retries this worker scheduled, (due, tenant): claim again when due.
         self._retries: list[tuple[int, str]] = []
         self.stopping = False
+        self.idle = asyncio.Event()  # set after a claim pass found nothing to do
         self.on_run = None  # test hook: (row, started, finished, ok) -> None
 
     @property
@@ -92,6 +93,7 @@ class Scheduler:
             self._all = True
         else:
             self._dirty.add(tenant)
+        self.idle.clear()
         self._wake.set()
 
     def forget_instances(self) -> None:
@@ -124,25 +126,40 @@ class Scheduler:
                 await asyncio.sleep(0.5)
 
     async def _claim_dirty(self) -> None:
+        claimed = 0
+        try:
+            claimed = await self._claim_pass()
+        finally:
+            # Quiet: nothing claimed, nothing running, nothing left to do.
+            if not claimed and not self._running and not self._dirty and not self._done:
+                self.idle.set()
+
+    async def _claim_pass(self) -> int:
+        claimed = 0
         if self._all:
             self._all = False
             self._dirty.update(await self._runtime.store.actors.tenants())
-        dirty, self._dirty = self._dirty, set()
+        dirty, self._dirty = self._dirty | set(self._done), set()
         for tenant in dirty:
             while not self.stopping:
-                free = self._max_in_flight - len(self._running)
-                if free <= 0:
+                # Finished rows are deleted by the same round trip that
+                # claims the next ones.
+                done = self._done.pop(tenant, [])
+                free = max(self._max_in_flight - len(self._running), 0)
+                if free == 0 and not done:
                     self._dirty.add(tenant)  # revisit when a run finishes
-                    return
+                    break
                 rows = await self._runtime.store.actors.claim(
-                    tenant, self._worker_id, self._policies, now_ms(), free
+                    tenant, self._worker_id, self._policies, now_ms(), free, done
                 )
+                claimed += len(rows)
                 for row in rows:
                     task = asyncio.create_task(self._run_row(row), name=f"yoke-process-{row.qid}")
                     self._running.add(task)
                     task.add_done_callback(self._running.discard)
-                if len(rows) < free:
+                if len(rows) < free or free == 0:
                     break
+        return claimed
 
     # --- running -----------------------------------------------------------
 
@@ -191,7 +208,8 @@ class Scheduler:
     ) -> None:
         if ok:
             self._done[row.tenant].append((row.qid, row.attempts))
-            self._done_flag.set()
+            self.idle.clear()
+            self._wake.set()
             return
         if cancelled:
             retry_at: int | None = now_ms()
@@ -210,23 +228,6 @@ class Scheduler:
         except Exception:
             log.exception("could not record the failure of row %s; its lease will expire", row.qid)
         self.wake(row.tenant)
-
-    async def complete_forever(self) -> None:
-        """Delete finished rows in batches (one statement per tenant)."""
-        while True:
-            await self._done_flag.wait()
-            self._done_flag.clear()
-            done, self._done = self._done, defaultdict(list)
-            for tenant, rows in done.items():
-                try:
-                    await self._runtime.store.actors.complete(tenant, rows)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    # The rows stay processing until their leases expire and
-                    # run again: at-least-once, never lost.
-                    log.exception("completing %s rows failed", len(rows))
-                self.wake(tenant)
 
     async def flush_completions(self) -> None:
         done, self._done = self._done, defaultdict(list)

@@ -58,6 +58,82 @@ def _glob(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out))
 
 
+@dataclass(frozen=True, slots=True)
+class Equality:
+    """A ``where`` that is (or starts with ``... and``) ``a.b.c = literal``:
+    the index looks the value up instead of running JSONata on every route.
+    ``exact``: the equality is the whole expression."""
+
+    path: tuple[str, ...]
+    key: tuple[str, Any]
+    exact: bool
+
+
+UNKNOWN = object()  # the path crosses an array: only JSONata can say
+
+
+def literal_key(value: Any) -> tuple[str, Any] | None:
+    """JSONata's ``=`` on scalars: numbers by value, never equal to booleans."""
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, (int, float)):
+        return ("n", float(value))
+    if isinstance(value, str):
+        return ("s", value)
+    if value is None:
+        return ("z", None)
+    return None
+
+
+def lookup(document: Any, path: tuple[str, ...]) -> Any:
+    """The value at ``path``: None when missing (JSONata's undefined never
+    equals a literal), UNKNOWN when an array is in the way."""
+    value = document
+    for name in path:
+        if isinstance(value, list):
+            return UNKNOWN
+        if not isinstance(value, dict) or name not in value:
+            return _MISSING
+        value = value[name]
+    if isinstance(value, (list, dict)):
+        return UNKNOWN if isinstance(value, list) else _MISSING
+    return value
+
+
+_MISSING = object()
+_PLAIN_STEP_ATTRS = ("stages", "predicate", "group", "focus", "index", "tuple", "keep_array")
+
+
+def _equality_node(node: Any) -> tuple[tuple[str, ...], tuple[str, Any]] | None:
+    if getattr(node, "type", None) != "binary" or getattr(node, "value", None) != "=":
+        return None
+    lhs, rhs = node.lhs, node.rhs
+    if getattr(lhs, "type", None) != "path" or getattr(rhs, "type", None) not in ("number", "string", "value"):
+        return None
+    names = []
+    for step in lhs.steps or ():
+        if getattr(step, "type", None) != "name" or any(getattr(step, a, None) for a in _PLAIN_STEP_ATTRS):
+            return None
+        names.append(step.value)
+    key = literal_key(rhs.value)
+    if not names or key is None:
+        return None
+    return tuple(names), key
+
+
+@lru_cache(maxsize=4096)
+def equality_of(expression: str) -> Equality | None:
+    node = compile_jsonata(expression).ast
+    found = _equality_node(node)
+    if found is not None:
+        return Equality(found[0], found[1], exact=True)
+    if getattr(node, "type", None) == "binary" and getattr(node, "value", None) == "and":
+        found = _equality_node(node.lhs) or _equality_node(node.rhs)
+        if found is not None:
+            return Equality(found[0], found[1], exact=False)
+    return None
+
+
 def path_matches(patterns: Iterable[str], path: str) -> bool:
     return any(_glob(p).fullmatch(path) for p in patterns)
 

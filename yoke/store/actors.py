@@ -165,9 +165,11 @@ class ActorStore(Protocol):
     async def enqueue(self, tenant: str, items: Sequence[QueueItem], now: int) -> None: ...
 
     async def claim(
-        self, tenant: str, worker_id: str, policies: Sequence[Policy], now: int, limit: int
+        self, tenant: str, worker_id: str, policies: Sequence[Policy], now: int, limit: int,
+        done: Sequence[tuple[int, int]] = (),
     ) -> list[QueueRow]:
-        """One statement: mark up to ``limit`` rows processing for instances
+        """One round trip: delete the finished rows ``done`` (as ``complete``),
+        then in one statement mark up to ``limit`` rows processing for instances
         owned by ``worker_id``: pending rows that are due and rows whose lease
         expired, by priority then enqueue order within each (instance,
         group), no more per group than the policy's concurrency minus the

@@ -45,48 +45,9 @@ if TYPE_CHECKING:
 
 
 
-# Claim in one statement: count each (instance, group)'s live leases, rank
-# its claimable rows (due pending rows, expired leases) by priority then
-# enqueue order, keep those that fit the free slots, lock them skipping rows
-# another claimer holds, and mark them processing.
-CLAIM = f"""
-WITH pol AS (
-    SELECT * FROM unnest($3::text[], $4::int[], $5::bigint[]) AS p(actor, concurrency, lease_ms)
-), mine AS (
-    SELECT i.instance_id, p.concurrency, p.lease_ms
-    FROM actor_instances i JOIN pol p ON p.actor = i.actor
-    WHERE i.tenant_id = $1 AND i.worker_id = $2
-), busy AS (
-    SELECT q.instance_id, q.group_key, count(*) AS n
-    FROM actor_queue q JOIN mine m ON m.instance_id = q.instance_id
-    WHERE q.tenant_id = $1 AND q.status = 'processing' AND q.lease_until > $6
-    GROUP BY 1, 2
-), ranked AS (
-    SELECT q.qid, q.priority, m.lease_ms,
-           row_number() OVER (PARTITION BY q.instance_id, q.group_key
-                              ORDER BY q.priority DESC, q.qid) AS rn,
-           m.concurrency - coalesce(b.n, 0) AS free
-    FROM actor_queue q
-    JOIN mine m ON m.instance_id = q.instance_id
-    LEFT JOIN busy b ON b.instance_id = q.instance_id AND b.group_key = q.group_key
-    WHERE q.tenant_id = $1
-      AND ((q.status = 'pending' AND q.available_at <= $6)
-           OR (q.status = 'processing' AND q.lease_until <= $6))
-), picked AS (
-    SELECT qid, lease_ms FROM ranked WHERE rn <= free ORDER BY priority DESC, qid LIMIT $7
-), locked AS (
-    SELECT q.qid, p.lease_ms FROM actor_queue q JOIN picked p ON p.qid = q.qid
-    WHERE q.tenant_id = $1
-    FOR UPDATE OF q SKIP LOCKED
-)
-UPDATE actor_queue q
-SET status = 'processing', attempts = q.attempts + 1, lease_until = $6 + l.lease_ms,
-    worker_id = $2, started_at = $6
-FROM locked l
-WHERE q.tenant_id = $1 AND q.qid = l.qid
-RETURNING {', '.join('q.' + c.strip() for c in QUEUE_COLUMNS.split(','))},
-          (SELECT actor FROM actor_instances i WHERE i.tenant_id = $1 AND i.instance_id = q.instance_id)
-"""
+# Completing finished rows and claiming the next ones is one round trip:
+# the yoke_claim function (migrations/0002_actors.sql).
+CLAIM = "SELECT * FROM yoke_claim($1, $2, $3, $4, $5, $6, $7, $8, $9)"
 
 ENQUEUE = """
 INSERT INTO actor_queue (tenant_id, instance_id, group_key, priority, path, seq, event,
@@ -215,6 +176,10 @@ class PgActorStore:
         items: Sequence[QueueItem], worker_id: str | None, now: int,
     ) -> Literal["ok", "moved", "stale"]:
         async with self._tx(tenant) as conn:
+            # Enqueueing and the cursor move are lost or kept together, and
+            # redone from the cursor if lost: no need to wait for fsync (any
+            # later durable commit flushes this one's WAL first).
+            await conn.execute("SET LOCAL synchronous_commit = off")
             sid = await conn.fetchval(
                 "SELECT sid FROM streams WHERE tenant_id=$1 AND path=$2", tenant, path
             )
@@ -288,24 +253,19 @@ class PgActorStore:
             await self._enqueue(conn, tenant, items, now, None)
 
     async def claim(
-        self, tenant: str, worker_id: str, policies: Sequence[Policy], now: int, limit: int
+        self, tenant: str, worker_id: str, policies: Sequence[Policy], now: int, limit: int,
+        done: Sequence[tuple[int, int]] = (),
     ) -> list[QueueRow]:
-        async with self._tx(tenant) as conn:
-            rows = await conn.fetch(
-                CLAIM, tenant, worker_id,
-                [p.actor for p in policies], [p.concurrency for p in policies],
-                [p.lease_ms for p in policies], now, limit,
-            )
+        rows = await self._pool.fetch(
+            CLAIM, tenant, worker_id,
+            [p.actor for p in policies], [p.concurrency for p in policies],
+            [p.lease_ms for p in policies], now, limit,
+            [d[0] for d in done], [d[1] for d in done],
+        )
         return sorted((queue_row_from_row(r) for r in rows), key=lambda q: (-q.priority, q.qid))
 
     async def complete(self, tenant: str, done: Sequence[tuple[int, int]]) -> None:
-        async with self._tx(tenant) as conn:
-            await conn.execute(
-                "DELETE FROM actor_queue q USING unnest($2::bigint[], $3::int[]) AS d(qid, attempts)"
-                " WHERE q.tenant_id=$1 AND q.qid=d.qid AND q.attempts=d.attempts"
-                " AND q.status='processing'",
-                tenant, [d[0] for d in done], [d[1] for d in done],
-            )
+        await self.claim(tenant, "", (), 0, 0, done)
 
     async def fail(
         self, tenant: str, qid: int, attempts: int, *, retry_at: int | None, error: str,

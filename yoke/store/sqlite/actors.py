@@ -263,17 +263,19 @@ class SqliteActorStore:
         await self._write(run)
 
     async def claim(
-        self, tenant: str, worker_id: str, policies: Sequence[Policy], now: int, limit: int
+        self, tenant: str, worker_id: str, policies: Sequence[Policy], now: int, limit: int,
+        done: Sequence[tuple[int, int]] = (),
     ) -> list[QueueRow]:
-        if not policies:
-            return []
-        sql = CLAIM_SELECT.format(values=",".join("(?,?,?)" for _ in policies))
+        sql = CLAIM_SELECT.format(values=",".join("(?,?,?)" for _ in policies) or "(NULL,0,0)")
         params: list[Any] = [x for p in policies for x in (p.actor, p.concurrency, p.lease_ms)]
         params += [tenant, worker_id, tenant, now, tenant, now, now, limit]
         actors = {p.actor for p in policies}
 
         def run() -> list[QueueRow]:
             with self._tx() as conn:
+                self._complete(conn, tenant, done)
+                if limit <= 0 or not policies:
+                    return []
                 picked = conn.execute(sql, params).fetchall()
                 if not picked:
                     return []
@@ -294,16 +296,16 @@ class SqliteActorStore:
 
         return await self._write(run)
 
-    async def complete(self, tenant: str, done: Sequence[tuple[int, int]]) -> None:
-        def run() -> None:
-            with self._tx() as conn:
-                conn.executemany(
-                    "DELETE FROM actor_queue WHERE tenant_id=? AND qid=? AND attempts=?"
-                    " AND status='processing'",
-                    [(tenant, qid, attempts) for qid, attempts in done],
-                )
+    @staticmethod
+    def _complete(conn: sqlite3.Connection, tenant: str, done: Sequence[tuple[int, int]]) -> None:
+        conn.executemany(
+            "DELETE FROM actor_queue WHERE tenant_id=? AND qid=? AND attempts=?"
+            " AND status='processing'",
+            [(tenant, qid, attempts) for qid, attempts in done],
+        )
 
-        await self._write(run)
+    async def complete(self, tenant: str, done: Sequence[tuple[int, int]]) -> None:
+        await self.claim(tenant, "", (), 0, 0, done)
 
     async def fail(
         self, tenant: str, qid: int, attempts: int, *, retry_at: int | None, error: str,

@@ -53,6 +53,9 @@ CREATE INDEX actor_queue_claim
     ON actor_queue (tenant_id, instance_id, group_key, priority DESC, qid)
     WHERE status <> 'dead';
 CREATE INDEX actor_queue_dead ON actor_queue (tenant_id, instance_id, qid) WHERE status = 'dead';
+-- Live leases per (instance, group): the claim counts them.
+CREATE INDEX actor_queue_leases
+    ON actor_queue (tenant_id, instance_id, group_key, lease_until) WHERE status = 'processing';
 
 CREATE TABLE runtime_workers (
     worker_id    TEXT    PRIMARY KEY,
