@@ -469,6 +469,23 @@ def test_no_executor_server_and_a_worker(kind, tmp_path):
         )
 
 
+def test_api_only_server_without_an_app(tmp_path):
+    """``yoke serve --no-executor`` with no app: no portals, any actor name
+    (nothing to check it against), appends stored."""
+    server = start_server(f"sqlite:///{tmp_path}/yoke.db", tmp_path / ".yoke", args=("--no-executor",), **FAST)
+    try:
+        with server.client() as http:
+            for url in ("/v1/portals/hooks", "/v1/portals/hooks/x"):
+                assert error_of(http.post(url, json={})) == (404, "portal_not_found")
+            made = http.post("/v1/instances", json={"actor": "anything", "key": "k", "filter": {"types": ["a.*"]}})
+            assert made.status_code == 201
+            assert (made.json()["filter"], made.json()["worker_id"]) == ({"types": ["a.*"]}, None)
+            assert http.post("/v1/streams/x/-/events", json={"type": "a.b"}).status_code == 201
+            assert http.get(f"/v1/instances/{made.json()['id']}").json()["queue"]["pending"] == 0
+    finally:
+        stop_server(server)
+
+
 def test_an_app_that_does_not_load_is_refused(tmp_path):
     env = {**os.environ, **FAST, "YOKE_DATA_DIR": str(tmp_path / ".yoke")}
     cases = [
