@@ -40,7 +40,9 @@ class Executor:
             runtime, app, self.worker_id,
             max_in_flight=settings.max_in_flight, sweep_s=settings.scheduler_sweep_s,
         )
-        self.fanout = Fanout(runtime, app, self.worker_id, self.scheduler.wake)
+        self.fanout = Fanout(
+            runtime, app, self.worker_id, self.scheduler.wake, sweep_s=settings.scheduler_sweep_s
+        )
         self.timers = Timers(runtime, poll_s=settings.schedule_poll_s, on_enqueued=self.scheduler.wake)
         self.membership = Membership(
             runtime, self.worker_id,

@@ -6,8 +6,9 @@ stream after its persisted cursor, matches each event through the routing
 index, and in one transaction enqueues the matches and moves the cursor,
 provided nobody moved it first and the routing version is the one the index
 was built from. So an event is enqueued at most once per instance, and at
-least once: on start (and after a missed notification) fan-out catches up
-from the cursors. Appends never wait for any of this.
+least once: on start, after a lost notification, and on a periodic sweep
+(which also finds appends by other processes on SQLite, which cannot
+notify), fan-out catches up from the cursors. Appends never wait for any of this.
 """
 
 from __future__ import annotations
@@ -34,8 +35,11 @@ PAGE = 1000  # events per fan-out transaction
 
 
 class Fanout:
-    def __init__(self, runtime: Runtime, app: App, worker_id: str, on_enqueued) -> None:  # noqa: ANN001
+    def __init__(
+        self, runtime: Runtime, app: App, worker_id: str, on_enqueued, *, sweep_s: float  # noqa: ANN001
+    ) -> None:
         self._runtime = runtime
+        self._sweep_s = sweep_s
         self._app = app
         self._worker_id = worker_id
         self._on_enqueued = on_enqueued  # (tenant) -> None: wake the scheduler
@@ -72,7 +76,12 @@ class Fanout:
 
     async def run(self) -> None:
         while True:
-            await self._wake.wait()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._sweep_s)
+            except asyncio.TimeoutError:
+                # The safety net: appends by processes that cannot notify us
+                # (SQLite), or notifications lost, are found from the cursors.
+                self._everything = True
             self._wake.clear()
             try:
                 if self._everything:

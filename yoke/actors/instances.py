@@ -14,6 +14,7 @@ from .. import errors
 from ..events import json_text, now_ms, validate_tenant
 from ..routing.filters import Filter
 from ..store.actors import InstanceInfo, QueueDepth, QueueRow, new_instance_id
+from .state import InstanceDatabase
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -106,9 +107,21 @@ class Instances:
         return await self._store.list_instances(self.tenant, actor, limit, after)
 
     async def state(self, instance_id: str) -> tuple[Any, int]:
-        """The instance's ``ctx.state`` document and version (operators, tests)."""
-        await self.get(instance_id)
-        return await self._runtime.state_databases().get(self.tenant, instance_id).state_get()
+        """The instance's ``ctx.state`` document and version (operators, tests).
+
+        The process that runs the instance keeps its database open and is
+        its only writer, so its copy is current; any other process (an API
+        server without an executor, a worker that does not own it) reads
+        the stored copy afresh instead of caching one that would go stale."""
+        info = await self.get(instance_id)
+        databases = self._runtime.state_databases()
+        if self._runtime.worker_id is not None and info.worker_id == self._runtime.worker_id:
+            return await databases.get(self.tenant, instance_id).state_get()
+        db = InstanceDatabase(databases, self.tenant, instance_id)
+        try:
+            return await db.state_get()
+        finally:
+            db.close()
 
     async def depth(self, instance_id: str | None = None) -> QueueDepth:
         if instance_id is not None:
