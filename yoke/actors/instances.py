@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .. import errors
-from ..events import json_text, now_ms, validate_tenant
+from ..events import check_text, json_text, now_ms, validate_tenant
 from ..routing.filters import Filter
 from ..store.actors import InstanceInfo, QueueDepth, QueueRow, new_instance_id
 from .state import InstanceDatabase
@@ -20,12 +20,25 @@ if TYPE_CHECKING:
     from ..runtime import Runtime
 
 MAX_KEY_CHARS = 500
+MAX_QID = 2**63 - 1
 
 
 def check_key(key: Any) -> str:
-    if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_CHARS or "\x00" in key:
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_CHARS:
         raise errors.InvalidInput(f"an instance key is 1-{MAX_KEY_CHARS} characters", field="key")
-    return key
+    return check_text(key, "key", errors.InvalidInput)
+
+
+def check_name(value: Any, field: str, max_chars: int = 200) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= max_chars:
+        raise errors.InvalidInput(f"{field} must be 1-{max_chars} characters", field=field)
+    return check_text(value, field, errors.InvalidInput)
+
+
+def check_limit(limit: Any) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise errors.InvalidInput("limit must be 1-1000", field="limit")
+    return limit
 
 
 class Instances:
@@ -54,21 +67,41 @@ class Instances:
         ``filter_from_config(config)``, else the actor's filter; keyed actors
         route by key instead. A singleton actor has one instance per tenant.
         """
+        info, _ = await self.create_or_get(actor, key, config, filter=filter, parent_id=parent_id)
+        return info
+
+    async def create_or_get(
+        self,
+        actor: str,
+        key: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        *,
+        filter: Filter | Mapping[str, Any] | None = None,  # noqa: A002
+        parent_id: str | None = None,
+    ) -> tuple[InstanceInfo, bool]:
+        """``create``, also telling whether this call created the instance."""
         app = self._runtime.app
+        if config is not None and not isinstance(config, Mapping):
+            raise errors.InvalidInput("config must be an object", field="config")
         config = dict(config or {})
-        json_text(config, "config")  # must be JSON
-        definition = None
-        if app is not None:
-            definition = app.get(actor)
-        elif not isinstance(actor, str) or not 1 <= len(actor) <= 200:
-            raise errors.InvalidInput("an actor name is 1-200 characters", field="actor")
+        json_text(config, "config")  # must be storable JSON
+        check_name(actor, "actor")
+        definition = app.get(actor) if app is not None else None
         if definition is not None and definition.singleton:
             key = "singleton"
         key = check_key(key if key is not None else new_instance_id())
         if filter is not None:
             resolved: Filter | None = Filter.from_dict(filter)
         elif definition is not None:
-            resolved = definition.instance_filter(config)
+            try:
+                resolved = definition.instance_filter(config)
+            except errors.YokeError:
+                raise
+            except Exception as exc:  # the application's filter_from_config failed on this config
+                raise errors.InvalidInput(
+                    f"actor {actor!r} cannot derive a filter from this config: {type(exc).__name__}: {exc}",
+                    field="config",
+                ) from None
         else:
             resolved = None
         if resolved is not None and resolved.key is not None:
@@ -88,22 +121,26 @@ class Instances:
         )
         if created:
             self._runtime.routing_changed(self.tenant)
-        return info
+        return info, created
 
     async def get(self, instance_id: str) -> InstanceInfo:
+        check_name(instance_id, "instance_id", 10_000)
         info = await self._store.get_instance(self.tenant, instance_id)
         if info is None:
             raise errors.InstanceNotFound(instance_id=instance_id)
         return info
 
     async def find(self, actor: str, key: str) -> InstanceInfo | None:
-        return await self._store.find_instance(self.tenant, actor, key)
+        return await self._store.find_instance(self.tenant, check_name(actor, "actor"), check_key(key))
 
     async def list(
         self, actor: str | None = None, *, limit: int = 100, after: str | None = None
     ) -> list[InstanceInfo]:
-        if not isinstance(limit, int) or not 1 <= limit <= 1000:
-            raise errors.InvalidInput("limit must be 1-1000", field="limit")
+        check_limit(limit)
+        if actor is not None:
+            check_name(actor, "actor")
+        if after is not None:
+            check_name(after, "after", 10_000)
         return await self._store.list_instances(self.tenant, actor, limit, after)
 
     async def state(self, instance_id: str) -> tuple[Any, int]:
@@ -131,6 +168,7 @@ class Instances:
     async def queue(self, instance_id: str, *, status: str | None = None, limit: int = 100) -> list[QueueRow]:
         if status not in (None, "pending", "processing", "dead"):
             raise errors.InvalidInput("status is pending, processing or dead", field="status")
+        check_limit(limit)
         await self.get(instance_id)
         return await self._store.queue_rows(self.tenant, instance_id, status, limit)
 
@@ -153,6 +191,8 @@ class Instances:
 def _qids(qids: Sequence[int] | None) -> list[int] | None:
     if qids is None:
         return None
-    if not all(isinstance(q, int) and not isinstance(q, bool) for q in qids):
-        raise errors.InvalidInput("qids must be integers", field="qids")
+    if isinstance(qids, (str, bytes)) or not isinstance(qids, Sequence) or not all(
+        isinstance(q, int) and not isinstance(q, bool) and 1 <= q <= MAX_QID for q in qids
+    ):
+        raise errors.InvalidInput("qids must be a list of queue row ids", field="qids")
     return list(qids)

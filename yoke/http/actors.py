@@ -16,9 +16,7 @@ from starlette.responses import Response
 from .. import errors
 from ..actors.instances import MAX_KEY_CHARS, Instances, check_key
 from ..actors.ops import instance_dict
-from ..actors.state import InstanceDatabase
 from ..events import check_text, json_text
-from ..runtime import Runtime
 from ..store.actors import InstanceInfo, QueueRow
 from .auth import ADMIN, READ, Principal, runtime_of
 from .responses import ERROR_RESPONSES, MAX_JSON_BODY_BYTES, json_body, json_response, limited_body, parse_json
@@ -141,23 +139,6 @@ async def optional_json_body(request: Request) -> Any:
     return parse_json(raw) if raw else {}
 
 
-async def read_state(runtime: Runtime, info: InstanceInfo) -> tuple[Any, int]:
-    """The instance's state document and version.
-
-    The process that runs the instance keeps its database open and is its
-    only writer, so its copy is current. Any other process (an API server
-    without an executor, or one whose instance another worker owns) reads
-    the stored copy afresh instead of caching one that would go stale.
-    """
-    if runtime.worker_id is not None and info.worker_id == runtime.worker_id:
-        return await runtime.instances(info.tenant).state(info.instance_id)
-    db = InstanceDatabase(runtime.state_databases(), info.tenant, info.instance_id)
-    try:
-        return await db.state_get()
-    finally:
-        db.close()
-
-
 # --- instances ---------------------------------------------------------------
 
 
@@ -191,27 +172,8 @@ async def create_instance(request: Request, principal: Principal = ADMIN) -> Res
     filter_ = body.get("filter")
     if filter_ is not None:
         json_text(filter_, "filter")  # storable (no NUL); Instances.create parses it
-    runtime = runtime_of(request)
-    instances = runtime.instances(principal.tenant)
-    definition = runtime.app.get(actor) if runtime.app is not None else None  # unknown_actor
-    if definition is not None and filter_ is None and definition.filter_from_config is not None:
-        # The application's code derives the filter from the caller's config:
-        # a config it cannot handle is the caller's error, not a 500.
-        try:
-            definition.instance_filter(config or {})
-        except errors.YokeError:
-            raise
-        except Exception as exc:
-            raise errors.InvalidInput(
-                f"actor {actor!r} cannot derive a filter from this config: {type(exc).__name__}: {exc}",
-                field="config",
-            ) from None
-    # Instances.create returns the instance whether or not it was new: look
-    # first, so a repeated create answers 200 with "created": false.
-    lookup_key = "singleton" if definition is not None and definition.singleton else key
-    existing = await instances.find(actor, lookup_key) if lookup_key is not None else None
-    info = await instances.create(actor, key, config, filter=filter_)
-    created = existing is None or existing.instance_id != info.instance_id
+    instances = instances_of(request, principal)
+    info, created = await instances.create_or_get(actor, key, config, filter=filter_)
     return json_response({**instance_json(info), "created": created}, status_code=201 if created else 200)
 
 
@@ -220,7 +182,7 @@ async def show_instance(request: Request, instance_id: str = INSTANCE_ID, princi
     runtime = runtime_of(request)
     instances = runtime.instances(principal.tenant)
     info = await instances.get(instance_id_of(instance_id))
-    value, version = await read_state(runtime, info)
+    value, version = await instances.state(info.instance_id)
     depth = await instances.depth(info.instance_id)
     return json_response(
         {

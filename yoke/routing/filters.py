@@ -172,9 +172,13 @@ class Filter:
                 "types must be a non-empty list of event types, 'prefix.*' or '*'", field="types"
             )
         if self.streams is not None and not all(
-            isinstance(s, str) and s.startswith("/") for s in self.streams
+            isinstance(s, str) and s.startswith("/") and len(s) <= 1024 and "\x00" not in s
+            for s in self.streams
         ):
             raise errors.InvalidFilter("streams are path globs starting with '/'", field="streams")
+        for expression in (self.where, self.key):
+            if expression is not None and "\x00" in expression:
+                raise errors.InvalidFilter("an expression must not contain NUL characters")
         if self.where is not None:
             compile_jsonata(self.where, "where")
         if self.key is not None:
