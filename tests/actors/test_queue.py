@@ -188,3 +188,41 @@ async def test_claims_only_for_owned_instances_and_known_actors(fresh_url: str, 
         assert await actors.claim(T, "w2", [Policy("a", 1, 1000)], now, 10) == []
         assert await actors.claim(T, "w1", [Policy("other", 1, 1000)], now, 10) == []
         assert len(await actors.claim(T, "w1", [Policy("a", 1, 1000)], now, 10)) == 1
+
+
+async def test_a_run_never_outlives_its_lease(fresh_url: str, tmp_path) -> None:
+    """A row claimed while the event loop was blocked must not start after its
+    lease ran out: by then the claim would hand it out again, and a
+    concurrency-1 instance would run one event twice at once."""
+    import time
+
+    app = App()
+    log: list[tuple[str, int]] = []
+
+    @app.actor("x", filter=Filter(types=["x"]), concurrency=1, timeout_s=0.2, retry_base_s=0.01)
+    async def x(ctx, event):
+        if event.payload.get("warm"):
+            return
+        log.append(("start", ctx.attempt))
+        try:
+            await asyncio.sleep(0.05)
+        finally:  # ended, or cut off by its timeout
+            log.append(("end", ctx.attempt))
+
+    @app.actor("blocker", filter=Filter(types=["block"]), timeout_s=10)
+    async def blocker(ctx, event):
+        if not event.payload.get("warm"):
+            time.sleep(1.5)  # blocks the event loop past x's 1.2 s lease
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        await y.instances(T).create("x", key="x")
+        await y.instances(T).create("blocker", key="b")
+        warm = {"payload": {"warm": True}}  # instances looked up once: runs start in claim order
+        await y.stream("/", T).append_many([{"type": "block", **warm}, {"type": "x", **warm}])
+        await y.wait_idle(timeout_s=20)
+        await y.stream("/", T).append_many([{"type": "block", "priority": 5}, {"type": "x"}])
+        await y.wait_idle(timeout_s=20)
+    # Runs never overlap: every start is followed by its own end.
+    assert log[0::2] == [("start", a) for _, a in log[1::2]]
+    assert [kind for kind, _ in log] == ["start", "end"] * (len(log) // 2)
+    assert log[-1][0] == "end"

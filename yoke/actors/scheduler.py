@@ -33,6 +33,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("yoke.actors.scheduler")
 
 LEASE_GRACE_MS = 1000  # a lease outlives the actor's timeout by this much
+LEASE_MARGIN_MS = 500  # a run is cancelled this long before its lease ends
+
+
+class LeaseLost(Exception):
+    """The row's lease ended before its run could start."""
 MAX_ERROR_CHARS = 4096
 
 
@@ -177,17 +182,23 @@ class Scheduler:
         started = time.time()
         ok = False
         error = tb = ""
+        # The run must end before its lease does (another worker may claim
+        # the row then): its time is the actor's timeout, cut short when the
+        # run starts late, and a row whose lease is nearly over does not start.
+        budget_s = min(definition.timeout_s, (row.lease_until - LEASE_MARGIN_MS - now_ms()) / 1000)
         try:
-            instance = await self._instance(row.tenant, row.instance_id)
-            if instance is None:
-                raise LookupError(f"instance {row.instance_id} does not exist")
-            ops = OpHandler(self._runtime, row.tenant, instance)
-            ctx = Context(ops, instance, event_from_queue(row), row.attempts)
-            async with asyncio.timeout(definition.timeout_s):
+            if budget_s <= 0:
+                raise LeaseLost("claimed, but its lease ran out before process() could start")
+            async with asyncio.timeout(budget_s):
+                instance = await self._instance(row.tenant, row.instance_id)
+                if instance is None:
+                    raise LookupError(f"instance {row.instance_id} does not exist")
+                ops = OpHandler(self._runtime, row.tenant, instance)
+                ctx = Context(ops, instance, event_from_queue(row), row.attempts)
                 await definition.handler(ctx, ctx.event)
             ok = True
         except TimeoutError:
-            error = f"process() timed out after {definition.timeout_s}s"
+            error = f"process() timed out after {budget_s:.3g}s"
             tb = traceback.format_exc()
         except asyncio.CancelledError:
             error, tb = "worker shut down during process()", ""
