@@ -39,33 +39,21 @@ from ..rows import (
 if TYPE_CHECKING:
     from .store import SqliteStore
 
-# The same claim as PostgreSQL's (store/postgres/actors.py), with the
-# policies as a VALUES list; the writer thread serializes claims.
-CLAIM_SELECT = """
-WITH pol(actor, concurrency, lease_ms) AS (VALUES {values}),
-mine AS (
-    SELECT i.instance_id, p.concurrency, p.lease_ms
-    FROM actor_instances i JOIN pol p ON p.actor = i.actor
-    WHERE i.tenant_id = ? AND i.worker_id = ?
-), busy AS (
-    SELECT q.instance_id, q.group_key, count(*) AS n
-    FROM actor_queue q JOIN mine m ON m.instance_id = q.instance_id
-    WHERE q.tenant_id = ? AND q.status = 'processing' AND q.lease_until > ?
-    GROUP BY 1, 2
-), ranked AS (
-    SELECT q.qid, q.priority, m.lease_ms,
-           row_number() OVER (PARTITION BY q.instance_id, q.group_key
-                              ORDER BY q.priority DESC, q.qid) AS rn,
-           m.concurrency - coalesce(b.n, 0) AS free
-    FROM actor_queue q
-    JOIN mine m ON m.instance_id = q.instance_id
-    LEFT JOIN busy b ON b.instance_id = q.instance_id AND b.group_key = q.group_key
-    WHERE q.tenant_id = ?
-      AND ((q.status = 'pending' AND q.available_at <= ?)
-           OR (q.status = 'processing' AND q.lease_until <= ?))
+# The claim of PostgreSQL's yoke_claim, step by step on the writer thread
+# (in-process queries cost no round trip; the single writer is the lock).
+GROUP_FROM = (  # the first group key >= the given one ('' is no group: the lowest)
+    "SELECT group_key FROM actor_queue WHERE tenant_id=? AND instance_id=? AND status <> 'dead'"
+    " AND group_key >= ? ORDER BY group_key LIMIT 1"
 )
-SELECT qid, lease_ms FROM ranked WHERE rn <= free ORDER BY priority DESC, qid LIMIT ?
-"""
+LIVE_LEASES = (
+    "SELECT count(*) FROM actor_queue WHERE tenant_id=? AND instance_id=? AND group_key=?"
+    " AND status='processing' AND lease_until > ?"
+)
+CLAIMABLE = (
+    "SELECT qid, priority FROM actor_queue WHERE tenant_id=? AND instance_id=? AND group_key=?"
+    " AND status <> 'dead' AND ((status='pending' AND available_at <= ?)"
+    " OR (status='processing' AND lease_until <= ?)) ORDER BY priority DESC, qid LIMIT ?"
+)
 
 ENQUEUE = (
     "INSERT INTO actor_queue (tenant_id, instance_id, group_key, priority, path, seq, event,"
@@ -266,23 +254,20 @@ class SqliteActorStore:
         self, tenant: str, worker_id: str, policies: Sequence[Policy], now: int, limit: int,
         done: Sequence[tuple[int, int]] = (),
     ) -> list[QueueRow]:
-        sql = CLAIM_SELECT.format(values=",".join("(?,?,?)" for _ in policies) or "(NULL,0,0)")
-        params: list[Any] = [x for p in policies for x in (p.actor, p.concurrency, p.lease_ms)]
-        params += [tenant, worker_id, tenant, now, tenant, now, now, limit]
-        actors = {p.actor for p in policies}
+        by_actor = {p.actor: p for p in policies}
 
         def run() -> list[QueueRow]:
             with self._tx() as conn:
                 self._complete(conn, tenant, done)
-                if limit <= 0 or not policies:
+                if limit <= 0 or not by_actor:
                     return []
-                picked = conn.execute(sql, params).fetchall()
+                picked = self._pick(conn, tenant, worker_id, by_actor, now, limit)
                 if not picked:
                     return []
                 conn.executemany(
                     "UPDATE actor_queue SET status='processing', attempts=attempts+1,"
                     " lease_until=?, worker_id=?, started_at=? WHERE qid=?",
-                    [(now + lease, worker_id, now, qid) for qid, lease in picked],
+                    [(now + policy.lease_ms, worker_id, now, qid) for _, qid, policy in picked],
                 )
                 marks = ",".join("?" * len(picked))
                 rows = conn.execute(
@@ -290,11 +275,45 @@ class SqliteActorStore:
                     " i.actor FROM actor_queue q JOIN actor_instances i"
                     " ON i.tenant_id = q.tenant_id AND i.instance_id = q.instance_id"
                     f" WHERE q.qid IN ({marks}) ORDER BY q.priority DESC, q.qid",
-                    [qid for qid, _ in picked],
+                    [qid for _, qid, _ in picked],
                 ).fetchall()
-            return [queue_row_from_row(r) for r in rows if r[-1] in actors]
+            return [queue_row_from_row(r) for r in rows]
 
         return await self._write(run)
+
+    @staticmethod
+    def _pick(
+        conn: sqlite3.Connection, tenant: str, worker_id: str, by_actor: dict[str, Policy],
+        now: int, limit: int,
+    ) -> list[tuple[int, int, Policy]]:
+        """(priority, qid, policy) of the rows to claim, best first."""
+        found: list[tuple[int, int, Policy]] = []
+        owned = conn.execute(
+            "SELECT instance_id, actor FROM actor_instances WHERE tenant_id=? AND worker_id=?",
+            (tenant, worker_id),
+        ).fetchall()
+        for instance_id, actor in owned:
+            policy = by_actor.get(actor)
+            if policy is None:
+                continue
+            start = ""
+            while True:  # each group of the instance, skipping through the claim index
+                row = conn.execute(GROUP_FROM, (tenant, instance_id, start)).fetchone()
+                if row is None:
+                    break
+                group = row[0]
+                start = group + "\x00"  # the next key after this one
+                busy = conn.execute(LIVE_LEASES, (tenant, instance_id, group, now)).fetchone()[0]
+                free = policy.concurrency - busy
+                if free > 0:
+                    found.extend(
+                        (priority, qid, policy)
+                        for qid, priority in conn.execute(
+                            CLAIMABLE, (tenant, instance_id, group, now, now, free)
+                        )
+                    )
+        found.sort(key=lambda c: (-c[0], c[1]))
+        return found[:limit]
 
     @staticmethod
     def _complete(conn: sqlite3.Connection, tenant: str, done: Sequence[tuple[int, int]]) -> None:
