@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from prometheus_client import Counter, Gauge, Histogram
 
 APPENDS = Counter("yoke_stream_appends_total", "Events appended to streams", ["tenant"])
@@ -45,6 +47,12 @@ FANOUT_LAG = Gauge(
 )
 
 
+@functools.lru_cache(maxsize=65536)
+def _child(metric, *labels: str):  # noqa: ANN001, ANN202
+    """``metric.labels(*labels)``, looked up once (it is costly per event)."""
+    return metric.labels(*labels)
+
+
 def observe_process(row, definition, ok: bool, seconds: float) -> None:  # noqa: ANN001
     """One finished process() run (``row``: the claimed QueueRow)."""
     if ok:
@@ -53,11 +61,11 @@ def observe_process(row, definition, ok: bool, seconds: float) -> None:  # noqa:
         outcome = "dead"
     else:
         outcome = "failed"
-    PROCESSED.labels(row.tenant, row.actor, outcome).inc()
-    PROCESS_SECONDS.labels(row.actor).observe(seconds)
-    ATTEMPTS.labels(row.actor).observe(row.attempts)
+    _child(PROCESSED, row.tenant, row.actor, outcome).inc()
+    _child(PROCESS_SECONDS, row.actor).observe(seconds)
+    _child(ATTEMPTS, row.actor).observe(row.attempts)
     if row.started_at is not None and row.attempts == 1:
-        PROCESS_START_LAG.labels(row.actor).observe(max(row.started_at - row.enqueued_at, 0) / 1000)
+        _child(PROCESS_START_LAG, row.actor).observe(max(row.started_at - row.enqueued_at, 0) / 1000)
 
 
 async def sample_actor_gauges(actors) -> None:  # noqa: ANN001 - an ActorStore

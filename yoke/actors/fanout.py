@@ -53,6 +53,7 @@ class Fanout:
             for d in app.actors.values()
             if d.keyed and d.filter is not None
         ]
+        self._cursors: dict[tuple[str, str], int] = {}
         self.idle = asyncio.Event()  # set while nothing is known to be pending
         self.lag: dict[tuple[str, str], int] = {}
 
@@ -118,15 +119,21 @@ class Fanout:
 
     async def _fan_stream(self, tenant: str, path: str) -> None:
         actors = self._runtime.store.actors
-        through = await actors.fanout_cursor(tenant, path)
+        # The cursor as this process last left it; a stale one is corrected
+        # by the commit ('moved').
+        through = self._cursors.get((tenant, path))
         if through is None:
-            return
+            through = await actors.fanout_cursor(tenant, path)
+            if through is None:
+                return
         while True:
             page = await self._runtime.store.read(tenant, path, through, PAGE)
             if not page.events and page.head <= through:
+                self._cursors[(tenant, path)] = through
                 self.lag.pop((tenant, path), None)
                 return
-            new_through = page.events[-1].offset if len(page.events) == PAGE else page.head
+            full = len(page.events) == PAGE
+            new_through = page.events[-1].offset if full else page.head
             version, index = await self._index(tenant)
             items = []
             for event in page.events:
@@ -156,6 +163,12 @@ class Fanout:
                 through = moved
                 continue
             through = new_through
+            self._cursors[(tenant, path)] = through
             self.lag[(tenant, path)] = max(page.head - through, 0)
             if items:
                 self._on_enqueued(tenant)
+            if not full:
+                # Caught up with the head this read saw; a later append
+                # marks the stream dirty again.
+                self.lag.pop((tenant, path), None)
+                return

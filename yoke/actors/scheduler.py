@@ -158,6 +158,7 @@ class Scheduler:
                     tenant, self._worker_id, self._policies, now_ms(), free, done
                 )
                 claimed += len(rows)
+                await self._load_instances(tenant, rows)
                 for row in rows:
                     task = asyncio.create_task(self._run_row(row), name=f"yoke-process-{row.qid}")
                     self._running.add(task)
@@ -167,6 +168,13 @@ class Scheduler:
         return claimed
 
     # --- running -----------------------------------------------------------
+
+    async def _load_instances(self, tenant: str, rows: list[QueueRow]) -> None:
+        """Look up the instances of newly claimed rows in one query."""
+        missing = {r.instance_id for r in rows if (tenant, r.instance_id) not in self._instances}
+        if missing:
+            for info in await self._runtime.store.actors.get_instances(tenant, sorted(missing)):
+                self._instances[(tenant, info.instance_id)] = info
 
     async def _instance(self, tenant: str, instance_id: str) -> InstanceInfo | None:
         key = (tenant, instance_id)

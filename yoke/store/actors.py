@@ -131,6 +131,9 @@ class ActorStore(Protocol):
 
     async def get_instance(self, tenant: str, instance_id: str) -> InstanceInfo | None: ...
 
+    async def get_instances(self, tenant: str, instance_ids: Sequence[str]) -> list[InstanceInfo]:
+        """The instances that exist among ``instance_ids`` (one query)."""
+
     async def find_instance(self, tenant: str, actor: str, key: str) -> InstanceInfo | None: ...
 
     async def list_instances(

@@ -114,6 +114,15 @@ class PgActorStore:
             )
         return None if row is None else instance_from_row(row)
 
+    async def get_instances(self, tenant: str, instance_ids: Sequence[str]) -> list[InstanceInfo]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                f"SELECT {INSTANCE_COLUMNS} FROM actor_instances"
+                " WHERE tenant_id=$1 AND instance_id = ANY($2)",
+                tenant, list(instance_ids),
+            )
+        return [instance_from_row(r) for r in rows]
+
     async def find_instance(self, tenant: str, actor: str, key: str) -> InstanceInfo | None:
         async with self._tx(tenant) as conn:
             row = await conn.fetchrow(
@@ -175,35 +184,14 @@ class PgActorStore:
         self, tenant: str, path: str, expected: int, through: int, routing_version: int,
         items: Sequence[QueueItem], worker_id: str | None, now: int,
     ) -> Literal["ok", "moved", "stale"]:
-        async with self._tx(tenant) as conn:
-            # Enqueueing and the cursor move are lost or kept together, and
-            # redone from the cursor if lost: no need to wait for fsync (any
-            # later durable commit flushes this one's WAL first).
-            await conn.execute("SET LOCAL synchronous_commit = off")
-            sid = await conn.fetchval(
-                "SELECT sid FROM streams WHERE tenant_id=$1 AND path=$2", tenant, path
-            )
-            await conn.execute(
-                "INSERT INTO fanout_cursors VALUES ($1, $2, 0) ON CONFLICT DO NOTHING", tenant, sid
-            )
-            current = await conn.fetchval(
-                "SELECT through FROM fanout_cursors WHERE tenant_id=$1 AND sid=$2 FOR UPDATE",
-                tenant, sid,
-            )
-            if current != expected:
-                return "moved"
-            version = await conn.fetchval(
-                "SELECT version FROM routing_versions WHERE tenant_id=$1", tenant
-            )
-            if (version or 0) != routing_version:
-                return "stale"
-            if items:
-                await self._enqueue(conn, tenant, items, now, worker_id)
-            await conn.execute(
-                "UPDATE fanout_cursors SET through=$3 WHERE tenant_id=$1 AND sid=$2",
-                tenant, sid, through,
-            )
-        return "ok"
+        return await self._pool.fetchval(
+            "SELECT yoke_fanout($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)",
+            tenant, path, expected, through, routing_version, worker_id, now,
+            [i.instance_id for i in items], [i.actor for i in items], [i.key for i in items],
+            [None if i.instance_id else new_instance_id() for i in items],
+            [i.group_id for i in items], [i.priority for i in items], [i.offset for i in items],
+            [i.event_json for i in items],
+        )
 
     async def _enqueue(
         self, conn: asyncpg.Connection, tenant: str, items: Sequence[QueueItem], now: int,

@@ -2,7 +2,8 @@
 
 NOTIFY payloads are ``tenant|path`` only (never event data) and PostgreSQL
 delivers them at commit, so a wake-up never precedes the commit it
-announces. When the listening connection dies (database restart, a killed
+announces. Notifications sent by this process's own pool connections are
+skipped: the process woke its readers itself when the commit returned. When the listening connection dies (database restart, a killed
 backend), the listener reconnects with backoff, LISTENs again and calls
 ``on_resync`` so every tail rereads: anything announced while we were deaf
 is picked up from the store.
@@ -33,11 +34,13 @@ class Listener:
         on_wakeup: WakeupCallback,
         on_resync: Callable[[], None],
         on_queue: Callable[[str], None] | None = None,
+        own_pids: set[int] | None = None,
     ) -> None:
         self._dsn = dsn
         self._on_wakeup = on_wakeup
         self._on_resync = on_resync
         self.on_queue = on_queue
+        self._own_pids = own_pids if own_pids is not None else set()
         self._conn: asyncpg.Connection | None = None
         self._lost = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -68,12 +71,14 @@ class Listener:
         async with self._connected:
             await self._connected.wait_for(lambda: self.generation >= at_least)
 
-    def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+    def _notified(self, _conn: object, pid: int, _channel: str, payload: str) -> None:
+        if pid in self._own_pids:
+            return  # this process's own commit: it woke its readers already
         tenant, _, path = payload.partition("|")
         self._on_wakeup(tenant, path)
 
-    def _queued(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        if self.on_queue is not None:
+    def _queued(self, _conn: object, pid: int, _channel: str, payload: str) -> None:
+        if self.on_queue is not None and pid not in self._own_pids:
             self.on_queue(payload)
 
     def _terminated(self, _conn: object) -> None:

@@ -134,6 +134,9 @@ class PostgresStore:
         self._pool: asyncpg.Pool | None = None
         self.listener: Listener | None = None
         self.actors = PgActorStore(self)
+        # Server pids of this pool's connections: their NOTIFYs announce what
+        # this process already woke itself for, so the listener skips them.
+        self._own_pids: set[int] = set()
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -153,6 +156,7 @@ class PostgresStore:
             min_size=self._pool_min,
             max_size=self._pool_max,
             reset=_keep_session,
+            init=self._note_pid,
         )
         async with self._pool.acquire() as check:
             if await _bypasses_rls(check):
@@ -161,8 +165,11 @@ class PostgresStore:
                     "the PostgreSQL runtime login bypasses row-level security;"
                     " use a role without SUPERUSER or BYPASSRLS (YOKE_PG_RUNTIME_URL)"
                 )
-        self.listener = Listener(pool_dsn, on_wakeup, on_resync)
+        self.listener = Listener(pool_dsn, on_wakeup, on_resync, own_pids=self._own_pids)
         await self.listener.start()
+
+    async def _note_pid(self, conn: asyncpg.Connection) -> None:
+        self._own_pids.add(conn.get_server_pid())
 
     async def close(self) -> None:
         if self.listener is not None:

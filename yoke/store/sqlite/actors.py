@@ -121,6 +121,19 @@ class SqliteActorStore:
         )
         return instance_from_row(rows[0]) if rows else None
 
+    async def get_instances(self, tenant: str, instance_ids: Sequence[str]) -> list[InstanceInfo]:
+        ids = list(instance_ids)
+        found: list[InstanceInfo] = []
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            rows = await self._read(
+                f"SELECT {INSTANCE_COLUMNS} FROM actor_instances WHERE tenant_id=?"
+                f" AND instance_id IN ({','.join('?' * len(chunk))})",
+                (tenant, *chunk),
+            )
+            found.extend(instance_from_row(r) for r in rows)
+        return found
+
     async def find_instance(self, tenant: str, actor: str, key: str) -> InstanceInfo | None:
         rows = await self._read(
             f"SELECT {INSTANCE_COLUMNS} FROM actor_instances WHERE tenant_id=? AND actor=? AND key=?",
