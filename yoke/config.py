@@ -58,6 +58,9 @@ class Settings:
     # at most max_in_flight process() calls at once per process.
     scheduler_sweep_s: float = 1.0
     max_in_flight: int = 256
+    # Concurrent claim loops per process, each for a share of the instances:
+    # one loop's round trip to the store overlaps the others' runs.
+    claim_shards: int = 2
     schedule_poll_s: float = 1.0
     # The deployment version (subscriptions resume halted deliveries on a new one).
     deploy_version: str = ""

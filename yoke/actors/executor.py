@@ -39,6 +39,7 @@ class Executor:
         self.scheduler = Scheduler(
             runtime, app, self.worker_id,
             max_in_flight=settings.max_in_flight, sweep_s=settings.scheduler_sweep_s,
+            shards=settings.claim_shards,
         )
         self.fanout = Fanout(
             runtime, app, self.worker_id, self.scheduler.wake, sweep_s=settings.scheduler_sweep_s
@@ -105,7 +106,7 @@ class Executor:
         async def quiet() -> None:
             while True:
                 await self.fanout.idle.wait()
-                await self.scheduler.idle.wait()
+                await self.scheduler.wait_quiet()
                 if self.fanout.idle.is_set():
                     return
 

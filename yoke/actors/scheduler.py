@@ -65,127 +65,153 @@ def event_from_queue(row: QueueRow) -> Event:
     )
 
 
-class Scheduler:
-    def __init__(self, runtime: Runtime, app: App, worker_id: str, *, max_in_flight: int, sweep_s: float) -> None:
-        self._runtime = runtime
-        self._app = app
-        self._worker_id = worker_id
-        self._max_in_flight = max_in_flight
-        self._sweep_s = sweep_s
-        self._policies = [
-            Policy(d.name, d.concurrency, int(d.timeout_s * 1000) + LEASE_GRACE_MS)
-            for d in app.actors.values()
-        ]
-        self._dirty: set[str] = set()
-        self._all = True
-        self._wake = asyncio.Event()
-        self._running: set[asyncio.Task[None]] = set()
+class _ClaimLoop:
+    """Claims for one shard of this worker's instances. Shards claim
+    concurrently, so one shard's round trip to the store overlaps the other
+    shards' runs (a loop alone alternates: claim, run, claim)."""
+
+    def __init__(self, scheduler: Scheduler, shard: int) -> None:
+        self.scheduler = scheduler
+        self.shard = shard
+        self.dirty: set[str] = set()
+        self.all = True
+        self.wake_flag = asyncio.Event()
         # Finished rows waiting to be deleted, per tenant (with the next claim).
-        self._done: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        self._instances: dict[tuple[str, str], InstanceInfo] = {}
-        # Retries this worker scheduled, (due, tenant): claim again when due.
-        self._retries: list[tuple[int, str]] = []
-        self.stopping = False
+        self.done: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        # Retries scheduled for this shard's rows, (due, tenant): claim again when due.
+        self.retries: list[tuple[int, str]] = []
         self.idle = asyncio.Event()  # set after a claim pass found nothing to do
-        self.on_run = None  # test hook: (row, started, finished, ok) -> None
 
-    @property
-    def in_flight(self) -> int:
-        return len(self._running)
-
-    def wake(self, tenant: str | None = None) -> None:
+    def wake(self, tenant: str | None) -> None:
         if tenant is None:
-            self._all = True
+            self.all = True
         else:
-            self._dirty.add(tenant)
+            self.dirty.add(tenant)
         self.idle.clear()
-        self._wake.set()
-
-    def forget_instances(self) -> None:
-        self._instances.clear()
-
-    # --- claiming --------------------------------------------------------------
+        self.wake_flag.set()
 
     async def run(self) -> None:
-        if not self._policies:
-            return
-        while not self.stopping:
-            timeout = self._sweep_s
-            if self._retries:
-                timeout = min(timeout, max((self._retries[0][0] - now_ms()) / 1000, 0))
+        s = self.scheduler
+        while not s.stopping:
+            timeout = s.sweep_s
+            if self.retries:
+                timeout = min(timeout, max((self.retries[0][0] - now_ms()) / 1000, 0))
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                await asyncio.wait_for(self.wake_flag.wait(), timeout)
             except asyncio.TimeoutError:
-                if not self._retries or self._retries[0][0] > now_ms():
-                    self._all = True  # the periodic sweep
-            self._wake.clear()
-            while self._retries and self._retries[0][0] <= now_ms():
-                self._dirty.add(heapq.heappop(self._retries)[1])
+                if not self.retries or self.retries[0][0] > now_ms():
+                    self.all = True  # the periodic sweep
+            self.wake_flag.clear()
+            while self.retries and self.retries[0][0] <= now_ms():
+                self.dirty.add(heapq.heappop(self.retries)[1])
+            claimed = 0
             try:
-                await self._claim_dirty()
+                claimed = await self._claim_pass()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("claiming failed; retrying")
-                self._all = True
+                self.all = True
                 await asyncio.sleep(0.5)
-
-    async def _claim_dirty(self) -> None:
-        claimed = 0
-        try:
-            claimed = await self._claim_pass()
-        finally:
+                continue
             # Quiet: nothing claimed, nothing running, nothing left to do.
-            if not claimed and not self._running and not self._dirty and not self._done:
+            if not claimed and not s.running and not self.dirty and not self.done:
                 self.idle.set()
 
     async def _claim_pass(self) -> int:
+        s = self.scheduler
+        actors = s.runtime.store.actors
         claimed = 0
-        if self._all:
-            self._all = False
-            self._dirty.update(await self._runtime.store.actors.tenants())
-        dirty, self._dirty = self._dirty | set(self._done), set()
+        if self.all:
+            self.all = False
+            self.dirty.update(await actors.tenants())
+        dirty, self.dirty = self.dirty | set(self.done), set()
         for tenant in dirty:
-            while not self.stopping:
+            while not s.stopping:
                 # Finished rows are deleted by the same round trip that
                 # claims the next ones.
-                done = self._done.pop(tenant, [])
-                free = max(self._max_in_flight - len(self._running), 0)
+                done = self.done.pop(tenant, [])
+                free = max(s.max_in_flight - len(s.running), 0)
                 if free == 0 and not done:
-                    self._dirty.add(tenant)  # revisit when a run finishes
+                    self.dirty.add(tenant)  # revisit when a run finishes
                     break
-                rows = await self._runtime.store.actors.claim(
-                    tenant, self._worker_id, self._policies, now_ms(), free, done
+                rows = await actors.claim(
+                    tenant, s.worker_id, s.policies, now_ms(), free, done,
+                    shard=(self.shard, len(s.loops)),
                 )
                 claimed += len(rows)
-                await self._load_instances(tenant, rows)
+                await s.load_instances(tenant, rows)
                 for row in rows:
-                    task = asyncio.create_task(self._run_row(row), name=f"yoke-process-{row.qid}")
-                    self._running.add(task)
-                    task.add_done_callback(self._running.discard)
+                    task = asyncio.create_task(s.run_row(row, self), name=f"yoke-process-{row.qid}")
+                    s.running.add(task)
+                    task.add_done_callback(s.running.discard)
                 if len(rows) < free or free == 0:
                     break
         return claimed
 
+
+class Scheduler:
+    def __init__(
+        self, runtime: Runtime, app: App, worker_id: str, *, max_in_flight: int, sweep_s: float,
+        shards: int = 2,
+    ) -> None:
+        self.runtime = runtime
+        self._app = app
+        self.worker_id = worker_id
+        self.max_in_flight = max_in_flight
+        self.sweep_s = sweep_s
+        self.policies = [
+            Policy(d.name, d.concurrency, int(d.timeout_s * 1000) + LEASE_GRACE_MS)
+            for d in app.actors.values()
+        ]
+        self.running: set[asyncio.Task[None]] = set()
+        self._instances: dict[tuple[str, str], InstanceInfo] = {}
+        self.loops = [_ClaimLoop(self, shard) for shard in range(max(shards, 1))]
+        self.stopping = False
+        self.on_run = None  # test hook: (row, started, finished, ok) -> None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.running)
+
+    def wake(self, tenant: str | None = None) -> None:
+        for loop in self.loops:
+            loop.wake(tenant)
+
+    async def wait_quiet(self) -> None:
+        """Until every claim loop found nothing to do (in this process)."""
+        while True:
+            for loop in self.loops:
+                await loop.idle.wait()
+            if all(loop.idle.is_set() for loop in self.loops):
+                return
+
+    def forget_instances(self) -> None:
+        self._instances.clear()
+
+    async def run(self) -> None:
+        if self.policies:
+            await asyncio.gather(*(loop.run() for loop in self.loops))
+
     # --- running -----------------------------------------------------------
 
-    async def _load_instances(self, tenant: str, rows: list[QueueRow]) -> None:
+    async def load_instances(self, tenant: str, rows: list[QueueRow]) -> None:
         """Look up the instances of newly claimed rows in one query."""
         missing = {r.instance_id for r in rows if (tenant, r.instance_id) not in self._instances}
         if missing:
-            for info in await self._runtime.store.actors.get_instances(tenant, sorted(missing)):
+            for info in await self.runtime.store.actors.get_instances(tenant, sorted(missing)):
                 self._instances[(tenant, info.instance_id)] = info
 
     async def _instance(self, tenant: str, instance_id: str) -> InstanceInfo | None:
         key = (tenant, instance_id)
         info = self._instances.get(key)
         if info is None:
-            info = await self._runtime.store.actors.get_instance(tenant, instance_id)
+            info = await self.runtime.store.actors.get_instance(tenant, instance_id)
             if info is not None:
                 self._instances[key] = info
         return info
 
-    async def _run_row(self, row: QueueRow) -> None:
+    async def run_row(self, row: QueueRow, loop: _ClaimLoop) -> None:
         definition = self._app.actors[row.actor]
         started = time.time()
         ok = False
@@ -201,7 +227,7 @@ class Scheduler:
                 instance = await self._instance(row.tenant, row.instance_id)
                 if instance is None:
                     raise LookupError(f"instance {row.instance_id} does not exist")
-                ops = OpHandler(self._runtime, row.tenant, instance)
+                ops = OpHandler(self.runtime, row.tenant, instance)
                 ctx = Context(ops, instance, event_from_queue(row), row.attempts)
                 await definition.handler(ctx, ctx.event)
             ok = True
@@ -210,7 +236,7 @@ class Scheduler:
             tb = traceback.format_exc()
         except asyncio.CancelledError:
             error, tb = "worker shut down during process()", ""
-            await self._settle(row, definition, False, error, tb, cancelled=True)
+            await self._settle(row, loop, definition, False, error, tb, cancelled=True)
             raise
         except Exception as exc:  # the actor's failure, recorded on the row
             error = f"{type(exc).__name__}: {exc}"
@@ -218,17 +244,17 @@ class Scheduler:
         finished = time.time()
         if self.on_run is not None:
             self.on_run(row, started, finished, ok)
-        self._runtime.metrics_processed(row, definition, ok, finished - started)
-        await self._settle(row, definition, ok, error, tb)
+        self.runtime.metrics_processed(row, definition, ok, finished - started)
+        await self._settle(row, loop, definition, ok, error, tb)
 
     async def _settle(
-        self, row: QueueRow, definition: ActorDef, ok: bool, error: str, tb: str, *,
-        cancelled: bool = False,
+        self, row: QueueRow, loop: _ClaimLoop, definition: ActorDef, ok: bool, error: str, tb: str,
+        *, cancelled: bool = False,
     ) -> None:
         if ok:
-            self._done[row.tenant].append((row.qid, row.attempts))
-            self.idle.clear()
-            self._wake.set()
+            loop.done[row.tenant].append((row.qid, row.attempts))
+            loop.idle.clear()
+            loop.wake_flag.set()
             return
         if cancelled:
             retry_at: int | None = now_ms()
@@ -238,28 +264,30 @@ class Scheduler:
                         row.instance_id, row.qid, row.attempts, error)
         else:
             retry_at = now_ms() + int(backoff_s(definition, row.attempts) * 1000)
-            heapq.heappush(self._retries, (retry_at, row.tenant))
+            heapq.heappush(loop.retries, (retry_at, row.tenant))
         try:
-            await self._runtime.store.actors.fail(
+            await self.runtime.store.actors.fail(
                 row.tenant, row.qid, row.attempts, retry_at=retry_at,
                 error=error[:MAX_ERROR_CHARS], traceback=tb[-MAX_ERROR_CHARS * 4 :],
             )
         except Exception:
             log.exception("could not record the failure of row %s; its lease will expire", row.qid)
-        self.wake(row.tenant)
+        loop.wake(row.tenant)
 
     async def flush_completions(self) -> None:
-        done, self._done = self._done, defaultdict(list)
-        for tenant, rows in done.items():
-            await self._runtime.store.actors.complete(tenant, rows)
+        for loop in self.loops:
+            done, loop.done = loop.done, defaultdict(list)
+            for tenant, rows in done.items():
+                await self.runtime.store.actors.complete(tenant, rows)
 
     async def stop(self, timeout_s: float) -> None:
         """Stop claiming; let runs finish for ``timeout_s``, then cancel them
         (their rows go back to pending)."""
         self.stopping = True
-        self._wake.set()
-        if self._running:
-            _, pending = await asyncio.wait(set(self._running), timeout=timeout_s)
+        for loop in self.loops:
+            loop.wake_flag.set()
+        if self.running:
+            _, pending = await asyncio.wait(set(self.running), timeout=timeout_s)
             for task in pending:
                 task.cancel()
             if pending:

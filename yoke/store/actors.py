@@ -170,9 +170,11 @@ class ActorStore(Protocol):
     async def claim(
         self, tenant: str, worker_id: str, policies: Sequence[Policy], now: int, limit: int,
         done: Sequence[tuple[int, int]] = (),
+        shard: tuple[int, int] = (0, 1),
     ) -> list[QueueRow]:
         """One round trip: delete the finished rows ``done`` (as ``complete``),
-        then in one statement mark up to ``limit`` rows processing for instances
+        then in one statement mark up to ``limit`` rows processing for the
+        instances of shard ``shard[0]`` of ``shard[1]`` (by a hash of the id)
         owned by ``worker_id``: pending rows that are due and rows whose lease
         expired, by priority then enqueue order within each (instance,
         group), no more per group than the policy's concurrency minus the

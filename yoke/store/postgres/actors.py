@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 # Completing finished rows and claiming the next ones is one round trip:
 # the yoke_claim function (migrations/0002_actors.sql).
-CLAIM = "SELECT * FROM yoke_claim($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+CLAIM = "SELECT * FROM yoke_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
 
 ENQUEUE = """
 INSERT INTO actor_queue (tenant_id, instance_id, group_key, priority, path, seq, event,
@@ -243,12 +243,13 @@ class PgActorStore:
     async def claim(
         self, tenant: str, worker_id: str, policies: Sequence[Policy], now: int, limit: int,
         done: Sequence[tuple[int, int]] = (),
+        shard: tuple[int, int] = (0, 1),
     ) -> list[QueueRow]:
         rows = await self._pool.fetch(
             CLAIM, tenant, worker_id,
             [p.actor for p in policies], [p.concurrency for p in policies],
             [p.lease_ms for p in policies], now, limit,
-            [d[0] for d in done], [d[1] for d in done],
+            [d[0] for d in done], [d[1] for d in done], shard[0], shard[1],
         )
         return sorted((queue_row_from_row(r) for r in rows), key=lambda q: (-q.priority, q.qid))
 

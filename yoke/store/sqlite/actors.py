@@ -7,6 +7,7 @@ another claim: the single writer is the lock); reads on its reader threads.
 from __future__ import annotations
 
 import sqlite3
+import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -266,6 +267,7 @@ class SqliteActorStore:
     async def claim(
         self, tenant: str, worker_id: str, policies: Sequence[Policy], now: int, limit: int,
         done: Sequence[tuple[int, int]] = (),
+        shard: tuple[int, int] = (0, 1),
     ) -> list[QueueRow]:
         by_actor = {p.actor: p for p in policies}
 
@@ -274,7 +276,7 @@ class SqliteActorStore:
                 self._complete(conn, tenant, done)
                 if limit <= 0 or not by_actor:
                     return []
-                picked = self._pick(conn, tenant, worker_id, by_actor, now, limit)
+                picked = self._pick(conn, tenant, worker_id, by_actor, now, limit, shard)
                 if not picked:
                     return []
                 conn.executemany(
@@ -297,7 +299,7 @@ class SqliteActorStore:
     @staticmethod
     def _pick(
         conn: sqlite3.Connection, tenant: str, worker_id: str, by_actor: dict[str, Policy],
-        now: int, limit: int,
+        now: int, limit: int, shard: tuple[int, int],
     ) -> list[tuple[int, int, Policy]]:
         """(priority, qid, policy) of the rows to claim, best first."""
         found: list[tuple[int, int, Policy]] = []
@@ -307,7 +309,7 @@ class SqliteActorStore:
         ).fetchall()
         for instance_id, actor in owned:
             policy = by_actor.get(actor)
-            if policy is None:
+            if policy is None or (shard[1] > 1 and zlib.crc32(instance_id.encode()) % shard[1] != shard[0]):
                 continue
             start = ""
             while True:  # each group of the instance, skipping through the claim index

@@ -132,13 +132,14 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON actor_instances, routing_versions, fanou
 -- Complete finished rows and claim the next ones, in one round trip: delete
 -- the rows given as (qid, attempts) of their claim (a late result of an
 -- expired claim matches nothing), then, for each (instance, group) of the
--- instances p_worker owns that has rows, count its live leases and take its
+-- instances p_worker owns in shard p_shard of p_shards that has rows, count its live leases and take its
 -- first claimable rows (due pending rows, expired leases) in priority then
 -- enqueue order, no more than its free slots, from the claim index; lock
 -- them skipping rows another claimer holds, and mark them processing.
 CREATE FUNCTION yoke_claim(
     p_tenant text, p_worker text, p_actors text[], p_conc integer[], p_lease bigint[],
-    p_now bigint, p_limit integer, p_done bigint[], p_done_attempts integer[]
+    p_now bigint, p_limit integer, p_done bigint[], p_done_attempts integer[],
+    p_shard integer, p_shards integer
 ) RETURNS TABLE (
     o_qid bigint, o_tenant text, o_instance text, o_group text, o_priority integer, o_path text,
     o_seq bigint, o_event jsonb, o_status text, o_attempts integer, o_available_at bigint,
@@ -191,6 +192,7 @@ BEGIN
             SELECT k AS group_key FROM r WHERE k IS NOT NULL
         ) g
         WHERE i.tenant_id = p_tenant AND i.worker_id = p_worker
+          AND (p_shards <= 1 OR mod(hashtext(i.instance_id) & 2147483647, p_shards) = p_shard)
     ), picked AS (
         SELECT c.qid, c.priority, g.lease_ms, g.actor
         FROM groups g
