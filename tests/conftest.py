@@ -23,7 +23,7 @@ def with_database(url: str, database: str) -> str:
     return urlunsplit(parts._replace(path="/" + database))
 
 
-async def _admin(sql: str) -> None:
+async def admin_sql(sql: str) -> None:
     conn = await asyncpg.connect(PG_ADMIN_URL)
     try:
         await conn.execute(sql)
@@ -34,11 +34,11 @@ async def _admin(sql: str) -> None:
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     name = f"yoke_test_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
+    asyncio.run(admin_sql(f'CREATE DATABASE "{name}"'))
     try:
         yield with_database(PG_ADMIN_URL, name)
     finally:
-        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -77,7 +77,7 @@ def pg_actors_db() -> Iterator[str]:
     name = f"yoke_actors_{uuid.uuid4().hex[:12]}"
 
     async def build() -> None:
-        await _admin(f'CREATE DATABASE "{name}"')
+        await admin_sql(f'CREATE DATABASE "{name}"')
         conn = await asyncpg.connect(with_database(PG_ADMIN_URL, name))
         try:
             await migrate(conn)
@@ -90,7 +90,7 @@ def pg_actors_db() -> Iterator[str]:
     try:
         yield with_database(PG_ADMIN_URL, name)
     finally:
-        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 async def empty_database(url: str) -> None:

@@ -36,13 +36,13 @@ import asyncpg
 import pytest
 
 import yoke
+from tests.conftest import PG_ADMIN_URL, admin_sql
 from yoke.store.postgres.store import with_user
 
 from .worker import ACTOR, EVENT_TYPE
 
 pytestmark = pytest.mark.chaos
 
-PG_ADMIN_URL = os.environ.get("YOKE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 WORKER_SCRIPT = Path(__file__).with_name("worker.py")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TENANT = "chaos"
@@ -147,18 +147,10 @@ class Workers:
         return "\n".join(parts)
 
 
-async def _admin(sql: str) -> None:
-    conn = await asyncpg.connect(PG_ADMIN_URL)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
-
-
 async def test_workers_killed_while_processing(tmp_path: Path) -> None:
     started = time.monotonic()
     name = f"yoke_chaos_{uuid.uuid4().hex[:12]}"
-    await _admin(f'CREATE DATABASE "{name}"')
+    await admin_sql(f'CREATE DATABASE "{name}"')
     url = with_database(PG_ADMIN_URL, name)
     workers = Workers(url, with_user(url, "yoke_runtime"), tmp_path)
     admin: asyncpg.Connection | None = None
@@ -294,4 +286,4 @@ async def test_workers_killed_while_processing(tmp_path: Path) -> None:
         await workers.stop()
         if admin is not None:
             await admin.close()
-        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

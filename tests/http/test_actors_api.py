@@ -22,7 +22,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 import jsonata
 import orjson
@@ -30,7 +29,7 @@ import pytest
 
 import yoke
 
-from ..conftest import PG_ADMIN_URL, with_database
+from ..conftest import PG_ADMIN_URL, admin_sql, with_database
 from .conftest import Server, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,14 +45,6 @@ DEADLINE_S = 20
 # --- databases, servers, tenants ------------------------------------------------------
 
 
-async def _admin(sql: str) -> None:
-    conn = await asyncpg.connect(PG_ADMIN_URL)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
-
-
 @contextlib.contextmanager
 def database(kind: str, base: Path) -> Iterator[str]:
     """A database of its own: a SQLite file, or a new PostgreSQL database
@@ -62,11 +53,11 @@ def database(kind: str, base: Path) -> Iterator[str]:
         yield f"sqlite:///{base}/yoke.db"
         return
     name = f"yoke_http_actors_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
+    asyncio.run(admin_sql(f'CREATE DATABASE "{name}"'))
     try:
         yield with_database(PG_ADMIN_URL, name)
     finally:
-        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])

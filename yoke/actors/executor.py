@@ -48,7 +48,7 @@ class Executor:
         self.membership = Membership(
             runtime, self.worker_id,
             heartbeat_s=settings.worker_heartbeat_s, stale_s=settings.worker_stale_s,
-            on_adopted=self.scheduler.wake, on_evicted=self._evicted,
+            on_adopted=self.scheduler.wake, on_evicted=self._evicted, actors=list(app.actors),
         )
         self._tasks: list[asyncio.Task[Any]] = []
 

@@ -55,7 +55,6 @@ class Fanout:
         ]
         self._cursors: dict[tuple[str, str], int] = {}
         self.idle = asyncio.Event()  # set while nothing is known to be pending
-        self.lag: dict[tuple[str, str], int] = {}
 
     # --- triggers ------------------------------------------------------------
 
@@ -91,14 +90,29 @@ class Fanout:
                         for lag in await self._runtime.store.actors.fanout_lag(tenant):
                             self._dirty[tenant].add(lag.path)
                 dirty, self._dirty = self._dirty, defaultdict(set)
-                for tenant, paths in dirty.items():
-                    for path in sorted(paths):
-                        await self._fan_stream(tenant, path)
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("fan-out pass failed; retrying from the cursors")
+                log.exception("fan-out could not list the streams to route; retrying")
                 self._everything = True
+                await asyncio.sleep(0.5)
+                self._wake.set()
+                continue
+            failed = False
+            for tenant, paths in dirty.items():
+                for path in sorted(paths):
+                    try:
+                        await self._fan_stream(tenant, path)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:
+                        # One stream's failure must not hold back the others:
+                        # it is retried (from its cursor) after a pause.
+                        log.exception("fan-out of %s %s failed; retrying", tenant, path)
+                        self._cursors.pop((tenant, path), None)
+                        self._dirty[tenant].add(path)
+                        failed = True
+            if failed:
                 await asyncio.sleep(0.5)
                 self._wake.set()
                 continue
@@ -109,10 +123,13 @@ class Fanout:
         cached = self._indexes.get(tenant)
         if cached is None:
             version, instances = await self._runtime.store.actors.routing(tenant)
+            keyed = {d.name for d in self._app.actors.values() if d.keyed}
             routes = [
                 Route(filter=Filter.from_dict(i.filter), instance_id=i.instance_id)
                 for i in instances
-                if i.filter is not None
+                # A keyed actor's instances get their events by key only
+                # (one made with a filter elsewhere would get them twice).
+                if i.filter is not None and i.actor not in keyed
             ]
             cached = self._indexes[tenant] = (version, RoutingIndex(routes + self._app_routes))
         return cached
@@ -130,7 +147,6 @@ class Fanout:
             page = await self._runtime.store.read(tenant, path, through, PAGE)
             if not page.events and page.head <= through:
                 self._cursors[(tenant, path)] = through
-                self.lag.pop((tenant, path), None)
                 return
             full = len(page.events) == PAGE
             new_through = page.events[-1].offset if full else page.head
@@ -164,11 +180,9 @@ class Fanout:
                 continue
             through = new_through
             self._cursors[(tenant, path)] = through
-            self.lag[(tenant, path)] = max(page.head - through, 0)
             if items:
                 self._on_enqueued(tenant)
             if not full:
                 # Caught up with the head this read saw; a later append
                 # marks the stream dirty again.
-                self.lag.pop((tenant, path), None)
                 return

@@ -13,14 +13,15 @@ import orjson
 from .. import errors
 from ..events import check_text, json_text, now_ms, validate_tenant
 from ..routing.filters import Filter
+from ..routing.index import MAX_KEY_CHARS
 from ..store.actors import InstanceInfo, QueueDepth, QueueRow, new_instance_id
 from .state import InstanceDatabase
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
 
-MAX_KEY_CHARS = 500
 MAX_QID = 2**63 - 1
+MAX_QIDS = 10_000  # queue row ids one redrive or drop names
 
 
 def check_key(key: Any) -> str:
@@ -90,6 +91,13 @@ class Instances:
         if definition is not None and definition.singleton:
             key = "singleton"
         key = check_key(key if key is not None else new_instance_id())
+        if filter is not None and definition is not None and definition.keyed:
+            # Its events come through the actor's key route: a filter of its
+            # own would deliver them a second time.
+            raise errors.InvalidFilter(
+                f"actor {actor!r} routes by key (keyed or singleton): its instances take no filter",
+                field="filter",
+            )
         if filter is not None:
             resolved: Filter | None = Filter.from_dict(filter)
         elif definition is not None:
@@ -191,8 +199,10 @@ class Instances:
 def _qids(qids: Sequence[int] | None) -> list[int] | None:
     if qids is None:
         return None
-    if isinstance(qids, (str, bytes)) or not isinstance(qids, Sequence) or not all(
+    if isinstance(qids, (str, bytes)) or not isinstance(qids, Sequence) or len(qids) > MAX_QIDS or not all(
         isinstance(q, int) and not isinstance(q, bool) and 1 <= q <= MAX_QID for q in qids
     ):
-        raise errors.InvalidInput("qids must be a list of queue row ids", field="qids")
+        raise errors.InvalidInput(
+            f"qids must be a list of at most {MAX_QIDS} queue row ids", field="qids"
+        )
     return list(qids)

@@ -190,8 +190,11 @@ class Scheduler:
         self._instances.clear()
 
     async def run(self) -> None:
-        if self.policies:
-            await asyncio.gather(*(loop.run() for loop in self.loops))
+        if not self.policies:  # an application with portals only: nothing to claim
+            for loop in self.loops:
+                loop.idle.set()
+            return
+        await asyncio.gather(*(loop.run() for loop in self.loops))
 
     # --- running -----------------------------------------------------------
 

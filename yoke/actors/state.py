@@ -20,7 +20,9 @@ at once.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import secrets
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -127,17 +129,23 @@ class InstanceDatabase:
         self.update_lock = asyncio.Lock()
 
     async def _run(
-        self, fn: Callable[[sqlite3.Connection], T], *, write: bool | Callable[[T], bool]
+        self, fn: Callable[[sqlite3.Connection], T], *, write: bool | None | Callable[[T], bool]
     ) -> T:
+        """Run ``fn`` on the connection. ``write``: True persists afterwards,
+        False never, None when rows changed, a callable decides from the result."""
         async with self._lock:
             loop = asyncio.get_running_loop()
 
             def work() -> tuple[T, Callable[[], Any] | None]:
                 if self._conn is None:
                     self._conn = self._owner.storage.open(self.tenant, self.instance_id)
+                before = self._conn.total_changes
                 result = fn(self._conn)
-                # (Not total_changes: DDL and COMMIT change the file without it.)
-                changed = write(result) if callable(write) else write
+                # Rows changed (total_changes), or a statement that may change
+                # the file without counting (DDL, COMMIT): persist.
+                changed = (write(result) if callable(write) else write) or (
+                    write is not False and self._conn.total_changes != before
+                )
                 after = (
                     self._owner.storage.persist(self.tenant, self.instance_id, self._conn)
                     if changed else None
@@ -206,7 +214,7 @@ class InstanceDatabase:
             cur = conn.execute(sql, params)
             return {"rowcount": cur.rowcount, "lastrowid": cur.lastrowid or 0}
 
-        return await self._guard(run, write=not _READ_ONLY.match(sql))
+        return await self._guard(run, write=not _READ_ONLY.match(sql) or None)
 
     async def query(self, sql: str, params: Sequence[Any] | dict[str, Any]) -> list[dict[str, Any]]:
         _check_sql(sql)
@@ -216,9 +224,9 @@ class InstanceDatabase:
             names = [d[0] for d in cur.description or ()]
             return [dict(zip(names, row)) for row in cur.fetchall()]
 
-        return await self._guard(run, write=not _READ_ONLY.match(sql))
+        return await self._guard(run, write=not _READ_ONLY.match(sql) or None)
 
-    async def _guard(self, fn: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
+    async def _guard(self, fn: Callable[[sqlite3.Connection], T], *, write: bool | None) -> T:
         try:
             return await self._run(fn, write=write)
         except sqlite3.Error as exc:
@@ -240,7 +248,7 @@ def _dump_state(value: Any) -> str:
 def _check_sql(sql: str) -> None:
     if not isinstance(sql, str) or not sql.strip():
         raise errors.InvalidInput("sql must be a non-empty string", field="sql")
-    if STATE_TABLE in sql:
+    if STATE_TABLE in sql.lower():
         raise errors.InvalidInput(f"{STATE_TABLE} is reserved for ctx.state", field="sql")
 
 
@@ -289,6 +297,8 @@ def make_storage(
     if mode == "s3":
         from .storage_s3 import S3Storage
 
-        return S3Storage(settings, Path(data_dir) / "s3-cache")
+        # A cache of this process's own: processes sharing a data directory
+        # must never replace a file another one has open.
+        return S3Storage(settings, Path(data_dir) / "s3-cache" / f"{os.getpid()}-{secrets.token_hex(4)}")
     raise errors.InvalidInput(f"YOKE_STORAGE must be file, pg_sqlite or s3, not {mode!r}")
 

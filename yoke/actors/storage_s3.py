@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -198,6 +199,8 @@ class S3Storage:
         if client is not None and hasattr(client, "close"):
             with contextlib.suppress(Exception):
                 client.close()
+        # The cache is for execution only (and this process's own).
+        await asyncio.to_thread(shutil.rmtree, self.cache_dir, True)
 
     # --- uploads (event loop) --------------------------------------------------
 

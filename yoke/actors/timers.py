@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from .. import errors
 from ..events import new_event_id, now_ms
 from ..store.actors import QueueItem, Schedule
 from .ops import next_cron
@@ -57,8 +58,14 @@ class Timers:
         actors = self._runtime.store.actors
         for tenant in await actors.tenants():
             for schedule in await actors.due_schedules(tenant, now_ms(), 100):
-                if await self._fire(schedule):
-                    fired += 1
+                try:
+                    if await self._fire(schedule):
+                        fired += 1
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # one schedule's trouble must not hold back the others
+                    log.exception("schedule %s of %s could not fire; retrying",
+                                  schedule.name, schedule.instance_id)
         return fired
 
     async def _fire(self, s: Schedule) -> bool:
@@ -68,7 +75,15 @@ class Timers:
         if s.stream is not None:
             event.setdefault("idempotency_key", f"schedule:{s.instance_id}:{s.name}:{s.due_at}")
             event.setdefault("source", {"instance": s.instance_id, "schedule": s.name})
-            await self._runtime.stream(s.stream, s.tenant).append(event)
+            try:
+                await self._runtime.stream(s.stream, s.tenant).append(event)
+            except (errors.Backpressure, errors.QuotaExhausted, errors.RuntimeClosed):
+                raise  # may pass later: fire again on the next poll
+            except errors.YokeError as exc:
+                # Refused for good (a closed stream, an invalid event): this
+                # firing is dropped, the schedule moves on (a one-shot ends).
+                log.error("schedule %s of %s: its append to %s was refused (%s); firing skipped",
+                          s.name, s.instance_id, s.stream, exc.code)
             return await self._runtime.store.actors.fire_schedule(s, next_due, None, now)
         document = {
             "offset": 0,

@@ -30,6 +30,7 @@ class Membership:
     def __init__(
         self, runtime: Runtime, worker_id: str, *, heartbeat_s: float, stale_s: float,
         on_adopted: Callable[[str], None], on_evicted: Callable[[], None],
+        actors: list[str],
     ) -> None:
         self._runtime = runtime
         self.worker_id = worker_id
@@ -37,6 +38,7 @@ class Membership:
         self._stale_ms = int(stale_s * 1000)
         self._on_adopted = on_adopted
         self._on_evicted = on_evicted
+        self._actors = actors  # adopt only instances this worker can run
 
     async def register(self) -> None:
         await self._runtime.store.actors.register_worker(
@@ -62,7 +64,7 @@ class Membership:
                 await actors.release_instances(tenant, gone)
         workers = len(await actors.live_workers())
         for tenant in tenants:
-            if await actors.adopt_instances(tenant, self.worker_id, workers):
+            if await actors.adopt_instances(tenant, self.worker_id, workers, self._actors):
                 self._on_adopted(tenant)
 
     async def run(self) -> None:

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
 from .. import errors
-from ..actors.instances import MAX_KEY_CHARS, Instances, check_key
+from ..actors.instances import MAX_KEY_CHARS, Instances
 from ..actors.ops import instance_dict
 from ..events import check_text, json_text
 from ..store.actors import InstanceInfo, QueueRow
@@ -26,7 +26,6 @@ router = APIRouter(prefix="/v1/instances", tags=["actors"], responses=ERROR_RESP
 
 INSTANCE_ID = Path(description="The instance id (inst_...)")
 MAX_NAME_CHARS = 200  # actor names, instance ids, list cursors
-MAX_QID = 2**63 - 1
 
 FILTER_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -83,13 +82,6 @@ def instances_of(request: Request, principal: Principal) -> Instances:
     return runtime_of(request).instances(principal.tenant)
 
 
-def text(value: Any, field: str, max_chars: int = MAX_NAME_CHARS) -> str:
-    """A name both backends can look up: 1-``max_chars`` characters, no NUL."""
-    if not isinstance(value, str) or not 1 <= len(value) <= max_chars:
-        raise errors.InvalidInput(f"{field} is 1-{max_chars} characters", field=field)
-    return check_text(value, field, errors.InvalidInput)
-
-
 def instance_id_of(value: str) -> str:
     """An id no instance can have is simply not found (after the text check)."""
     check_text(value, "instance_id", errors.InvalidInput)
@@ -121,16 +113,9 @@ def queue_row_json(row: QueueRow) -> dict[str, Any]:
 
 
 def qids_of(body: Any) -> list[int] | None:
-    """``{"qids": [...]}`` (some dead rows), or no body / ``{}`` (all of them)."""
-    body = object_body(body, {"qids"})
-    qids = body.get("qids")
-    if qids is None:
-        return None
-    if not isinstance(qids, list) or not all(
-        isinstance(q, int) and not isinstance(q, bool) and 1 <= q <= MAX_QID for q in qids
-    ):
-        raise errors.InvalidInput("qids is a list of queue row ids (positive integers)", field="qids")
-    return qids
+    """``{"qids": [...]}`` (some dead rows), or no body / ``{}`` (all of them);
+    ``Instances`` checks the ids."""
+    return object_body(body, {"qids"}).get("qids")
 
 
 async def optional_json_body(request: Request) -> Any:
@@ -150,10 +135,6 @@ async def list_instances(
     after: str | None = Query(None, description="Continue after this instance id"),
     principal: Principal = READ,
 ) -> Response:
-    if actor is not None:
-        text(actor, "actor")
-    if after is not None:
-        text(after, "after", 10_000)
     listed = await instances_of(request, principal).list(actor, limit=limit, after=after)
     return json_response({"instances": [instance_json(i) for i in listed]})
 
@@ -161,19 +142,13 @@ async def list_instances(
 @router.post("", status_code=201, openapi_extra=CREATE_BODY, summary="Create an instance (200 if it exists)")
 async def create_instance(request: Request, principal: Principal = ADMIN) -> Response:
     body = object_body(await json_body(request), {"actor", "key", "config", "filter"})
-    actor = text(body.get("actor"), "actor")
-    key = body.get("key")
-    if key is not None:
-        check_key(key)
-        check_text(key, "key", errors.InvalidInput)
-    config = body.get("config")
-    if config is not None and not isinstance(config, dict):
-        raise errors.InvalidInput("config must be an object", field="config")
     filter_ = body.get("filter")
     if filter_ is not None:
         json_text(filter_, "filter")  # storable (no NUL); Instances.create parses it
-    instances = instances_of(request, principal)
-    info, created = await instances.create_or_get(actor, key, config, filter=filter_)
+    # Instances checks the actor, key and config.
+    info, created = await instances_of(request, principal).create_or_get(
+        body.get("actor"), body.get("key"), body.get("config"), filter=filter_
+    )
     return json_response({**instance_json(info), "created": created}, status_code=201 if created else 200)
 
 

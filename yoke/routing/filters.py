@@ -76,6 +76,8 @@ def literal_key(value: Any) -> tuple[str, Any] | None:
     """JSONata's ``=`` on scalars: numbers by value, never equal to booleans."""
     if isinstance(value, bool):
         return ("b", value)
+    if isinstance(value, int) and abs(value) > 2**53:
+        return None  # beyond exact floats: left to JSONata
     if isinstance(value, (int, float)):
         return ("n", float(value))
     if isinstance(value, str):
@@ -136,10 +138,6 @@ def equality_of(expression: str) -> Equality | None:
 
 def path_matches(patterns: Iterable[str], path: str) -> bool:
     return any(_glob(p).fullmatch(path) for p in patterns)
-
-
-def evaluate(expression: jsonata.Jsonata, document: Any) -> Any:
-    return expression.evaluate(document)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from .filters import UNKNOWN, Filter, equality_of, key_of, literal_key, lookup, 
 log = logging.getLogger("yoke.routing")
 
 SINGLETON_KEY = "singleton"
+MAX_KEY_CHARS = 500  # as for instance keys given to create()
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +122,11 @@ class RoutingIndex:
                 else:
                     key = SINGLETON_KEY if f.key is None else key_of(f.key, document)
                     if key is None:
+                        continue
+                    if len(key) > MAX_KEY_CHARS or "\x00" in key:
+                        log.warning("routing: event %s has an unusable key for %s (over %s"
+                                    " characters or NUL); not routed", document.get("id"),
+                                    route.actor, MAX_KEY_CHARS)
                         continue
                     target = Target(None, route.actor, key)
             except Exception as exc:  # noqa: BLE001 - a bad expression skips the route

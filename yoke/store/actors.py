@@ -222,8 +222,11 @@ class ActorStore(Protocol):
     async def release_instances(self, tenant: str, worker_ids: Sequence[str]) -> int:
         """Unown the instances of gone workers (their leases expire on their own)."""
 
-    async def adopt_instances(self, tenant: str, worker_id: str, workers: int) -> int:
-        """Take unowned instances, up to a fair share of the tenant's."""
+    async def adopt_instances(
+        self, tenant: str, worker_id: str, workers: int, actors: Sequence[str] | None = None
+    ) -> int:
+        """Take unowned instances (of ``actors``, the ones this worker can
+        run; None: any), up to a fair share of the tenant's."""
 
     # --- per-instance SQLite databases (pg_sqlite storage) -------------------
 

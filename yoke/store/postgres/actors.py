@@ -195,21 +195,13 @@ class PgActorStore:
 
     async def _enqueue(
         self, conn: asyncpg.Connection, tenant: str, items: Sequence[QueueItem], now: int,
-        worker_id: str | None,
     ) -> None:
-        ids: list[str] = []
-        keyed: dict[tuple[str, str], str] = {}
-        for item in items:
-            if item.instance_id is None:
-                assert item.actor is not None and item.key is not None
-                pair = (item.actor, item.key)
-                if pair not in keyed:
-                    keyed[pair] = await self._keyed_instance(conn, tenant, pair, worker_id, now)
-                ids.append(keyed[pair])
-            else:
-                ids.append(item.instance_id)
+        """Rows for named instances (fan-out, which may create keyed
+        instances, goes through yoke_fanout)."""
+        if any(item.instance_id is None for item in items):
+            raise ValueError("enqueue needs instance ids")
         await conn.execute(
-            ENQUEUE, tenant, now, ids,
+            ENQUEUE, tenant, now, [i.instance_id for i in items],
             [i.group_id or "" for i in items],
             [i.priority for i in items],
             [i.path for i in items],
@@ -219,26 +211,11 @@ class PgActorStore:
         )
         await conn.execute("SELECT pg_notify($1, $2)", QUEUE_CHANNEL, tenant)
 
-    async def _keyed_instance(
-        self, conn: asyncpg.Connection, tenant: str, pair: tuple[str, str], worker_id: str | None,
-        now: int,
-    ) -> str:
-        row = await self._insert_instance(
-            conn,
-            InstanceInfo(new_instance_id(), tenant, pair[0], pair[1], worker_id=worker_id, created_at=now),
-        )
-        if row is not None:
-            return row[0]
-        return await conn.fetchval(
-            "SELECT instance_id FROM actor_instances WHERE tenant_id=$1 AND actor=$2 AND key=$3",
-            tenant, *pair,
-        )
-
     # --- queue ---------------------------------------------------------------
 
     async def enqueue(self, tenant: str, items: Sequence[QueueItem], now: int) -> None:
         async with self._tx(tenant) as conn:
-            await self._enqueue(conn, tenant, items, now, None)
+            await self._enqueue(conn, tenant, items, now)
 
     async def claim(
         self, tenant: str, worker_id: str, policies: Sequence[Policy], now: int, limit: int,
@@ -364,7 +341,9 @@ class PgActorStore:
             )
         return int(result.split()[-1])
 
-    async def adopt_instances(self, tenant: str, worker_id: str, workers: int) -> int:
+    async def adopt_instances(
+        self, tenant: str, worker_id: str, workers: int, actors: Sequence[str] | None = None
+    ) -> int:
         async with self._tx(tenant) as conn:
             # Orphans: owners that are no longer registered (reaped elsewhere).
             await conn.execute(
@@ -374,8 +353,8 @@ class PgActorStore:
             )
             total, mine = await conn.fetchrow(
                 "SELECT count(*), count(*) FILTER (WHERE worker_id=$2) FROM actor_instances"
-                " WHERE tenant_id=$1",
-                tenant, worker_id,
+                " WHERE tenant_id=$1 AND ($3::text[] IS NULL OR actor = ANY($3))",
+                tenant, worker_id, None if actors is None else list(actors),
             )
             share = -(-total // max(workers, 1)) - mine
             if share <= 0:
@@ -384,10 +363,11 @@ class PgActorStore:
             # security it can be rerun per row and take more than the share.
             result = await conn.execute(
                 "WITH pick AS (SELECT instance_id FROM actor_instances WHERE tenant_id=$1"
-                " AND worker_id IS NULL ORDER BY instance_id LIMIT $3 FOR UPDATE SKIP LOCKED)"
+                " AND worker_id IS NULL AND ($4::text[] IS NULL OR actor = ANY($4))"
+                " ORDER BY instance_id LIMIT $3 FOR UPDATE SKIP LOCKED)"
                 " UPDATE actor_instances i SET worker_id=$2 FROM pick"
                 " WHERE i.tenant_id=$1 AND i.instance_id = pick.instance_id",
-                tenant, worker_id, share,
+                tenant, worker_id, share, None if actors is None else list(actors),
             )
             adopted = int(result.split()[-1])
             if adopted:
@@ -461,7 +441,7 @@ class PgActorStore:
             if found is None:
                 return False
             if item is not None:
-                await self._enqueue(conn, s.tenant, [item], now, None)
+                await self._enqueue(conn, s.tenant, [item], now)
             if next_due is None:
                 await conn.execute(
                     "DELETE FROM actor_schedules WHERE tenant_id=$1 AND instance_id=$2 AND name=$3",

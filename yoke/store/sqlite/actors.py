@@ -50,6 +50,10 @@ LIVE_LEASES = (
     "SELECT count(*) FROM actor_queue WHERE tenant_id=? AND instance_id=? AND group_key=?"
     " AND status='processing' AND lease_until > ?"
 )
+FOREIGN_LEASE = (
+    "SELECT 1 FROM actor_queue WHERE tenant_id=? AND instance_id=? AND status='processing'"
+    " AND lease_until > ? AND worker_id <> ? LIMIT 1"
+)
 CLAIMABLE = (
     "SELECT qid, priority FROM actor_queue WHERE tenant_id=? AND instance_id=? AND group_key=?"
     " AND status <> 'dead' AND ((status='pending' AND available_at <= ?)"
@@ -311,6 +315,8 @@ class SqliteActorStore:
             policy = by_actor.get(actor)
             if policy is None or (shard[1] > 1 and zlib.crc32(instance_id.encode()) % shard[1] != shard[0]):
                 continue
+            if conn.execute(FOREIGN_LEASE, (tenant, instance_id, now, worker_id)).fetchone():
+                continue  # just changed hands: wait until the previous owner's leases end
             start = ""
             while True:  # each group of the instance, skipping through the claim index
                 row = conn.execute(GROUP_FROM, (tenant, instance_id, start)).fetchone()
@@ -472,7 +478,12 @@ class SqliteActorStore:
             (tenant, *worker_ids),
         )
 
-    async def adopt_instances(self, tenant: str, worker_id: str, workers: int) -> int:
+    async def adopt_instances(
+        self, tenant: str, worker_id: str, workers: int, actors: Sequence[str] | None = None
+    ) -> int:
+        only = "" if actors is None else f" AND actor IN ({','.join('?' * len(actors)) or 'NULL'})"
+        names = [] if actors is None else list(actors)
+
         def run() -> int:
             with self._tx() as conn:
                 conn.execute(
@@ -482,8 +493,8 @@ class SqliteActorStore:
                     (tenant,),
                 )
                 total, mine = conn.execute(
-                    "SELECT count(*), sum(worker_id IS ?) FROM actor_instances WHERE tenant_id=?",
-                    (worker_id, tenant),
+                    "SELECT count(*), sum(worker_id IS ?) FROM actor_instances WHERE tenant_id=?" + only,
+                    (worker_id, tenant, *names),
                 ).fetchone()
                 share = -(-total // max(workers, 1)) - (mine or 0)
                 if share <= 0:
@@ -491,8 +502,8 @@ class SqliteActorStore:
                 return conn.execute(
                     "UPDATE actor_instances SET worker_id=? WHERE tenant_id=? AND instance_id IN ("
                     " SELECT instance_id FROM actor_instances WHERE tenant_id=? AND worker_id IS NULL"
-                    " ORDER BY instance_id LIMIT ?)",
-                    (worker_id, tenant, tenant, share),
+                    + only + " ORDER BY instance_id LIMIT ?)",
+                    (worker_id, tenant, tenant, *names, share),
                 ).rowcount
 
         return await self._write(run)

@@ -193,6 +193,13 @@ BEGIN
         ) g
         WHERE i.tenant_id = p_tenant AND i.worker_id = p_worker
           AND (p_shards <= 1 OR mod(hashtext(i.instance_id) & 2147483647, p_shards) = p_shard)
+          -- An instance that just changed hands waits until its previous
+          -- owner's leases end: two workers never run one instance (each
+          -- has its own copy of the instance's database).
+          AND NOT EXISTS (
+              SELECT 1 FROM actor_queue x
+              WHERE x.tenant_id = p_tenant AND x.instance_id = i.instance_id
+                AND x.status = 'processing' AND x.lease_until > p_now AND x.worker_id <> p_worker)
     ), picked AS (
         SELECT c.qid, c.priority, g.lease_ms, g.actor
         FROM groups g
@@ -213,8 +220,12 @@ BEGIN
         ORDER BY c.priority DESC, c.qid
         LIMIT p_limit
     ), locked AS (
+        -- The claimable condition again: rechecked on the latest row version
+        -- should a competing claim have committed since this statement began.
         SELECT q.qid FROM actor_queue q
         WHERE q.tenant_id = p_tenant AND q.qid = ANY(ARRAY(SELECT qid FROM picked))
+          AND ((q.status = 'pending' AND q.available_at <= p_now)
+               OR (q.status = 'processing' AND q.lease_until <= p_now))
         FOR UPDATE SKIP LOCKED
     )
     UPDATE actor_queue q
