@@ -118,3 +118,30 @@ def test_tail_reports_cursor_gone_as_an_error_event(server, http, path):
             assert delivered < total, "the whole stream arrived: the tail was never behind"
         else:
             raise AssertionError("the tail ended without an error event")
+
+
+def test_a_filtered_tail_sends_only_matches_and_resumes_by_offset(server, http, path):
+    http.post(events_url(path), json=[
+        {"type": "msg", "payload": {"n": 1, "visible": True}},
+        {"type": "msg", "payload": {"n": 2, "visible": False}},
+        {"type": "note", "payload": {"n": 3, "visible": True}},
+        {"type": "msg", "payload": {"n": 4, "visible": True}},
+    ])
+    with server.client() as c:
+        got = collect(c, path, 2, after=0, types="msg", where="payload.visible = true")
+        assert [(sse_id, e["payload"]["n"]) for sse_id, e in got] == [("1", 1), ("4", 4)]
+        resumed = collect(c, path, 1, headers={"Last-Event-ID": "1"}, types="msg,note",
+                          where="payload.visible = true")
+        assert [e["payload"]["n"] for _, e in resumed] == [3]
+
+
+def test_a_failing_filter_closes_the_tail_with_an_error_event(server, http, path):
+    http.post(events_url(path), json={"type": "msg", "payload": {"v": "text"}})
+    with server.client() as c:
+        with connect_sse(c, "GET", events_url(path, "tail"),
+                         params={"after": 0, "where": "$number(payload.v) > 1"}) as source:
+            events = list(source.iter_sse())
+    assert events[-1].event == "error"
+    assert orjson.loads(events[-1].data)["error"]["code"] == "filter_failed"
+    bad = http.get(events_url(path, "tail"), params={"where": "payload.("})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_filter"

@@ -5,8 +5,9 @@ client reconnecting with ``Last-Event-ID`` (or ``?after=``) resumes exactly
 after the last event it saw. Comment lines keep idle connections open. The
 tail itself follows the continuity loop (``streams.tail.follow``); events
 that arrive together are written together, each encoded once for all the
-tails that send it. A failure such as ``cursor_gone`` is sent as an
-``error`` event before the stream ends.
+tails that send it. A filter (``?types=``, ``?where=``) keeps only the
+events it matches. A failure such as ``cursor_gone`` or ``filter_failed``
+is sent as an ``error`` event before the stream ends.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from starlette.responses import StreamingResponse
 
 from .. import errors, metrics
 from ..events import Event
+from ..routing.filters import Filter
 from ..streams.handle import Stream
 from ..streams.tail import follow
 
@@ -72,16 +74,18 @@ def tail_response(
     include_ephemeral: bool,
     heartbeat_s: float,
     shutdown: asyncio.Event,
+    event_filter: Filter | None = None,
 ) -> StreamingResponse:
     return StreamingResponse(
-        _events(stream, after, include_ephemeral, heartbeat_s, shutdown),
+        _events(stream, after, include_ephemeral, heartbeat_s, shutdown, event_filter),
         media_type="text/event-stream",
         headers=HEADERS,
     )
 
 
 async def _events(
-    stream: Stream, after: int, include_ephemeral: bool, heartbeat_s: float, shutdown: asyncio.Event
+    stream: Stream, after: int, include_ephemeral: bool, heartbeat_s: float, shutdown: asyncio.Event,
+    event_filter: Filter | None,
 ) -> AsyncIterator[bytes]:
     batches = follow(
         stream,
@@ -90,6 +94,7 @@ async def _events(
         sweep_s=stream.runtime.settings.tail_sweep_s,
         idle_s=heartbeat_s,
         stop=shutdown,
+        event_filter=event_filter,
     )
     metrics.OPEN_TAILS.inc()
     try:
@@ -97,7 +102,7 @@ async def _events(
         try:
             async for batch in batches:
                 yield b"".join(FRAMES.frame(e) for e in batch) if batch else b": ping\n\n"
-        except errors.YokeError as exc:  # cursor_gone, runtime_closed
+        except errors.YokeError as exc:  # cursor_gone, runtime_closed, filter_failed
             yield encode_error(exc)
     finally:
         metrics.OPEN_TAILS.dec()

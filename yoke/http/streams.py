@@ -15,6 +15,8 @@ from fastapi import APIRouter, Header, Path, Query, Request
 from starlette.responses import Response
 
 from .. import errors
+from ..events import check_text
+from ..routing.filters import Filter
 from ..runtime import Runtime
 from ..store.contract import Limits, StreamInfo
 from ..streams.handle import Stream
@@ -205,14 +207,25 @@ async def tail(
     path: str = PATH_PARAM,
     after: int | None = Query(None, ge=0),
     include_ephemeral: bool = Query(True),
+    types: str | None = Query(
+        None, description="Only these event types, comma-separated: exact names, prefix.* or *"
+    ),
+    where: str | None = Query(None, description="Only events for which this JSONata is exactly true"),
     last_event_id: str | None = Header(None, alias="Last-Event-ID"),
     principal: Principal = READ,
 ) -> Response:
     stream = stream_of(request, principal, path)
+    event_filter = None
+    if types is not None or where is not None:
+        if where is not None:
+            check_text(where, "where", errors.InvalidFilter)
+        kinds = ["*"] if types is None else [t.strip() for t in types.split(",")]
+        event_filter = Filter(types=kinds, where=where)
     cursor = await resolve_cursor(stream, after, last_event_id)
     state = request.app.state
     return tail_response(
-        stream, cursor, include_ephemeral=include_ephemeral, heartbeat_s=state.heartbeat_s, shutdown=state.shutdown
+        stream, cursor, include_ephemeral=include_ephemeral, heartbeat_s=state.heartbeat_s,
+        shutdown=state.shutdown, event_filter=event_filter,
     )
 
 

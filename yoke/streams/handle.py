@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..events import AppendResult, Event, json_text, now_ms, prepare, validate_path, validate_tenant
+from ..routing.filters import Filter
 from ..store.contract import ConsumerInfo, Limits, ReadPage, Retention, StreamInfo, StreamSettings
 from .append import new_stream_id
 from .objects import StreamObjects
@@ -142,14 +143,28 @@ class Stream:
             )
         raise errors.EventNotFound(f"no event at offset {offset}", offset=offset, latest=page.head)
 
-    def tail(self, after: int = 0, *, include_ephemeral: bool = True) -> AsyncIterator[Event]:
-        """Every event with offset > after, then live ones as they commit, forever."""
+    def tail(
+        self,
+        after: int = 0,
+        *,
+        include_ephemeral: bool = True,
+        filter: Filter | Mapping[str, Any] | None = None,  # noqa: A002
+    ) -> AsyncIterator[Event]:
+        """Every event with offset > after, then live ones as they commit, forever.
+
+        ``filter`` (``Filter(types=..., where=...)``) keeps only the events it
+        matches; an expression that fails to evaluate on an event ends the
+        tail with ``filter_failed``."""
         _check_offset(after, "after")
+        event_filter = None if filter is None else Filter.from_dict(filter)
+        if event_filter is not None and event_filter.key is not None:
+            raise errors.InvalidFilter("a tail's filter has no routing key", field="key")
         return tail(
             self,
             after,
             include_ephemeral=include_ephemeral,
             sweep_s=self.runtime.settings.tail_sweep_s,
+            event_filter=event_filter,
         )
 
     # --- settings --------------------------------------------------------------

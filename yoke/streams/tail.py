@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..events import Event
+from ..routing.filters import Filter
 from .wakeups import WakeupHub
 
 if TYPE_CHECKING:
@@ -74,10 +75,13 @@ async def follow(
     sweep_s: float,
     idle_s: float | None = None,
     stop: asyncio.Event | None = None,
+    event_filter: Filter | None = None,
 ) -> AsyncIterator[list[Event]]:
     """The continuity loop, yielding each new batch of events in order. When
     ``idle_s`` is given, an empty batch is yielded after that long without
-    events (a chance to send a heartbeat); ``stop`` ends the loop early."""
+    events (a chance to send a heartbeat); ``stop`` ends the loop early;
+    ``event_filter`` keeps only the events it matches (the cursor still moves
+    past the others)."""
     runtime = stream.runtime
     hub = runtime.hub
     waiter = hub.subscribe(stream.tenant, stream.path)
@@ -100,6 +104,9 @@ async def follow(
             fresh = [e for e in events if e.offset > cursor]  # drop boundary duplicates
             if fresh:
                 cursor = fresh[-1].offset
+                if event_filter is not None:  # a FilterError ends the tail with it
+                    fresh = [e for e in fresh if event_filter.matches(e.to_dict())]
+            if fresh:
                 quiet_since = loop.time()
                 yield fresh
             elif idle_s is not None and loop.time() - quiet_since >= idle_s:
@@ -113,9 +120,12 @@ async def follow(
 
 
 async def tail(
-    stream: Stream, after: int, *, include_ephemeral: bool, sweep_s: float
+    stream: Stream, after: int, *, include_ephemeral: bool, sweep_s: float,
+    event_filter: Filter | None = None,
 ) -> AsyncIterator[Event]:
-    batches = follow(stream, after, include_ephemeral=include_ephemeral, sweep_s=sweep_s)
+    batches = follow(
+        stream, after, include_ephemeral=include_ephemeral, sweep_s=sweep_s, event_filter=event_filter
+    )
     try:
         async for batch in batches:
             for event in batch:
