@@ -74,3 +74,28 @@ async def test_row_level_security_hides_other_tenants(db_url, tenant):
         assert await conn.fetchval("SELECT count(*) FROM events") == 0
     finally:
         await conn.close()
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+async def test_actor_tables_and_functions_are_tenant_scoped(db_url, tenant):
+    other = tenant + "-b"
+    async with yoke.open(db_url) as y:
+        await y.instances(tenant).create("a", key="k")
+        theirs = await y.instances(other).create("a", key="k")
+        with pytest.raises(yoke.InstanceNotFound):
+            await y.instances(tenant).get(theirs.instance_id)
+        async with y.store.pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT set_config('yoke.tenant', $1, true)", tenant)
+            for table in ("actor_instances", "actor_queue", "actor_schedules", "fanout_cursors",
+                          "actor_sqlite", "conversation_messages", "routing_versions"):
+                assert await conn.fetchval(f"SELECT count(*) FROM {table} WHERE tenant_id = $1", other) == 0
+            for call in (
+                "SELECT * FROM yoke_claim($1, 'w', ARRAY['a'], ARRAY[1], ARRAY[1000::bigint], 0, 10,"
+                " ARRAY[]::bigint[], ARRAY[]::int[], 0, 1)",
+                "SELECT yoke_fanout($1, '/', 0, 0, 0, 'w', 0, ARRAY[]::text[], ARRAY[]::text[],"
+                " ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::text[], ARRAY[]::int[], ARRAY[]::bigint[],"
+                " ARRAY[]::text[])",
+            ):
+                with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                    async with conn.transaction():  # a savepoint: the outer transaction lives on
+                        await conn.fetch(call, other)

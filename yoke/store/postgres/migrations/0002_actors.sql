@@ -129,6 +129,21 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON actor_instances, routing_versions, fanou
     actor_queue, actor_sqlite, actor_schedules, conversation_messages, runtime_workers
     TO yoke_runtime;
 
+-- Set the transaction's tenant for row-level security, refusing to switch
+-- a transaction that already works for another tenant (as yoke_append does).
+CREATE FUNCTION yoke_enter_tenant(p_tenant text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF coalesce(current_setting('yoke.tenant', true), '') NOT IN ('', p_tenant) THEN
+        RAISE EXCEPTION 'yoke: tenant % does not match the transaction''s tenant', p_tenant
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    PERFORM set_config('yoke.tenant', p_tenant, true);
+END
+$$;
+
+GRANT EXECUTE ON FUNCTION yoke_enter_tenant TO yoke_runtime;
+
 -- Complete finished rows and claim the next ones, in one round trip: delete
 -- the rows given as (qid, attempts) of their claim (a late result of an
 -- expired claim matches nothing), then, for each (instance, group) of the
@@ -148,11 +163,7 @@ CREATE FUNCTION yoke_claim(
 )
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF coalesce(current_setting('yoke.tenant', true), '') NOT IN ('', p_tenant) THEN
-        RAISE EXCEPTION 'yoke: tenant % does not match the transaction''s tenant', p_tenant
-            USING ERRCODE = 'insufficient_privilege';
-    END IF;
-    PERFORM set_config('yoke.tenant', p_tenant, true);
+    PERFORM yoke_enter_tenant(p_tenant);
     -- Losing this transaction in a server crash is harmless: a lost claim
     -- leaves its rows pending, a lost delete runs a row again (at least
     -- once). And any later durable commit (a process() side effect) flushes
@@ -259,11 +270,7 @@ DECLARE
     v_sid bigint;
     v_through bigint;
 BEGIN
-    IF coalesce(current_setting('yoke.tenant', true), '') NOT IN ('', p_tenant) THEN
-        RAISE EXCEPTION 'yoke: tenant % does not match the transaction''s tenant', p_tenant
-            USING ERRCODE = 'insufficient_privilege';
-    END IF;
-    PERFORM set_config('yoke.tenant', p_tenant, true);
+    PERFORM yoke_enter_tenant(p_tenant);
     -- Enqueueing and the cursor move are lost or kept together, and redone
     -- from the cursor if lost: no need to wait for fsync (any later durable
     -- commit flushes this one's WAL first).
