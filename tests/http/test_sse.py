@@ -19,6 +19,10 @@ def collect(client: httpx.Client, path: str, count: int, **params) -> list[tuple
     with connect_sse(client, "GET", events_url(path, "tail"), params=params, headers=headers) as source:
         assert source.response.headers["content-type"].startswith("text/event-stream")
         for sse in source.iter_sse():
+            if not sse.data:
+                # A heartbeat: httpx-sse reports a comment-only frame as an
+                # event without data once an id has been seen.
+                continue
             got.append((sse.id, orjson.loads(sse.data)))
             if len(got) == count:
                 break
