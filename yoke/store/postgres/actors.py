@@ -365,8 +365,12 @@ class PgActorStore:
                 "WITH pick AS (SELECT instance_id FROM actor_instances WHERE tenant_id=$1"
                 " AND worker_id IS NULL AND ($4::text[] IS NULL OR actor = ANY($4))"
                 " ORDER BY instance_id LIMIT $3 FOR UPDATE SKIP LOCKED)"
-                " UPDATE actor_instances i SET worker_id=$2 FROM pick"
-                " WHERE i.tenant_id=$1 AND i.instance_id = pick.instance_id",
+                # Rows still processing belong to the previous owners: claim
+                # nothing of the instance before their leases end.
+                " UPDATE actor_instances i SET worker_id=$2, claimable_after=coalesce(("
+                "   SELECT max(q.lease_until) FROM actor_queue q WHERE q.tenant_id=$1"
+                "   AND q.instance_id = i.instance_id AND q.status='processing'), 0)"
+                " FROM pick WHERE i.tenant_id=$1 AND i.instance_id = pick.instance_id",
                 tenant, worker_id, share, None if actors is None else list(actors),
             )
             adopted = int(result.split()[-1])

@@ -50,10 +50,6 @@ LIVE_LEASES = (
     "SELECT count(*) FROM actor_queue WHERE tenant_id=? AND instance_id=? AND group_key=?"
     " AND status='processing' AND lease_until > ?"
 )
-FOREIGN_LEASE = (
-    "SELECT 1 FROM actor_queue WHERE tenant_id=? AND instance_id=? AND status='processing'"
-    " AND lease_until > ? AND worker_id <> ? LIMIT 1"
-)
 CLAIMABLE = (
     "SELECT qid, priority FROM actor_queue WHERE tenant_id=? AND instance_id=? AND group_key=?"
     " AND status <> 'dead' AND ((status='pending' AND available_at <= ?)"
@@ -308,15 +304,14 @@ class SqliteActorStore:
         """(priority, qid, policy) of the rows to claim, best first."""
         found: list[tuple[int, int, Policy]] = []
         owned = conn.execute(
-            "SELECT instance_id, actor FROM actor_instances WHERE tenant_id=? AND worker_id=?",
-            (tenant, worker_id),
+            "SELECT instance_id, actor FROM actor_instances WHERE tenant_id=? AND worker_id=?"
+            " AND claimable_after <= ?",  # just changed hands: wait for the previous owner's leases
+            (tenant, worker_id, now),
         ).fetchall()
         for instance_id, actor in owned:
             policy = by_actor.get(actor)
             if policy is None or (shard[1] > 1 and zlib.crc32(instance_id.encode()) % shard[1] != shard[0]):
                 continue
-            if conn.execute(FOREIGN_LEASE, (tenant, instance_id, now, worker_id)).fetchone():
-                continue  # just changed hands: wait until the previous owner's leases end
             start = ""
             while True:  # each group of the instance, skipping through the claim index
                 row = conn.execute(GROUP_FROM, (tenant, instance_id, start)).fetchone()
@@ -499,8 +494,13 @@ class SqliteActorStore:
                 share = -(-total // max(workers, 1)) - (mine or 0)
                 if share <= 0:
                     return 0
+                # Rows still processing belong to the previous owners: claim
+                # nothing of the instance before their leases end.
                 return conn.execute(
-                    "UPDATE actor_instances SET worker_id=? WHERE tenant_id=? AND instance_id IN ("
+                    "UPDATE actor_instances SET worker_id=?, claimable_after=coalesce(("
+                    " SELECT max(q.lease_until) FROM actor_queue q WHERE q.tenant_id=actor_instances.tenant_id"
+                    " AND q.instance_id=actor_instances.instance_id AND q.status='processing'), 0)"
+                    " WHERE tenant_id=? AND instance_id IN ("
                     " SELECT instance_id FROM actor_instances WHERE tenant_id=? AND worker_id IS NULL"
                     + only + " ORDER BY instance_id LIMIT ?)",
                     (worker_id, tenant, tenant, *names, share),

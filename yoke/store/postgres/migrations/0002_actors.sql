@@ -12,6 +12,9 @@ CREATE TABLE actor_instances (
     filter      jsonb,            -- NULL: routed by the actor's key (keyed, singleton)
     parent_id   text,
     worker_id   text,             -- the runtime worker that executes it (NULL: unowned)
+    -- After a change of hands, the new owner claims nothing before the
+    -- previous owner's leases end (so two workers never run one instance).
+    claimable_after bigint NOT NULL DEFAULT 0,
     created_at  bigint NOT NULL,
     PRIMARY KEY (tenant_id, instance_id),
     UNIQUE (tenant_id, actor, key)
@@ -207,10 +210,7 @@ BEGIN
           -- An instance that just changed hands waits until its previous
           -- owner's leases end: two workers never run one instance (each
           -- has its own copy of the instance's database).
-          AND NOT EXISTS (
-              SELECT 1 FROM actor_queue x
-              WHERE x.tenant_id = p_tenant AND x.instance_id = i.instance_id
-                AND x.status = 'processing' AND x.lease_until > p_now AND x.worker_id <> p_worker)
+          AND i.claimable_after <= p_now
     ), picked AS (
         SELECT c.qid, c.priority, g.lease_ms, g.actor
         FROM groups g

@@ -11,6 +11,7 @@ CREATE TABLE actor_instances (
     filter      TEXT,
     parent_id   TEXT,
     worker_id   TEXT,
+    claimable_after INTEGER NOT NULL DEFAULT 0,
     created_at  INTEGER NOT NULL,
     PRIMARY KEY (tenant_id, instance_id),
     UNIQUE (tenant_id, actor, key)
