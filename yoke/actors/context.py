@@ -7,6 +7,7 @@ params. There is deliberately no way to read or tail a stream from here.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
 from ..events import Event
@@ -140,8 +141,15 @@ class BaseContext:
     def __init__(self, ops: OpHandler) -> None:
         self.ops = ops
         self.tenant = ops.tenant
-        self.instances = ChildInstances(ops)
-        self.conversations = Conversations(ops)
+
+    # Made on first use: most runs touch few of them.
+    @cached_property
+    def instances(self) -> ChildInstances:
+        return ChildInstances(self.ops)
+
+    @cached_property
+    def conversations(self) -> Conversations:
+        return Conversations(self.ops)
 
     async def append(self, event: Mapping[str, Any], stream: str = "/") -> dict[str, Any]:
         """Append to one of the tenant's streams (default: the global stream
@@ -157,9 +165,18 @@ class Context(BaseContext):
         self.instance = instance
         self.event = event
         self.attempt = attempt
-        self.state = State(ops)
-        self.sqlite = Sqlite(ops)
-        self.schedules = Schedules(ops)
+
+    @cached_property
+    def state(self) -> State:
+        return State(self.ops)
+
+    @cached_property
+    def sqlite(self) -> Sqlite:
+        return Sqlite(self.ops)
+
+    @cached_property
+    def schedules(self) -> Schedules:
+        return Schedules(self.ops)
 
 
 class PortalContext(BaseContext):

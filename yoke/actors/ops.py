@@ -61,27 +61,13 @@ class OpHandler:
         self._runtime = runtime
         self.tenant = tenant
         self.instance = instance
-        self._methods: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
-            "stream_append": self._stream_append,
-            "state_get": self._state_get,
-            "state_set": self._state_set,
-            "state_cas": self._state_cas,
-            "sqlite_exec": self._sqlite_exec,
-            "sqlite_query": self._sqlite_query,
-            "instances_create": self._instances_create,
-            "schedules_upsert": self._schedules_upsert,
-            "schedules_cancel": self._schedules_cancel,
-            "schedules_list": self._schedules_list,
-            "conversations_post": self._conversations_post,
-            "conversations_messages": self._conversations_messages,
-        }
 
     async def call(self, method: str, params: dict[str, Any]) -> Any:
-        handler = self._methods.get(method)
+        handler = OPS.get(method)
         if handler is None:
             raise errors.InvalidInput(f"unknown op {method!r}", op=method)
         # Params cross the seam as JSON: anything else fails here, in-process too.
-        return await handler(orjson.loads(orjson.dumps(params)))
+        return await handler(self, orjson.loads(orjson.dumps(params)))
 
     def _need_instance(self) -> InstanceInfo:
         if self.instance is None:
@@ -223,6 +209,23 @@ class OpHandler:
             self.tenant, str(p["conversation_id"]), p.get("after"), limit
         )
         return [message_dict(m) for m in rows]
+
+
+# The ops by name (one table for every handler).
+OPS: dict[str, Callable[[OpHandler, dict[str, Any]], Awaitable[Any]]] = {
+    "stream_append": OpHandler._stream_append,
+    "state_get": OpHandler._state_get,
+    "state_set": OpHandler._state_set,
+    "state_cas": OpHandler._state_cas,
+    "sqlite_exec": OpHandler._sqlite_exec,
+    "sqlite_query": OpHandler._sqlite_query,
+    "instances_create": OpHandler._instances_create,
+    "schedules_upsert": OpHandler._schedules_upsert,
+    "schedules_cancel": OpHandler._schedules_cancel,
+    "schedules_list": OpHandler._schedules_list,
+    "conversations_post": OpHandler._conversations_post,
+    "conversations_messages": OpHandler._conversations_messages,
+}
 
 
 def next_cron(expression: Any, after_ms: int) -> int:
