@@ -21,6 +21,7 @@ run: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/append.py
 	$(PY) bench/http_api.py
+	$(PY) bench/actors.py
 
 clean:
 	rm -rf $(VENV) .yoke .pytest_cache
