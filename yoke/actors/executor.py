@@ -115,8 +115,9 @@ class Executor:
             # may wait for a retry, or belong to instances of other workers).
             remaining = deadline - time.monotonic()
             try:
-                await asyncio.wait_for(quiet(), max(remaining, 0))
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(max(remaining, 0)):
+                    await quiet()
+            except TimeoutError:
                 raise TimeoutError(f"not idle after {timeout_s}s") from None
             if await self._runtime.store.actors.unfinished(list(self.app.actors)) == 0:
                 return

@@ -77,8 +77,12 @@ class Fanout:
     async def run(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), self._sweep_s)
-            except asyncio.TimeoutError:
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can
+                # swallow a cancellation that races the wake-up, and then the
+                # loop never stops (close() hung on it).
+                async with asyncio.timeout(self._sweep_s):
+                    await self._wake.wait()
+            except TimeoutError:
                 # The safety net: appends by processes that cannot notify us
                 # (SQLite), or notifications lost, are found from the cursors.
                 self._everything = True

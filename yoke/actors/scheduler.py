@@ -97,8 +97,9 @@ class _ClaimLoop:
             if self.retries:
                 timeout = min(timeout, max((self.retries[0][0] - now_ms()) / 1000, 0))
             try:
-                await asyncio.wait_for(self.wake_flag.wait(), timeout)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(timeout):  # not wait_for: see Fanout.run
+                    await self.wake_flag.wait()
+            except TimeoutError:
                 if not self.retries or self.retries[0][0] > now_ms():
                     self.all = True  # the periodic sweep
             self.wake_flag.clear()

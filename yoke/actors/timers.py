@@ -42,8 +42,9 @@ class Timers:
     async def run(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), self._poll_s)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(self._poll_s):
+                    await self._wake.wait()
+            except TimeoutError:
                 pass
             self._wake.clear()
             try:

@@ -114,8 +114,9 @@ class Listener:
     async def _supervise(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._lost.wait(), HEALTH_INTERVAL_S)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(HEALTH_INTERVAL_S):
+                    await self._lost.wait()
+            except TimeoutError:
                 if await self._alive():
                     continue
             log.warning("LISTEN connection lost; reconnecting")
