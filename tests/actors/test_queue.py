@@ -194,10 +194,11 @@ async def test_a_run_never_outlives_its_lease(fresh_url: str, tmp_path) -> None:
     """A row claimed while the event loop was blocked must not start after its
     lease ran out: by then the claim would hand it out again, and a
     concurrency-1 instance would run one event twice at once."""
-    import time
+    from yoke.events import now_ms
 
     app = App()
     log: list[tuple[str, int]] = []
+    x_lease: list[int] = []  # lease_until of x's claimed row, seen at the claim
 
     @app.actor("x", filter=Filter(types=["x"]), concurrency=1, timeout_s=0.2, retry_base_s=0.01)
     async def x(ctx, event):
@@ -212,7 +213,11 @@ async def test_a_run_never_outlives_its_lease(fresh_url: str, tmp_path) -> None:
     @app.actor("blocker", filter=Filter(types=["block"]), timeout_s=10)
     async def blocker(ctx, event):
         if not event.payload.get("warm"):
-            time.sleep(1.5)  # blocks the event loop past x's 1.2 s lease
+            while not x_lease:  # x may be claimed by the other claim loop
+                await asyncio.sleep(0)
+            # Hold the event loop (no await) until x's lease has ended.
+            while now_ms() <= x_lease[0]:
+                pass
 
     async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
         await y.instances(T).create("x", key="x")
@@ -220,6 +225,14 @@ async def test_a_run_never_outlives_its_lease(fresh_url: str, tmp_path) -> None:
         warm = {"payload": {"warm": True}}  # instances looked up once: runs start in claim order
         await y.stream("/", T).append_many([{"type": "block", **warm}, {"type": "x", **warm}])
         await y.wait_idle(timeout_s=20)
+        claim = y.store.actors.claim
+
+        async def observed_claim(*args, **kwargs):  # the real claim, watched
+            rows = await claim(*args, **kwargs)
+            x_lease.extend(r.lease_until for r in rows if r.event["type"] == "x")
+            return rows
+
+        y.store.actors.claim = observed_claim
         await y.stream("/", T).append_many([{"type": "block", "priority": 5}, {"type": "x"}])
         await y.wait_idle(timeout_s=20)
     # Runs never overlap: every start is followed by its own end.
