@@ -65,11 +65,11 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
 import yoke
+from append import pg_scratch_database  # bench/append.py (scripts run from bench/)
 from yoke import App, Filter
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -249,25 +249,6 @@ async def backlog(url: str, routing: str, cfg: Config, folder: Path, result: Res
 
 
 # --- backends -------------------------------------------------------------------
-
-
-def with_database(url: str, name: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path="/" + name))
-
-
-@contextlib.asynccontextmanager
-async def pg_scratch_database(admin_url: str) -> AsyncIterator[str]:
-    """A fresh database (URL yielded), dropped on the way out, error or not."""
-    name = "yoke_bench_" + os.urandom(6).hex()
-    admin = await asyncpg.connect(admin_url)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            yield with_database(admin_url, name)
-        finally:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
 
 
 @contextlib.asynccontextmanager

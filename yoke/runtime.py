@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from . import errors, metrics
+from . import errors
 from .actors.app import App
 from .actors.executor import Executor
 from .actors.instances import Instances
@@ -154,9 +154,6 @@ class Runtime:
     def timers_changed(self) -> None:
         if self.executor is not None:
             self.executor.timers.changed()
-
-    def metrics_processed(self, row: Any, definition: Any, ok: bool, seconds: float) -> None:
-        metrics.observe_process(row, definition, ok, seconds)
 
     async def wait_idle(self, timeout_s: float = 30.0) -> None:
         """Return once fan-out has caught up and no queue row is pending or

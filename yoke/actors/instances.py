@@ -13,7 +13,7 @@ import orjson
 from .. import errors
 from ..events import check_text, json_text, now_ms, validate_tenant
 from ..routing.filters import Filter
-from ..routing.index import MAX_KEY_CHARS
+from ..routing.index import MAX_KEY_CHARS, SINGLETON_KEY
 from ..store.actors import InstanceInfo, QueueDepth, QueueRow, new_instance_id
 from .state import InstanceDatabase
 
@@ -89,7 +89,7 @@ class Instances:
         check_name(actor, "actor")
         definition = app.get(actor) if app is not None else None
         if definition is not None and definition.singleton:
-            key = "singleton"
+            key = SINGLETON_KEY
         key = check_key(key if key is not None else new_instance_id())
         if filter is not None and definition is not None and definition.keyed:
             # Its events come through the actor's key route: a filter of its

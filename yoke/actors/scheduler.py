@@ -21,6 +21,7 @@ import traceback
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+from .. import metrics
 from ..events import Event, now_ms
 from ..store.actors import InstanceInfo, Policy, QueueRow
 from .app import ActorDef, App
@@ -248,7 +249,7 @@ class Scheduler:
         finished = time.time()
         if self.on_run is not None:
             self.on_run(row, started, finished, ok)
-        self.runtime.metrics_processed(row, definition, ok, finished - started)
+        metrics.observe_process(row, definition, ok, finished - started)
         await self._settle(row, loop, definition, ok, error, tb)
 
     async def _settle(
