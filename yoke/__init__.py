@@ -1,7 +1,8 @@
 """Yoke: durable event streams and actors for Python.
 
 Public API: ``open()``, the ``Runtime`` and ``Stream`` handles, the event
-types, actors (``App``, ``Filter``) and the error hierarchy.
+types, actors (``App``, ``Filter``), subscription receivers (``copy_to_stream``,
+``call``, ``processor``, ``webhook``) and the error hierarchy.
 """
 
 from .config import Settings
@@ -22,11 +23,15 @@ from .errors import (
     InvalidInput,
     InvalidPath,
     InvalidSchedule,
+    InvalidSubscription,
+    InvalidTransform,
+    NotProcessed,
     InvalidTenant,
     ReservedEventType,
     RuntimeClosed,
     StreamClosed,
     StreamNotFound,
+    SubscriptionNotFound,
     UnknownActor,
     UnknownEventField,
     YokeError,
@@ -39,6 +44,8 @@ from .runtime import Runtime, open
 from .store.actors import InstanceInfo
 from .store.contract import Retention, StreamInfo
 from .streams.handle import Stream
+from .subscriptions.operator import Subscribed, SubscriptionStatus
+from .subscriptions.receivers import call, copy_to_stream, processor, webhook
 
 __version__ = "0.1.0"
 
@@ -64,6 +71,9 @@ __all__ = [
     "InvalidInput",
     "InvalidPath",
     "InvalidSchedule",
+    "InvalidSubscription",
+    "InvalidTransform",
+    "NotProcessed",
     "InvalidTenant",
     "PortalRequest",
     "ReservedEventType",
@@ -75,8 +85,15 @@ __all__ = [
     "StreamClosed",
     "StreamInfo",
     "StreamNotFound",
+    "Subscribed",
+    "SubscriptionNotFound",
+    "SubscriptionStatus",
     "UnknownActor",
     "UnknownEventField",
     "YokeError",
+    "call",
+    "copy_to_stream",
     "open",
+    "processor",
+    "webhook",
 ]

@@ -64,6 +64,15 @@ class Settings:
     schedule_poll_s: float = 1.0
     # The deployment version (subscriptions resume halted deliveries on a new one).
     deploy_version: str = ""
+    # Subscriptions: how often the engine claims and renews, how long a lease
+    # lasts, the retry ladder (doubling from base to max, +-20% jitter; tests
+    # make the clock fast by lowering these) and the receiver timeout
+    # (webhook response, call and processor).
+    subscription_sweep_s: float = 1.0
+    subscription_lease_s: float = 10.0
+    subscription_retry_base_s: float = 1.0
+    subscription_retry_max_s: float = 1800.0
+    subscription_timeout_s: float = 20.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:

@@ -135,6 +135,18 @@ class InvalidSchedule(InvalidInput):
     code = "invalid_schedule"
 
 
+class InvalidSubscription(InvalidInput):
+    """The subscription configuration is not allowed."""
+
+    code = "invalid_subscription"
+
+
+class InvalidTransform(InvalidFilter):
+    """The transform is not a valid JSONata expression."""
+
+    code = "invalid_transform"
+
+
 # --- 404 / 409 / 410 / 413 / 429 / 507: state of the stream -----------------
 
 
@@ -177,6 +189,13 @@ class TokenNotFound(YokeError):
     """No such token in this tenant."""
 
     code = "token_not_found"
+    http_status = 404
+
+
+class SubscriptionNotFound(YokeError):
+    """No subscription with that name on this stream."""
+
+    code = "subscription_not_found"
     http_status = 404
 
 
@@ -269,7 +288,15 @@ class EphemeralTooLarge(EventTooLarge):
     code = "ephemeral_too_large"
 
 
-# --- 503: the runtime cannot serve right now --------------------------------
+# --- 503 / 504: the runtime cannot serve right now -------------------------
+
+
+class NotProcessed(YokeError):
+    """The subscription did not process through the offset within the timeout."""
+
+    code = "not_processed"
+    http_status = 504
+
 
 
 class RuntimeClosed(YokeError):

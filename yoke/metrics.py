@@ -47,6 +47,26 @@ FANOUT_LAG = Gauge(
 )
 
 
+# --- subscriptions ------------------------------------------------------------
+
+SUB_DELIVERED = Counter(
+    "yoke_subscription_delivered_total", "Events acknowledged by a subscription's receiver",
+    ["tenant", "path", "name"],
+)
+SUB_FAILURES = Counter(
+    "yoke_subscription_failures_total", "Failed delivery attempts", ["tenant", "path", "name"]
+)
+SUB_LAG = Gauge(
+    "yoke_subscription_lag_offsets",
+    "Source head minus the cursor, as last seen by the process delivering it",
+    ["tenant", "path", "name"],
+)
+SUB_HALTED = Gauge(
+    "yoke_subscription_halted", "1 while the subscription is halted (set by the process that halted it)",
+    ["tenant", "path", "name"],
+)
+
+
 @functools.lru_cache(maxsize=65536)
 def _child(metric, *labels: str):  # noqa: ANN001, ANN202
     """``metric.labels(*labels)``, looked up once (it is costly per event)."""

@@ -27,6 +27,7 @@ from .streams.handle import Stream
 from .streams.retention import prune_forever, prune_once
 from .streams.tail import SharedReads
 from .streams.wakeups import WakeupHub
+from .subscriptions.engine import Deliveries
 from .tokens import Tokens
 
 
@@ -35,7 +36,9 @@ class Runtime:
         self.settings = settings
         self.app = app
         self._want_executor = executor and app is not None
+        self._want_deliveries = executor  # copies and webhooks need no app
         self.executor: Executor | None = None
+        self.deliveries: Deliveries | None = None
         self._state_dbs: StateDatabases | None = None
         self._store: Store = connect_store(settings)
         self.hub = WakeupHub()
@@ -70,6 +73,9 @@ class Runtime:
             except BaseException:
                 await self.close()
                 raise
+        if self._want_deliveries:
+            self.deliveries = Deliveries(self)
+            await self.deliveries.start()
         self._tasks.append(
             asyncio.create_task(
                 prune_forever(self._store, self.settings.prune_interval_s), name="yoke-retention"
@@ -87,6 +93,10 @@ class Runtime:
             # Runs finish first: they may still append.
             await self.executor.stop(self.settings.shutdown_timeout_s)
             self.executor = None
+        if self.deliveries is not None:
+            # An interrupted delivery is sent again by whoever takes the lease.
+            await self.deliveries.stop()
+            self.deliveries = None
         if self._state_dbs is not None:
             await self._state_dbs.close()
             self._state_dbs = None

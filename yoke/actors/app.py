@@ -74,6 +74,9 @@ class App:
     version: str | None = None  # the deployment version (subscriptions resume on a new one)
     actors: dict[str, ActorDef] = field(default_factory=dict)
     portals: dict[str, PortalDef] = field(default_factory=dict)
+    # Subscription receivers: call(name) functions and processor(name) folds.
+    receivers: dict[str, Handler] = field(default_factory=dict)
+    processors: dict[str, Any] = field(default_factory=dict)
 
     def actor(
         self,
@@ -126,11 +129,51 @@ class App:
 
         return register
 
+    def receiver(self, name: str) -> Callable[[Handler], Handler]:
+        """Decorate ``async def receive(batch)`` for ``call(name)``
+        subscriptions; ``batch`` is ``{events, path, name, stream_id,
+        attempt, delivery_id}`` and returning acknowledges it."""
+        _check_registered(name, self.receivers, "receiver")
+
+        def register(handler: Handler) -> Handler:
+            if not inspect.iscoroutinefunction(handler):
+                raise errors.InvalidInput(f"receiver {name!r} must be an async function")
+            self.receivers[name] = handler
+            return handler
+
+        return register
+
+    def processor(self, name: str) -> Callable[[Any], Any]:
+        """Decorate a stream processor class (instantiated without arguments)
+        or object with ``initial_state()``, ``reduce(state, event)``, an
+        optional ``async after(state, events, ctx)`` and a ``version``."""
+        _check_registered(name, self.processors, "processor")
+
+        def register(definition: Any) -> Any:
+            instance = definition() if inspect.isclass(definition) else definition
+            for method in ("initial_state", "reduce"):
+                if not callable(getattr(instance, method, None)):
+                    raise errors.InvalidInput(f"processor {name!r} needs a {method}() method")
+            after = getattr(instance, "after", None)
+            if after is not None and not inspect.iscoroutinefunction(after):
+                raise errors.InvalidInput(f"processor {name!r}: after must be an async method")
+            self.processors[name] = instance
+            return definition
+
+        return register
+
     def get(self, name: str) -> ActorDef:
         try:
             return self.actors[name]
         except KeyError:
             raise errors.UnknownActor(f"no actor named {name!r} in the application", actor=name) from None
+
+
+def _check_registered(name: Any, registry: Mapping[str, Any], what: str) -> None:
+    if not isinstance(name, str) or not 1 <= len(name) <= 200:
+        raise errors.InvalidInput(f"a {what} name is 1-200 characters", field="name")
+    if name in registry:
+        raise errors.InvalidInput(f"{what} {name!r} is already registered", field="name")
 
 
 def load_app(spec: str) -> App:

@@ -15,6 +15,7 @@ from ..events import Event, PreparedEvent
 
 if TYPE_CHECKING:
     from .actors import ActorStore
+    from .subscriptions import SubscriptionStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +144,7 @@ class Store(Protocol):
     """One backend. All methods are coroutines safe to call concurrently."""
 
     actors: ActorStore  # the actor tables (store/actors.py)
+    subscriptions: SubscriptionStore  # subscriptions, fences, checkpoints (store/subscriptions.py)
 
     async def start(self, on_wakeup: WakeupCallback, on_resync: Callable[[], None]) -> None:
         """Open connections and apply migrations. ``on_wakeup`` receives

@@ -12,6 +12,7 @@ from .. import errors
 from ..events import Event
 from .actors import InstanceInfo, Message, QueueRow, Schedule
 from .contract import ConsumerInfo, Limits, ObjectInfo, Retention, StreamInfo, TokenInfo, Usage
+from .subscriptions import Checkpoint, InboundRecord, SubscriptionRow
 
 # Column order of every event SELECT in both backends.
 EVENT_COLUMNS = (
@@ -260,4 +261,56 @@ def message_from_row(row: Sequence[Any]) -> Message:
         metadata=_json(row[5]),
         at=row[6],
         offset=row[7],
+    )
+
+
+# --- subscriptions -----------------------------------------------------------
+
+SUBSCRIPTION_COLUMNS = (
+    "tenant_id, path, name, config, configured_at, configured_id, configured_ms, generation,"
+    " source_stream_id, processed_through_offset, halted, attempts, skips, last_error,"
+    " next_retry_at, delivered, failures, secret, lease_owner, lease_until"
+)
+# Written by ``control`` (every column but the lease and the counters).
+SUBSCRIPTION_WRITE_COLUMNS = (
+    "tenant_id", "path", "name", "config", "configured_at", "configured_id", "configured_ms",
+    "generation", "source_stream_id", "processed_through_offset", "halted", "halted_version",
+    "attempts", "skips", "last_error", "next_retry_at", "secret",
+)
+INBOUND_COLUMNS = (
+    "path, source_path, name, source_stream_id, source_created_at, generation, received,"
+    " last_received_at"
+)
+CHECKPOINT_COLUMNS = "tenant_id, path, name, version, stream_id, through, state, complete"
+
+
+def subscription_from_row(row: Sequence[Any], head: int = 0) -> SubscriptionRow:
+    return SubscriptionRow(
+        tenant=row[0], path=row[1], name=row[2], config=_json(row[3]), configured_at=row[4],
+        configured_id=row[5], configured_ms=row[6], generation=row[7], source_stream_id=row[8],
+        cursor=row[9], halted=_json(row[10]), attempts=row[11], skips=row[12],
+        last_error=row[13], next_retry_at=row[14], delivered=row[15], failures=row[16],
+        secret=row[17], lease_owner=row[18], lease_until=row[19], head=head,
+    )
+
+
+def subscription_values(r: SubscriptionRow) -> tuple[Any, ...]:
+    """``r`` in the order of SUBSCRIPTION_WRITE_COLUMNS."""
+    return (
+        r.tenant, r.path, r.name, orjson.dumps(r.config).decode(), r.configured_at,
+        r.configured_id, r.configured_ms, r.generation, r.source_stream_id, r.cursor,
+        None if r.halted is None else orjson.dumps(r.halted).decode(),
+        None if r.halted is None else str(r.halted.get("version") or ""),
+        r.attempts, r.skips, r.last_error, r.next_retry_at, r.secret,
+    )
+
+
+def inbound_from_row(row: Sequence[Any]) -> InboundRecord:
+    return InboundRecord(*row)
+
+
+def checkpoint_from_row(row: Sequence[Any]) -> Checkpoint:
+    return Checkpoint(
+        tenant=row[0], path=row[1], name=row[2], version=row[3], stream_id=row[4],
+        through=row[5], state=_json(row[6]), complete=bool(row[7]),
     )

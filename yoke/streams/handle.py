@@ -11,6 +11,8 @@ from ..events import AppendResult, Event, json_text, now_ms, prepare, validate_p
 from ..routing.filters import Filter
 from ..store.contract import ConsumerInfo, Limits, ReadPage, Retention, StreamInfo, StreamSettings
 from .append import new_stream_id
+from ..subscriptions.operator import Subscribed, Subscriptions, SubscriptionStatus
+from ..subscriptions.receivers import Receiver
 from .objects import StreamObjects
 from .tail import tail
 
@@ -166,6 +168,60 @@ class Stream:
             sweep_s=self.runtime.settings.tail_sweep_s,
             event_filter=event_filter,
         )
+
+    # --- subscriptions (yoke/subscriptions) --------------------------------------
+
+    async def subscribe(
+        self,
+        name: str | None,
+        receiver: Receiver,
+        *,
+        filter: Filter | Mapping[str, Any] | None = None,  # noqa: A002
+        transform: str | None = None,
+        start: str = "now",
+        on_failing_event: str = "halt",
+    ) -> Subscribed:
+        """Deliver this stream's events to ``receiver`` (``copy_to_stream``,
+        ``call``, ``processor`` or ``webhook``), durably: appends a
+        ``yoke.subscription.configured`` event. ``name`` None generates
+        ``subscription:<offset>``; the same name with an identical
+        configuration returns the original configure event."""
+        return await Subscriptions(self).subscribe(
+            name, receiver, filter=filter, transform=transform, start=start,
+            on_failing_event=on_failing_event,
+        )
+
+    async def unsubscribe(self, name: str) -> None:
+        """Remove the subscription (appends ``yoke.subscription.removed``)."""
+        await Subscriptions(self).unsubscribe(name)
+
+    async def set_cursor(self, name: str, after_offset: int) -> SubscriptionStatus:
+        """Deliver again from ``after_offset + 1`` (not beyond the head); a new delivery run."""
+        return await Subscriptions(self).set_cursor(name, after_offset)
+
+    async def resume(self, name: str) -> SubscriptionStatus:
+        """Resume a halted subscription where it stopped."""
+        return await Subscriptions(self).resume(name)
+
+    async def set_cursor_and_resume(self, name: str, after_offset: int) -> SubscriptionStatus:
+        return await Subscriptions(self).set_cursor_and_resume(name, after_offset)
+
+    async def subscription(self, name: str) -> SubscriptionStatus:
+        """Configuration, cursor, lag, halt reason, last error, attempts, next retry."""
+        return await Subscriptions(self).get(name)
+
+    async def subscriptions(self) -> list[SubscriptionStatus]:
+        return await Subscriptions(self).list()
+
+    async def wait_until_processed(
+        self, name: str, offset: int, timeout_s: float = 20.0
+    ) -> SubscriptionStatus:
+        """Wait until the subscription's receiver acknowledged everything through ``offset``."""
+        return await Subscriptions(self).wait_until_processed(name, offset, timeout_s)
+
+    async def rebuild_subscriptions(self) -> list[SubscriptionStatus]:
+        """Recompute the subscription catalogue from this stream's log."""
+        return await Subscriptions(self).rebuild()
 
     # --- settings --------------------------------------------------------------
 

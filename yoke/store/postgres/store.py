@@ -46,6 +46,7 @@ from ..rows import (
     token_from_row,
 )
 from .actors import PgActorStore
+from .subscriptions import PgSubscriptionStore
 from .listener import Listener
 from .migrate import migrate, pending
 
@@ -134,6 +135,7 @@ class PostgresStore:
         self._pool: asyncpg.Pool | None = None
         self.listener: Listener | None = None
         self.actors = PgActorStore(self)
+        self.subscriptions = PgSubscriptionStore(self)
         # Server pids of this pool's connections: their NOTIFYs announce what
         # this process already woke itself for, so the listener skips them.
         self._own_pids: set[int] = set()
@@ -216,10 +218,17 @@ class PostgresStore:
     ) -> Outcome:
         """Append one caller batch inside the caller's transaction (kernel
         writes that must commit together with rows of their own)."""
+        return (await self._commit_batch(conn, tenant, path, events, now, new_stream_id)).outcomes[0]
+
+    async def _commit_batch(
+        self, conn: asyncpg.Connection, tenant: str, path: str, events: Sequence[PreparedEvent],
+        now: int, new_stream_id: str,
+    ) -> CommitResult:
+        """Like ``_commit_in``, with every event's outcome."""
         rows = await conn.fetch(
             APPEND, *_append_args(tenant, path, events, [0] * len(events), now, new_stream_id)
         )
-        return _commit_result(rows, events).outcomes[0]
+        return _commit_result(rows, events)
 
     async def create_stream(
         self, tenant: str, path: str, stream_id: str, now: int, settings: StreamSettings

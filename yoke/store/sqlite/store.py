@@ -55,6 +55,7 @@ from ..rows import (
 )
 
 from .actors import SqliteActorStore
+from .subscriptions import SqliteSubscriptionStore
 
 T = TypeVar("T")
 log = logging.getLogger("yoke.store.sqlite")
@@ -101,6 +102,7 @@ class SqliteStore:
         self._lock = threading.Lock()
         self._wconn: sqlite3.Connection | None = None
         self.actors = SqliteActorStore(self)
+        self.subscriptions = SqliteSubscriptionStore(self)
 
     # --- lifecycle ----------------------------------------------------------
 

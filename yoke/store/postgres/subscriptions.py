@@ -1,0 +1,259 @@
+"""PostgreSQL implementation of the subscription storage contract
+(``store.subscriptions``). ``control`` and ``append_copies`` lock the stream
+row first (as ``yoke_append`` does), so they serialize with every append to
+that stream and never deadlock with one."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import asyncpg
+import orjson
+
+from ...events import PreparedEvent
+from ..contract import CommitResult, Outcome, StreamSettings
+from ..rows import (
+    CHECKPOINT_COLUMNS,
+    INBOUND_COLUMNS,
+    SUBSCRIPTION_COLUMNS,
+    SUBSCRIPTION_WRITE_COLUMNS,
+    checkpoint_from_row,
+    inbound_from_row,
+    subscription_from_row,
+    subscription_values,
+)
+from ..subscriptions import (
+    Change,
+    Checkpoint,
+    Decide,
+    InboundRecord,
+    SourceState,
+    Stamp,
+    SubscriptionRow,
+    fence_refuses,
+)
+
+if TYPE_CHECKING:
+    from .store import PostgresStore
+
+KEY = "tenant_id=$1 AND path=$2 AND name=$3"
+_PLACES = ", ".join(
+    f"${i}::jsonb" if c in ("config", "halted") else f"${i}"
+    for i, c in enumerate(SUBSCRIPTION_WRITE_COLUMNS, 1)
+)
+UPSERT = (
+    f"INSERT INTO subscriptions ({', '.join(SUBSCRIPTION_WRITE_COLUMNS)}) VALUES ({_PLACES})"
+    " ON CONFLICT (tenant_id, path, name) DO UPDATE SET "
+    + ", ".join(f"{c}=excluded.{c}" for c in SUBSCRIPTION_WRITE_COLUMNS[3:])
+)
+WITH_HEAD = (
+    f"SELECT {', '.join('s.' + c.strip() for c in SUBSCRIPTION_COLUMNS.split(','))},"
+    " coalesce(t.head, 0) FROM subscriptions s"
+    " LEFT JOIN streams t ON t.tenant_id = s.tenant_id AND t.path = s.path"
+)
+
+
+class _Refused(Exception):
+    """Rolls the transaction back; carries what the commit said."""
+
+    def __init__(self, result: CommitResult) -> None:
+        self.result = result
+
+
+def _accepted(outcomes: Sequence[Outcome]) -> bool:
+    return all(o.status in ("ok", "duplicate") for o in outcomes)
+
+
+class PgSubscriptionStore:
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+
+    def _tx(self, tenant: str):  # noqa: ANN202 - an async context manager
+        return self._store._tx(tenant)
+
+    async def _lock_stream(
+        self, conn: asyncpg.Connection, tenant: str, path: str, now: int, new_stream_id: str
+    ) -> asyncpg.Record:
+        await self._store._ensure_stream(conn, tenant, path, new_stream_id, now, StreamSettings())
+        return await conn.fetchrow(
+            "SELECT stream_id, created_at, head FROM streams WHERE tenant_id=$1 AND path=$2"
+            " FOR UPDATE",
+            tenant, path,
+        )
+
+    async def control(
+        self, tenant: str, path: str, name: str, decide: Decide, now: int, new_stream_id: str
+    ) -> tuple[Change, list[Outcome]]:
+        try:
+            async with self._tx(tenant) as conn:
+                s = await self._lock_stream(conn, tenant, path, now, new_stream_id)
+                source = SourceState(s["stream_id"], s["created_at"], s["head"])
+                found = await conn.fetchrow(
+                    f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE {KEY}", tenant, path, name
+                )
+                current = None if found is None else subscription_from_row(found, s["head"])
+                change = decide(current, source)
+                outcomes: list[Outcome] = []
+                if change.events:
+                    result = await self._store._commit_batch(
+                        conn, tenant, path, change.events, now, new_stream_id
+                    )
+                    outcomes = result.outcomes
+                    if not _accepted(outcomes):
+                        raise _Refused(result)
+                if change.delete:
+                    await conn.execute(f"DELETE FROM subscriptions WHERE {KEY}", tenant, path, name)
+                elif change.row is not None:
+                    await conn.execute(UPSERT, *subscription_values(change.row))
+                return change, outcomes
+        except _Refused as refused:
+            return Change(), refused.result.outcomes
+
+    async def get(self, tenant: str, path: str, name: str) -> SubscriptionRow | None:
+        async with self._tx(tenant) as conn:
+            row = await conn.fetchrow(
+                f"{WITH_HEAD} WHERE s.tenant_id=$1 AND s.path=$2 AND s.name=$3", tenant, path, name
+            )
+        return None if row is None else subscription_from_row(row[:-1], row[-1])
+
+    async def list(self, tenant: str, path: str) -> list[SubscriptionRow]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                f"{WITH_HEAD} WHERE s.tenant_id=$1 AND s.path=$2 ORDER BY s.name", tenant, path
+            )
+        return [subscription_from_row(r[:-1], r[-1]) for r in rows]
+
+    async def copies_into(self, tenant: str, target: str) -> int:
+        async with self._tx(tenant) as conn:
+            return await conn.fetchval(
+                "SELECT count(*) FROM subscriptions WHERE tenant_id=$1 AND config->>'target'=$2",
+                tenant, target,
+            )
+
+    async def claim(self, owner: str, version: str, now: int, lease_ms: int) -> list[SubscriptionRow]:
+        held: list[SubscriptionRow] = []
+        for tenant in await self._store._tenants():
+            async with self._tx(tenant) as conn:
+                rows = await conn.fetch(
+                    "UPDATE subscriptions SET lease_owner=$2, lease_until=$3"
+                    " WHERE tenant_id=$1 AND (lease_owner IS NULL OR lease_owner=$2 OR lease_until <= $4)"
+                    " AND (halted IS NULL OR halted_version <> $5)"
+                    f" RETURNING {SUBSCRIPTION_COLUMNS}",
+                    tenant, owner, now + lease_ms, now, version,
+                )
+            held.extend(subscription_from_row(r) for r in rows)
+        return held
+
+    async def release(self, owner: str) -> None:
+        for tenant in await self._store._tenants():
+            async with self._tx(tenant) as conn:
+                await conn.execute(
+                    "UPDATE subscriptions SET lease_owner=NULL, lease_until=0"
+                    " WHERE tenant_id=$1 AND lease_owner=$2",
+                    tenant, owner,
+                )
+
+    async def ack(
+        self, tenant: str, path: str, name: str, generation: int, through: int, delivered: int,
+        now: int, checkpoint: Checkpoint | None = None,
+    ) -> SubscriptionRow | None:
+        async with self._tx(tenant) as conn:
+            row = await conn.fetchrow(
+                "UPDATE subscriptions SET processed_through_offset ="
+                " greatest(processed_through_offset, $5), attempts=0, skips=0, next_retry_at=0,"
+                f" delivered=delivered+$6 WHERE {KEY} AND generation=$4"
+                f" RETURNING {SUBSCRIPTION_COLUMNS}",
+                tenant, path, name, generation, through, delivered,
+            )
+            if row is not None and checkpoint is not None:
+                await self._save_checkpoint(conn, checkpoint, now)
+        return None if row is None else subscription_from_row(row)
+
+    async def fail(
+        self, tenant: str, path: str, name: str, generation: int, attempts: int, error: str,
+        next_retry_at: int,
+    ) -> SubscriptionRow | None:
+        async with self._tx(tenant) as conn:
+            row = await conn.fetchrow(
+                "UPDATE subscriptions SET attempts=$5, last_error=$6, next_retry_at=$7,"
+                f" failures=failures+1 WHERE {KEY} AND generation=$4"
+                f" RETURNING {SUBSCRIPTION_COLUMNS}",
+                tenant, path, name, generation, attempts, error, next_retry_at,
+            )
+        return None if row is None else subscription_from_row(row)
+
+    async def append_copies(
+        self, tenant: str, path: str, events: Sequence[PreparedEvent], stamp: Stamp, now: int,
+        new_stream_id: str,
+    ) -> CommitResult | None:
+        try:
+            async with self._tx(tenant) as conn:
+                await self._lock_stream(conn, tenant, path, now, new_stream_id)
+                record = await conn.fetchrow(
+                    "SELECT source_stream_id, source_created_at, generation FROM subscription_inbound"
+                    " WHERE tenant_id=$1 AND path=$2 AND source_path=$3 AND name=$4",
+                    tenant, path, stamp.source_path, stamp.name,
+                )
+                if record is not None and fence_refuses(tuple(record), stamp):
+                    return None
+                result = await self._store._commit_batch(conn, tenant, path, events, now, new_stream_id)
+                if not _accepted(result.outcomes):
+                    raise _Refused(result)  # roll back: the single batch was refused
+                fresh = sum(1 for o in result.outcomes if o.status == "ok")
+                await conn.execute(
+                    "INSERT INTO subscription_inbound (tenant_id, path, source_path, name,"
+                    " source_stream_id, source_created_at, generation, received, last_received_at)"
+                    " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)"
+                    " ON CONFLICT (tenant_id, path, source_path, name)"
+                    " DO UPDATE SET source_stream_id=excluded.source_stream_id,"
+                    " source_created_at=excluded.source_created_at, generation=excluded.generation,"
+                    " received=subscription_inbound.received+excluded.received,"
+                    " last_received_at=excluded.last_received_at",
+                    tenant, path, stamp.source_path, stamp.name, stamp.source_stream_id,
+                    stamp.source_created_at, stamp.generation, fresh, now,
+                )
+                return result
+        except _Refused as refused:
+            return refused.result
+
+    async def inbound(self, tenant: str, path: str) -> list[InboundRecord]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                f"SELECT {INBOUND_COLUMNS} FROM subscription_inbound WHERE tenant_id=$1 AND path=$2"
+                " ORDER BY source_path, name",
+                tenant, path,
+            )
+        return [inbound_from_row(r) for r in rows]
+
+    async def checkpoint(self, tenant: str, path: str, name: str) -> Checkpoint | None:
+        async with self._tx(tenant) as conn:
+            row = await conn.fetchrow(
+                f"SELECT {CHECKPOINT_COLUMNS} FROM processor_checkpoints WHERE {KEY}",
+                tenant, path, name,
+            )
+        return None if row is None else checkpoint_from_row(row)
+
+    async def save_checkpoint(self, checkpoint: Checkpoint, now: int) -> None:
+        async with self._tx(checkpoint.tenant) as conn:
+            await self._save_checkpoint(conn, checkpoint, now)
+
+    @staticmethod
+    async def _save_checkpoint(conn: asyncpg.Connection, c: Checkpoint, now: int) -> None:
+        await conn.execute(
+            "INSERT INTO processor_checkpoints (tenant_id, path, name, version, stream_id, through,"
+            " state, complete, updated_at) VALUES ($1,$2,$3,$4,$5,$6,$7::jsonb,$8,$9)"
+            " ON CONFLICT (tenant_id, path, name) DO UPDATE SET version=excluded.version,"
+            " stream_id=excluded.stream_id, through=excluded.through, state=excluded.state,"
+            " complete=excluded.complete, updated_at=excluded.updated_at",
+            c.tenant, c.path, c.name, c.version, c.stream_id, c.through,
+            orjson.dumps(c.state).decode(), c.complete, now,
+        )
+
+    async def write_catalogue(self, tenant: str, path: str, rows: Sequence[SubscriptionRow]) -> None:
+        async with self._tx(tenant) as conn:
+            await conn.execute(
+                "DELETE FROM subscriptions WHERE tenant_id=$1 AND path=$2 AND NOT name = ANY($3)",
+                tenant, path, [r.name for r in rows],
+            )
+            await conn.executemany(UPSERT, [subscription_values(r) for r in rows])

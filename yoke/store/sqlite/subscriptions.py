@@ -1,0 +1,266 @@
+"""SQLite implementation of the subscription storage contract
+(``store.subscriptions``). Writes run on the store's single writer thread,
+which is also the lock ``control`` and the passive fence rely on."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ...events import PreparedEvent
+from ..contract import CommitResult, Outcome
+from ..rows import (
+    CHECKPOINT_COLUMNS,
+    INBOUND_COLUMNS,
+    SUBSCRIPTION_COLUMNS,
+    SUBSCRIPTION_WRITE_COLUMNS,
+    checkpoint_from_row,
+    inbound_from_row,
+    subscription_from_row,
+    subscription_values,
+)
+from ..subscriptions import (
+    Change,
+    Checkpoint,
+    Decide,
+    InboundRecord,
+    SourceState,
+    Stamp,
+    SubscriptionRow,
+    fence_refuses,
+)
+
+if TYPE_CHECKING:
+    from .store import SqliteStore
+
+KEY = "tenant_id=? AND path=? AND name=?"
+UPSERT = (
+    f"INSERT INTO subscriptions ({', '.join(SUBSCRIPTION_WRITE_COLUMNS)})"
+    f" VALUES ({', '.join('?' * len(SUBSCRIPTION_WRITE_COLUMNS))})"
+    " ON CONFLICT (tenant_id, path, name) DO UPDATE SET "
+    + ", ".join(f"{c}=excluded.{c}" for c in SUBSCRIPTION_WRITE_COLUMNS[3:])
+)
+# The subscription columns with the source's head, for status and lag.
+WITH_HEAD = (
+    f"SELECT {', '.join('s.' + c.strip() for c in SUBSCRIPTION_COLUMNS.split(','))},"
+    " coalesce(t.head, 0) FROM subscriptions s"
+    " LEFT JOIN streams t ON t.tenant_id = s.tenant_id AND t.path = s.path"
+)
+
+
+class _Refused(Exception):
+    def __init__(self, outcomes: list[Outcome]) -> None:
+        self.outcomes = outcomes
+
+
+def _accepted(result: CommitResult) -> bool:
+    return all(o.status in ("ok", "duplicate") for o in result.outcomes)
+
+
+class SqliteSubscriptionStore:
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+
+    async def _read(self, sql: str, params: Sequence[Any]) -> list[sqlite3.Row]:
+        return await self._store._read(lambda: self._store._rconn().execute(sql, params).fetchall())
+
+    async def control(
+        self, tenant: str, path: str, name: str, decide: Decide, now: int, new_stream_id: str
+    ) -> tuple[Change, list[Outcome]]:
+        store = self._store
+
+        def run() -> tuple[Change, list[Outcome]]:
+            try:
+                with store._transaction() as conn:
+                    s, _ = store._ensure_stream(conn, tenant, path, new_stream_id, now)
+                    source = SourceState(s["stream_id"], s["created_at"], s["head"])
+                    found = conn.execute(
+                        f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE {KEY}",
+                        (tenant, path, name),
+                    ).fetchone()
+                    current = None if found is None else subscription_from_row(found, s["head"])
+                    change = decide(current, source)
+                    outcomes: list[Outcome] = []
+                    if change.events:
+                        result = store._commit_in(
+                            conn, tenant, path, change.events, [0] * len(change.events), now,
+                            new_stream_id,
+                        )
+                        outcomes = result.outcomes
+                        if not _accepted(result):
+                            raise _Refused(outcomes)
+                    if change.delete:
+                        conn.execute(f"DELETE FROM subscriptions WHERE {KEY}", (tenant, path, name))
+                    elif change.row is not None:
+                        conn.execute(UPSERT, subscription_values(change.row))
+                    return change, outcomes
+            except _Refused as refused:
+                return Change(), refused.outcomes
+
+        return await store._write(run)
+
+    async def get(self, tenant: str, path: str, name: str) -> SubscriptionRow | None:
+        rows = await self._read(
+            f"{WITH_HEAD} WHERE s.tenant_id=? AND s.path=? AND s.name=?", (tenant, path, name)
+        )
+        return subscription_from_row(rows[0][:-1], rows[0][-1]) if rows else None
+
+    async def list(self, tenant: str, path: str) -> list[SubscriptionRow]:
+        rows = await self._read(
+            f"{WITH_HEAD} WHERE s.tenant_id=? AND s.path=? ORDER BY s.name", (tenant, path)
+        )
+        return [subscription_from_row(r[:-1], r[-1]) for r in rows]
+
+    async def copies_into(self, tenant: str, target: str) -> int:
+        rows = await self._read(
+            "SELECT count(*) FROM subscriptions WHERE tenant_id=?"
+            " AND json_extract(config, '$.target')=?",
+            (tenant, target),
+        )
+        return int(rows[0][0])
+
+    async def claim(self, owner: str, version: str, now: int, lease_ms: int) -> list[SubscriptionRow]:
+        def run() -> list[SubscriptionRow]:
+            with self._store._transaction() as conn:
+                rows = conn.execute(
+                    "UPDATE subscriptions SET lease_owner=?, lease_until=?"
+                    " WHERE (lease_owner IS NULL OR lease_owner=? OR lease_until <= ?)"
+                    " AND (halted IS NULL OR halted_version <> ?)"
+                    f" RETURNING {SUBSCRIPTION_COLUMNS}",
+                    (owner, now + lease_ms, owner, now, version),
+                ).fetchall()
+            return [subscription_from_row(r) for r in rows]
+
+        return await self._store._write(run)
+
+    async def release(self, owner: str) -> None:
+        def run() -> None:
+            with self._store._transaction() as conn:
+                conn.execute(
+                    "UPDATE subscriptions SET lease_owner=NULL, lease_until=0 WHERE lease_owner=?",
+                    (owner,),
+                )
+
+        await self._store._write(run)
+
+    async def ack(
+        self, tenant: str, path: str, name: str, generation: int, through: int, delivered: int,
+        now: int, checkpoint: Checkpoint | None = None,
+    ) -> SubscriptionRow | None:
+        def run() -> SubscriptionRow | None:
+            with self._store._transaction() as conn:
+                row = conn.execute(
+                    "UPDATE subscriptions SET processed_through_offset ="
+                    " max(processed_through_offset, ?), attempts=0, skips=0, next_retry_at=0,"
+                    f" delivered=delivered+? WHERE {KEY} AND generation=?"
+                    f" RETURNING {SUBSCRIPTION_COLUMNS}",
+                    (through, delivered, tenant, path, name, generation),
+                ).fetchone()
+                if row is not None and checkpoint is not None:
+                    self._save_checkpoint(conn, checkpoint, now)
+            return None if row is None else subscription_from_row(row)
+
+        return await self._store._write(run)
+
+    async def fail(
+        self, tenant: str, path: str, name: str, generation: int, attempts: int, error: str,
+        next_retry_at: int,
+    ) -> SubscriptionRow | None:
+        def run() -> SubscriptionRow | None:
+            with self._store._transaction() as conn:
+                row = conn.execute(
+                    "UPDATE subscriptions SET attempts=?, last_error=?, next_retry_at=?,"
+                    f" failures=failures+1 WHERE {KEY} AND generation=?"
+                    f" RETURNING {SUBSCRIPTION_COLUMNS}",
+                    (attempts, error, next_retry_at, tenant, path, name, generation),
+                ).fetchone()
+            return None if row is None else subscription_from_row(row)
+
+        return await self._store._write(run)
+
+    async def append_copies(
+        self, tenant: str, path: str, events: Sequence[PreparedEvent], stamp: Stamp, now: int,
+        new_stream_id: str,
+    ) -> CommitResult | None:
+        store = self._store
+
+        def run() -> CommitResult | None:
+            with store._transaction() as conn:
+                record = conn.execute(
+                    "SELECT source_stream_id, source_created_at, generation FROM subscription_inbound"
+                    " WHERE tenant_id=? AND path=? AND source_path=? AND name=?",
+                    (tenant, path, stamp.source_path, stamp.name),
+                ).fetchone()
+                if record is not None and fence_refuses(tuple(record), stamp):
+                    return None
+                result = store._commit_in(
+                    conn, tenant, path, events, [0] * len(events), now, new_stream_id
+                )
+                if not _accepted(result):
+                    return result  # the single batch was refused: nothing was written
+                fresh = sum(1 for o in result.outcomes if o.status == "ok")
+                conn.execute(
+                    "INSERT INTO subscription_inbound (tenant_id, path, source_path, name,"
+                    " source_stream_id, source_created_at, generation, received, last_received_at)"
+                    " VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (tenant_id, path, source_path, name)"
+                    " DO UPDATE SET source_stream_id=excluded.source_stream_id,"
+                    " source_created_at=excluded.source_created_at, generation=excluded.generation,"
+                    " received=received+excluded.received, last_received_at=excluded.last_received_at",
+                    (tenant, path, stamp.source_path, stamp.name, stamp.source_stream_id,
+                     stamp.source_created_at, stamp.generation, fresh, now),
+                )
+                return result
+
+        return await store._write(run)
+
+    async def inbound(self, tenant: str, path: str) -> list[InboundRecord]:
+        rows = await self._read(
+            f"SELECT {INBOUND_COLUMNS} FROM subscription_inbound WHERE tenant_id=? AND path=?"
+            " ORDER BY source_path, name",
+            (tenant, path),
+        )
+        return [inbound_from_row(r) for r in rows]
+
+    async def checkpoint(self, tenant: str, path: str, name: str) -> Checkpoint | None:
+        rows = await self._read(
+            f"SELECT {CHECKPOINT_COLUMNS} FROM processor_checkpoints WHERE {KEY}",
+            (tenant, path, name),
+        )
+        return checkpoint_from_row(rows[0]) if rows else None
+
+    async def save_checkpoint(self, checkpoint: Checkpoint, now: int) -> None:
+        def run() -> None:
+            with self._store._transaction() as conn:
+                self._save_checkpoint(conn, checkpoint, now)
+
+        await self._store._write(run)
+
+    @staticmethod
+    def _save_checkpoint(conn: sqlite3.Connection, c: Checkpoint, now: int) -> None:
+        conn.execute(
+            "INSERT INTO processor_checkpoints (tenant_id, path, name, version, stream_id, through,"
+            " state, complete, updated_at) VALUES (?,?,?,?,?,?,?,?,?)"
+            " ON CONFLICT (tenant_id, path, name) DO UPDATE SET version=excluded.version,"
+            " stream_id=excluded.stream_id, through=excluded.through, state=excluded.state,"
+            " complete=excluded.complete, updated_at=excluded.updated_at",
+            (c.tenant, c.path, c.name, c.version, c.stream_id, c.through,
+             orjson.dumps(c.state).decode(), int(c.complete), now),
+        )
+
+    async def write_catalogue(self, tenant: str, path: str, rows: Sequence[SubscriptionRow]) -> None:
+        def run() -> None:
+            with self._store._transaction() as conn:
+                keep = [r.name for r in rows]
+                marks = ",".join("?" * len(keep))
+                conn.execute(
+                    "DELETE FROM subscriptions WHERE tenant_id=? AND path=?"
+                    + (f" AND name NOT IN ({marks})" if keep else ""),
+                    (tenant, path, *keep),
+                )
+                conn.executemany(UPSERT, [subscription_values(r) for r in rows])
+
+        await self._store._write(run)
+

@@ -1,0 +1,176 @@
+"""The subscription part of the storage contract (``store.subscriptions``).
+
+Both backends implement ``SubscriptionStore``. A subscription row holds the
+reduced configuration of one (source stream, name) plus its delivery state;
+``control`` is the one way its configuration changes: it appends the control
+event(s) and writes the row in one transaction under the source stream's row
+lock, so the catalogue never disagrees with the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..events import PreparedEvent
+from .contract import CommitResult, Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionRow:
+    tenant: str
+    path: str  # the source stream
+    name: str
+    config: dict[str, Any]  # receiver, filter, transform, start, on_failing_event
+    configured_at: int  # offset of the configure event
+    configured_id: str  # its event id
+    configured_ms: int
+    generation: int  # offset of the configure or cursor_set event that chose the cursor
+    source_stream_id: str
+    cursor: int  # processed_through_offset
+    halted: dict[str, Any] | None = None
+    attempts: int = 0
+    skips: int = 0
+    last_error: str | None = None
+    next_retry_at: int = 0  # ms
+    delivered: int = 0
+    failures: int = 0
+    secret: str | None = None
+    lease_owner: str | None = None
+    lease_until: int = 0
+    head: int = 0  # the source stream's head when the row was read (for lag)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceState:
+    """The source stream under its row lock, as ``control`` sees it."""
+
+    stream_id: str
+    created_at: int
+    head: int
+
+    @property
+    def next_offset(self) -> int:
+        return self.head + 1
+
+
+@dataclass(slots=True)
+class Change:
+    """What a control decision does: append ``events`` (in order, offsets
+    from ``next_offset``) and then write ``row`` (or delete the subscription).
+    ``reply`` is handed back to the caller untouched."""
+
+    events: list[PreparedEvent] = field(default_factory=list)
+    row: SubscriptionRow | None = None
+    delete: bool = False
+    reply: Any = None
+
+
+# decide(current row or None, source) -> Change; raising aborts with nothing written.
+Decide = Callable[[SubscriptionRow | None, SourceState], Change]
+
+
+@dataclass(frozen=True, slots=True)
+class Stamp:
+    """Where a copied batch comes from: the passive fence compares these."""
+
+    source_path: str
+    name: str
+    source_stream_id: str
+    source_created_at: int
+    generation: int
+
+
+def fence_refuses(record: tuple[str, int, int], stamp: Stamp) -> bool:
+    """Does the receiver's fence record (source stream id, created_at,
+    generation) hold a newer stamp than ``stamp``? Equal stamps pass: they
+    are at-least-once redeliveries, collapsed by idempotency keys."""
+    stream_id, created_at, generation = record
+    if created_at != stamp.source_created_at:
+        return created_at > stamp.source_created_at  # an older source lifetime
+    return stream_id == stamp.source_stream_id and generation > stamp.generation
+
+
+@dataclass(frozen=True, slots=True)
+class InboundRecord:
+    path: str  # the receiving stream
+    source_path: str
+    name: str
+    source_stream_id: str
+    source_created_at: int
+    generation: int
+    received: int
+    last_received_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    tenant: str
+    path: str
+    name: str
+    version: str
+    stream_id: str
+    through: int
+    state: Any
+    complete: bool
+
+
+class SubscriptionStore(Protocol):
+    async def control(
+        self, tenant: str, path: str, name: str, decide: Decide, now: int, new_stream_id: str
+    ) -> tuple[Change, list[Outcome]]:
+        """One transaction: create the source stream if missing, lock its row,
+        read the subscription row, call ``decide``, append its events (all
+        must be accepted, else nothing is written and the outcomes say why)
+        and write or delete the row."""
+
+    async def get(self, tenant: str, path: str, name: str) -> SubscriptionRow | None: ...
+
+    async def list(self, tenant: str, path: str) -> list[SubscriptionRow]:
+        """The subscriptions of one source stream, by name."""
+
+    async def copies_into(self, tenant: str, target: str) -> int:
+        """How many copy subscriptions deliver into the stream ``target``."""
+
+    async def claim(self, owner: str, version: str, now: int, lease_ms: int) -> list[SubscriptionRow]:
+        """Across tenants: lease to ``owner`` every subscription that is free
+        (or already its own, renewing it) and not halted under ``version``;
+        returns every row ``owner`` now holds."""
+
+    async def release(self, owner: str) -> None:
+        """Give up every lease ``owner`` holds (a clean shutdown)."""
+
+    async def ack(
+        self, tenant: str, path: str, name: str, generation: int, through: int, delivered: int,
+        now: int, checkpoint: Checkpoint | None = None,
+    ) -> SubscriptionRow | None:
+        """Advance the cursor to ``through`` (never back), reset the retry
+        ladder and count ``delivered``, only while the generation is still
+        ``generation``: otherwise None and nothing changes (a late
+        acknowledgement). ``checkpoint`` is saved in the same transaction."""
+
+    async def fail(
+        self, tenant: str, path: str, name: str, generation: int, attempts: int, error: str,
+        next_retry_at: int,
+    ) -> SubscriptionRow | None:
+        """Record a failed attempt (same generation rule as ``ack``)."""
+
+    async def append_copies(
+        self, tenant: str, path: str, events: Sequence[PreparedEvent], stamp: Stamp, now: int,
+        new_stream_id: str,
+    ) -> CommitResult | None:
+        """Append copies to the receiving stream ``path`` and update its
+        passive-fence record for the stamp, in one transaction; None (nothing
+        appended) when the record holds a newer stamp."""
+
+    async def inbound(self, tenant: str, path: str) -> list[InboundRecord]: ...
+
+    async def checkpoint(self, tenant: str, path: str, name: str) -> Checkpoint | None: ...
+
+    async def save_checkpoint(self, checkpoint: Checkpoint, now: int) -> None: ...
+
+    async def write_catalogue(self, tenant: str, path: str, rows: Sequence[SubscriptionRow]) -> None:
+        """Replace the configuration of every subscription of ``path`` with
+        ``rows`` (a rebuild from the log): rows not listed are removed; a row
+        whose generation is unchanged keeps its delivery state."""

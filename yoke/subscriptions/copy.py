@@ -1,0 +1,99 @@
+"""The copy receiver: append each delivered event to another stream.
+
+A copy keeps the event's type, payload, metadata, correlation, priority and
+group, and lists every hop it travelled in ``source.copied_from`` (oldest
+first). Its idempotency key is derived from the source lifetime, path,
+subscription name, offset and the generation (configure-or-cursor event), so
+a retried batch is a no-op and a deliberate replay after a cursor move copies
+again. The receiving stream's passive fence (``store.append_copies``) refuses
+batches stamped older than the last one it committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from ..events import Event, PreparedEvent, now_ms, prepare
+from ..store.subscriptions import Stamp
+from ..streams.append import new_stream_id, refusal_error
+from .catalogue import AUDIT
+
+if TYPE_CHECKING:
+    from .delivery import Batch
+
+MAX_HOPS = 32
+
+
+class Fenced(errors.YokeError):
+    """The receiving stream has committed copies from a newer run of this subscription."""
+
+    code = "fenced"
+    http_status = 409
+
+
+def copy_key(batch: Batch, offset: int) -> str:
+    raw = f"{batch.stream_id}|{batch.path}|{batch.name}|{offset}|{batch.generation}"
+    return "yoke:copy:" + hashlib.sha256(raw.encode()).hexdigest()[:40]
+
+
+def hop(batch: Batch, event: Event) -> dict[str, Any]:
+    return {
+        "stream_id": batch.stream_id, "created_at": batch.created_at, "path": batch.path,
+        "name": batch.name, "offset": event.offset, "type": event.type, "at": event.at,
+        "generation": batch.generation,
+    }
+
+
+def _chain(event: Event) -> list[dict[str, Any]]:
+    chain = (event.source or {}).get("copied_from")
+    return list(chain) if isinstance(chain, list) else []
+
+
+def build(batch: Batch, target: str) -> list[PreparedEvent]:
+    """The copies of a batch, with one audit line per dropped event."""
+    out: list[PreparedEvent] = []
+    for event in batch.events:
+        chain = _chain(event)
+        key = copy_key(batch, event.offset)
+        if any(isinstance(h, dict) and h.get("path") == target for h in chain) or len(chain) >= MAX_HOPS:
+            reason = "cycle" if len(chain) < MAX_HOPS else "hop_limit"
+            out.append(prepare({
+                "type": AUDIT,
+                "payload": {
+                    "kind": "copy_dropped", "reason": reason, "source_path": batch.path,
+                    "name": batch.name, "offset": event.offset, "type": event.type,
+                    "hops": len(chain),
+                },
+                "idempotency_key": key,
+            }, trusted=True))
+            continue
+        out.append(prepare({
+            "type": event.type,
+            "payload": event.payload,
+            "metadata": event.metadata,
+            "source": {**(event.source or {}), "copied_from": [*chain, hop(batch, event)]},
+            "correlation": event.correlation,
+            "priority": event.priority,
+            "group_id": event.group_id,
+            "idempotency_key": key,
+        }, trusted=True))
+    return out
+
+
+async def send(batch: Batch, target: str) -> None:
+    runtime = batch.runtime
+    copies = build(batch, target)
+    stamp = Stamp(batch.path, batch.name, batch.stream_id, batch.created_at, batch.generation)
+    result = await runtime.store.subscriptions.append_copies(
+        batch.tenant, target, copies, stamp, now_ms(), new_stream_id()
+    )
+    if result is None:
+        raise Fenced(f"{target} holds copies from a newer run of {batch.path} {batch.name!r}")
+    refused = next((o for o in result.outcomes if o.status not in ("ok", "duplicate")), None)
+    if refused is not None:
+        raise refusal_error(refused.status, target, copies)
+    fresh = sum(1 for o in result.outcomes if o.status == "ok")
+    if fresh:
+        runtime.appends.appended(batch.tenant, target, fresh)

@@ -1,0 +1,179 @@
+"""The four receivers a subscription delivers to, as plain configuration.
+
+``copy_to_stream(path)``, ``call(function_name)``, ``processor(name)`` and
+``webhook(url, secret=None)`` are exported from ``yoke``. Each turns into the
+flat ``config`` dict stored in the ``yoke.subscription.configured`` event
+(``kind`` plus its own fields) and back.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from .. import errors
+from ..events import validate_path
+
+# Events per delivery batch, and bytes for the batching kinds.
+MAX_BATCH_EVENTS = 1000
+MAX_BATCH_BYTES = 1024 * 1024
+MAX_NAME_CHARS = 200
+SECRET_PREFIX = "whsec_"
+
+
+@dataclass(frozen=True)
+class CopyToStream:
+    """Append a copy of each event to the stream ``path`` (same tenant)."""
+
+    path: str
+    kind = "copy"
+    batch_events = MAX_BATCH_EVENTS
+
+    def config(self) -> dict[str, Any]:
+        return {"kind": self.kind, "target": self.path}
+
+
+@dataclass(frozen=True)
+class Call:
+    """Await the application function registered with ``@app.receiver(name)``."""
+
+    function: str
+    kind = "call"
+    batch_events = MAX_BATCH_EVENTS
+
+    def config(self) -> dict[str, Any]:
+        return {"kind": self.kind, "function": self.function}
+
+
+@dataclass(frozen=True)
+class Processor:
+    """Fold the source stream into the state of the processor registered
+    with ``@app.processor(name)``."""
+
+    name: str
+    kind = "processor"
+    batch_events = 1
+
+    def config(self) -> dict[str, Any]:
+        return {"kind": self.kind, "processor": self.name}
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """POST each event, signed per Standard Webhooks, to ``url``."""
+
+    url: str
+    secret: str
+    generated: bool = False  # the secret was made by ``webhook()``, not given
+    kind = "webhook"
+    batch_events = 1
+
+    def config(self) -> dict[str, Any]:
+        # The secret stays out of the log: the event carries its fingerprint.
+        return {"kind": self.kind, "url": self.url, "secret_id": secret_id(self.secret)}
+
+
+Receiver = CopyToStream | Call | Processor | Webhook
+
+
+def copy_to_stream(path: str) -> CopyToStream:
+    return CopyToStream(validate_path(path))
+
+
+def call(function_name: str) -> Call:
+    return Call(_registered_name(function_name, "function_name"))
+
+
+def processor(name: str) -> Processor:
+    return Processor(_registered_name(name, "name"))
+
+
+def webhook(url: str, secret: str | None = None) -> Webhook:
+    """``secret`` is ``whsec_<base64>`` (24-64 random bytes); omitted, one is
+    generated and returned once by ``subscribe``."""
+    if not isinstance(url, str) or len(url) > 2048:
+        raise errors.InvalidInput("a webhook url is an http(s) URL", field="url")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise errors.InvalidInput("a webhook url must be http:// or https:// with a host", field="url")
+    if secret is None:
+        return Webhook(url, new_secret(), generated=True)
+    signing_key(secret)  # validates
+    return Webhook(url, secret)
+
+
+def new_secret() -> str:
+    return SECRET_PREFIX + base64.b64encode(os.urandom(32)).decode()
+
+
+def signing_key(secret: str) -> bytes:
+    """The HMAC key of a ``whsec_`` secret."""
+    if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
+        raise errors.InvalidInput("a webhook secret is 'whsec_' followed by base64", field="secret")
+    try:
+        key = base64.b64decode(secret[len(SECRET_PREFIX):], validate=True)
+    except ValueError:
+        raise errors.InvalidInput("a webhook secret is 'whsec_' followed by base64", field="secret") from None
+    if not 24 <= len(key) <= 64:
+        raise errors.InvalidInput("a webhook secret holds 24-64 bytes", field="secret")
+    return key
+
+
+def secret_id(secret: str) -> str:
+    return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()[:16]
+
+
+def _registered_name(name: Any, field: str) -> str:
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME_CHARS or "\x00" in name:
+        raise errors.InvalidInput(f"{field} is 1-{MAX_NAME_CHARS} characters", field=field)
+    return name
+
+
+def from_config(config: Mapping[str, Any], secret: str | None = None) -> Receiver:
+    kind = config.get("kind")
+    if kind == "copy":
+        return CopyToStream(config["target"])
+    if kind == "call":
+        return Call(config["function"])
+    if kind == "processor":
+        return Processor(config["processor"])
+    if kind == "webhook":
+        return Webhook(config["url"], secret or "")
+    raise errors.InvalidInput(f"unknown receiver kind {kind!r}", field="receiver")
+
+
+def from_dict(raw: Any) -> Receiver:
+    """A receiver from its JSON form (HTTP, CLI): ``{"kind": "copy", "target": "/b"}``,
+    ``{"kind": "call", "function": f}``, ``{"kind": "processor", "processor": p}``,
+    ``{"kind": "webhook", "url": u, "secret": s?}``."""
+    if not isinstance(raw, Mapping):
+        raise errors.InvalidInput("a receiver is an object with a kind", field="receiver")
+    fields = {
+        "copy": ("target",), "call": ("function",), "processor": ("processor",),
+        "webhook": ("url", "secret"),
+    }
+    kind = raw.get("kind")
+    if kind not in fields:
+        raise errors.InvalidInput(
+            "receiver.kind is copy, call, processor or webhook", field="receiver.kind"
+        )
+    unknown = set(raw) - {"kind", *fields[kind]}
+    if unknown:
+        raise errors.InvalidInput(
+            f"unknown receiver field(s): {', '.join(sorted(map(str, unknown)))}", field="receiver"
+        )
+    try:
+        if kind == "copy":
+            return copy_to_stream(raw["target"])
+        if kind == "call":
+            return call(raw["function"])
+        if kind == "processor":
+            return processor(raw["processor"])
+        return webhook(raw["url"], raw.get("secret"))
+    except KeyError as missing:
+        raise errors.InvalidInput(f"receiver.{missing.args[0]} is required", field="receiver") from None
