@@ -72,6 +72,15 @@ Decide = Callable[[SubscriptionRow | None, SourceState], Change]
 
 
 @dataclass(frozen=True, slots=True)
+class Deliverable:
+    """What a process can deliver: copies and webhooks always; calls and
+    processors only when its application registers the name."""
+
+    functions: tuple[str, ...] = ()
+    processors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Stamp:
     """Where a copied batch comes from: the passive fence compares these."""
 
@@ -133,10 +142,12 @@ class SubscriptionStore(Protocol):
     async def copies_into(self, tenant: str, target: str) -> int:
         """How many copy subscriptions deliver into the stream ``target``."""
 
-    async def claim(self, owner: str, version: str, now: int, lease_ms: int) -> list[SubscriptionRow]:
-        """Across tenants: lease to ``owner`` every subscription that is free
-        (or already its own, renewing it) and not halted under ``version``;
-        returns every row ``owner`` now holds."""
+    async def claim(
+        self, owner: str, version: str, now: int, lease_ms: int, can: Deliverable
+    ) -> list[SubscriptionRow]:
+        """Across tenants: lease to ``owner`` every subscription it can
+        deliver that is free (or already its own, renewing it) and not halted
+        under ``version``; returns every row ``owner`` now holds."""
 
     async def release(self, owner: str) -> None:
         """Give up every lease ``owner`` holds (a clean shutdown)."""

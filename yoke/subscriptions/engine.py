@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ..events import now_ms
-from ..store.subscriptions import Decide, SubscriptionRow
+from ..store.subscriptions import Decide, Deliverable, SubscriptionRow
 from ..streams.append import new_stream_id, refusal_error
 from .delivery import Runner
 
@@ -40,6 +40,10 @@ class Deliveries:
         app_version = runtime.app.version if runtime.app is not None else None
         # Halted subscriptions resume once under a different version.
         self.version = settings.deploy_version or app_version or ""
+        app = runtime.app
+        self.deliverable = Deliverable(
+            tuple(app.receivers) if app else (), tuple(app.processors) if app else ()
+        )
         self.sweep_s = settings.subscription_sweep_s
         self.lease_ms = int(settings.subscription_lease_s * 1000)
         self.http = httpx.AsyncClient(timeout=settings.subscription_timeout_s)
@@ -80,7 +84,7 @@ class Deliveries:
 
     async def _sweep(self) -> None:
         rows = await self.runtime.store.subscriptions.claim(
-            self.owner, self.version, now_ms(), self.lease_ms
+            self.owner, self.version, now_ms(), self.lease_ms, self.deliverable
         )
         held: set[Key] = set()
         for row in rows:

@@ -27,6 +27,7 @@ from ..subscriptions import (
     Change,
     Checkpoint,
     Decide,
+    Deliverable,
     InboundRecord,
     SourceState,
     Stamp,
@@ -131,7 +132,9 @@ class PgSubscriptionStore:
                 tenant, target,
             )
 
-    async def claim(self, owner: str, version: str, now: int, lease_ms: int) -> list[SubscriptionRow]:
+    async def claim(
+        self, owner: str, version: str, now: int, lease_ms: int, can: Deliverable
+    ) -> list[SubscriptionRow]:
         held: list[SubscriptionRow] = []
         for tenant in await self._store._tenants():
             async with self._tx(tenant) as conn:
@@ -139,8 +142,11 @@ class PgSubscriptionStore:
                     "UPDATE subscriptions SET lease_owner=$2, lease_until=$3"
                     " WHERE tenant_id=$1 AND (lease_owner IS NULL OR lease_owner=$2 OR lease_until <= $4)"
                     " AND (halted IS NULL OR halted_version <> $5)"
+                    " AND (config->>'kind' IN ('copy', 'webhook') OR config->>'function' = ANY($6)"
+                    "  OR config->>'processor' = ANY($7))"
                     f" RETURNING {SUBSCRIPTION_COLUMNS}",
-                    tenant, owner, now + lease_ms, now, version,
+                    tenant, owner, now + lease_ms, now, version, list(can.functions),
+                    list(can.processors),
                 )
             held.extend(subscription_from_row(r) for r in rows)
         return held

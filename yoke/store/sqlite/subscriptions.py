@@ -26,6 +26,7 @@ from ..subscriptions import (
     Change,
     Checkpoint,
     Decide,
+    Deliverable,
     InboundRecord,
     SourceState,
     Stamp,
@@ -122,15 +123,21 @@ class SqliteSubscriptionStore:
         )
         return int(rows[0][0])
 
-    async def claim(self, owner: str, version: str, now: int, lease_ms: int) -> list[SubscriptionRow]:
+    async def claim(
+        self, owner: str, version: str, now: int, lease_ms: int, can: Deliverable
+    ) -> list[SubscriptionRow]:
         def run() -> list[SubscriptionRow]:
             with self._store._transaction() as conn:
                 rows = conn.execute(
                     "UPDATE subscriptions SET lease_owner=?, lease_until=?"
                     " WHERE (lease_owner IS NULL OR lease_owner=? OR lease_until <= ?)"
                     " AND (halted IS NULL OR halted_version <> ?)"
+                    " AND (json_extract(config, '$.kind') IN ('copy', 'webhook')"
+                    "  OR json_extract(config, '$.function') IN (SELECT value FROM json_each(?))"
+                    "  OR json_extract(config, '$.processor') IN (SELECT value FROM json_each(?)))"
                     f" RETURNING {SUBSCRIPTION_COLUMNS}",
-                    (owner, now + lease_ms, owner, now, version),
+                    (owner, now + lease_ms, owner, now, version,
+                     orjson.dumps(can.functions).decode(), orjson.dumps(can.processors).decode()),
                 ).fetchall()
             return [subscription_from_row(r) for r in rows]
 
