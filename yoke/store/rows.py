@@ -271,11 +271,11 @@ SUBSCRIPTION_COLUMNS = (
     " source_stream_id, processed_through_offset, halted, attempts, skips, last_error,"
     " next_retry_at, delivered, failures, secret, lease_owner, lease_until"
 )
-# Written by ``control`` (every column but the lease and the counters).
+# Written by ``control`` and ``write_catalogue`` (every column but the lease).
 SUBSCRIPTION_WRITE_COLUMNS = (
     "tenant_id", "path", "name", "config", "configured_at", "configured_id", "configured_ms",
     "generation", "source_stream_id", "processed_through_offset", "halted", "halted_version",
-    "attempts", "skips", "last_error", "next_retry_at", "secret",
+    "attempts", "skips", "last_error", "next_retry_at", "secret", "delivered", "failures",
 )
 INBOUND_COLUMNS = (
     "path, source_path, name, source_stream_id, source_created_at, generation, received,"
@@ -301,7 +301,7 @@ def subscription_values(r: SubscriptionRow) -> tuple[Any, ...]:
         r.configured_id, r.configured_ms, r.generation, r.source_stream_id, r.cursor,
         None if r.halted is None else orjson.dumps(r.halted).decode(),
         None if r.halted is None else str(r.halted.get("version") or ""),
-        r.attempts, r.skips, r.last_error, r.next_retry_at, r.secret,
+        r.attempts, r.skips, r.last_error, r.next_retry_at, r.secret, r.delivered, r.failures,
     )
 
 

@@ -154,12 +154,14 @@ class SubscriptionStore(Protocol):
 
     async def ack(
         self, tenant: str, path: str, name: str, generation: int, through: int, delivered: int,
-        now: int, checkpoint: Checkpoint | None = None,
+        now: int, checkpoint: Checkpoint | None = None, *, keep_attempts: bool = False,
     ) -> SubscriptionRow | None:
         """Advance the cursor to ``through`` (never back), reset the retry
-        ladder and count ``delivered``, only while the generation is still
-        ``generation``: otherwise None and nothing changes (a late
-        acknowledgement). ``checkpoint`` is saved in the same transaction."""
+        ladder (unless ``keep_attempts``: the events before a failed one got
+        through, the failed one not yet) and count ``delivered``, only while
+        the generation is still ``generation``: otherwise None and nothing
+        changes (a late acknowledgement). ``checkpoint`` is saved in the same
+        transaction."""
 
     async def fail(
         self, tenant: str, path: str, name: str, generation: int, attempts: int, error: str,

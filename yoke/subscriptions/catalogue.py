@@ -150,7 +150,10 @@ def decide_halt(  # noqa: ANN201
             "version": version, "at_offset": source.next_offset,
         }
         event = _event(HALTED, {"name": name, **{k: v for k, v in halted.items() if k != "at_offset"}})
-        new = replace(row, halted=halted, attempts=attempts, last_error=error[:MAX_ERROR_CHARS])
+        new = replace(
+            row, halted=halted, attempts=attempts, last_error=error[:MAX_ERROR_CHARS],
+            failures=row.failures + 1,
+        )
         return Change(events=[event], row=new, reply=new)
 
     return decide
@@ -169,7 +172,7 @@ def decide_skip(name: str, generation: int, offset: int, attempts: int, error: s
         })
         new = replace(
             row, cursor=offset, attempts=0, skips=row.skips + 1, next_retry_at=0,
-            last_error=error[:MAX_ERROR_CHARS],
+            last_error=error[:MAX_ERROR_CHARS], failures=row.failures + 1,
         )
         return Change(events=[audit], row=new, reply=new)
 
@@ -228,6 +231,8 @@ def merge_rebuilt(
     merged = []
     for name, row in sorted(rebuilt.items()):
         old = existing.get(name)
+        if old is not None and old.configured_at == row.configured_at:
+            row = replace(row, delivered=old.delivered, failures=old.failures)
         if old is not None and old.generation == row.generation:
             row = replace(
                 row, cursor=max(row.cursor, old.cursor), attempts=old.attempts, skips=old.skips,

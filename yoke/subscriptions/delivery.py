@@ -93,10 +93,13 @@ class Runner:
         self.row = row
         self.lease_until = row.lease_until
         self.dirty = False
-        self.single = row.attempts > 0  # after a failure, batches of one event
+        # After a failure, batches of one event until the event that failed
+        # is through (and its attempts count on until then).
+        self.failing: int | None = row.cursor + 1 if row.attempts > 0 else None
         self._poke = asyncio.Event()
         self._checkpoint: Checkpoint | None = None
         self._created_at: int | None = None  # the source's, for stamps and hops
+        self._head = 0  # the source's head at the last read
         self._configure(row)
 
     def _configure(self, row: SubscriptionRow) -> None:
@@ -169,7 +172,7 @@ class Runner:
             return False
         if row.config != r.config or row.generation != r.generation:
             self._configure(row)
-            self.single = row.attempts > 0
+            self.failing = row.cursor + 1 if row.attempts > 0 else None
         self.row = row
         return True
 
@@ -184,7 +187,7 @@ class Runner:
         if resumed is None:
             return await self._reload() and self.row.halted is None
         self.row = resumed
-        self.single = False
+        self.failing = None
         return resumed.halted is None
 
     # --- one step ----------------------------------------------------------------
@@ -194,6 +197,7 @@ class Runner:
         row = self.row
         store = self.runtime.store
         page = await store.read(row.tenant, row.path, row.cursor, READ_PAGE)
+        self._head = page.head
         self._lag.set(max(page.head - row.cursor, 0))
         if not page.events:
             if page.head > row.cursor:  # only ephemeral (or pruned) offsets follow
@@ -211,7 +215,7 @@ class Runner:
             if self.kind == "processor":
                 checkpoint = await self._processor_checkpoint()
             started = time.monotonic()
-            size = self.batch_events if not self.single else 1
+            size = self.batch_events if self.failing is None else 1
             for start in range(0, len(chosen), size):
                 group = chosen[start : start + size]
                 if delivered and time.monotonic() - started > STEP_BUDGET_S:
@@ -224,7 +228,7 @@ class Runner:
                     through = group[0].offset - 1
                     break
                 delivered += len(group)
-                if self.single:
+                if self.failing is not None:
                     through = group[-1].offset  # after a failure: one event, then look again
                     break
         elif broken is not None:
@@ -246,7 +250,7 @@ class Runner:
         chosen: list[Event] = []
         size = 0
         through = self.row.cursor
-        limit = 1 if self.single else (MAX_BATCH_EVENTS if self.batch_events > 1 else READ_PAGE)
+        limit = 1 if self.failing is not None else (MAX_BATCH_EVENTS if self.batch_events > 1 else READ_PAGE)
         for event in events:
             try:
                 keep = self._matches(event)
@@ -315,8 +319,10 @@ class Runner:
 
     async def _ack(self, through: int, delivered: int, checkpoint: Checkpoint | None) -> bool:
         r = self.row
+        isolating = self.failing is not None and through < self.failing
         row = await self.runtime.store.subscriptions.ack(
-            r.tenant, r.path, r.name, r.generation, through, delivered, now_ms(), checkpoint
+            r.tenant, r.path, r.name, r.generation, through, delivered, now_ms(), checkpoint,
+            keep_attempts=isolating,
         )
         if row is None:  # a newer generation (or removed): this acknowledgement is void
             self.dirty = True
@@ -326,15 +332,16 @@ class Runner:
             self._checkpoint = checkpoint
         if delivered:
             self._delivered.inc(delivered)
-            self.single = False
-        self._lag.set(max(row.head - row.cursor, 0) if row.head else 0)
+        if not isolating:
+            self.failing = None
+        self._lag.set(max(self._head - row.cursor, 0))
         self.engine.progressed()
         return True
 
     async def _failed(self, events: list[Event], exc: BaseException) -> None:
         row = self.row
         self._failures.inc()
-        self.single = True
+        self.failing = events[-1].offset  # the culprit is in the group: isolate through it
         self._checkpoint = None  # a failed fold may have been half applied in memory
         attempts = row.attempts + 1
         error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]

@@ -28,7 +28,7 @@ from .catalogue import (
     reduce_log,
 )
 from .engine import control
-from .receivers import Call, CopyToStream, Processor, Receiver, Webhook
+from .receivers import CopyToStream, Processor, Receiver, Webhook, validated
 
 if TYPE_CHECKING:
     from ..streams.handle import Stream
@@ -113,10 +113,7 @@ class Subscriptions:
     ) -> Subscribed:
         if name is not None:
             check_caller_name(name)
-        if not isinstance(receiver, (CopyToStream, Call, Processor, Webhook)):
-            raise errors.InvalidInput(
-                "receiver is copy_to_stream(), call(), processor() or webhook()", field="receiver"
-            )
+        receiver = validated(receiver)
         parsed = None if filter is None else Filter.from_dict(filter)
         if parsed is not None and (parsed.key is not None or parsed.streams is not None):
             raise errors.InvalidFilter("a subscription filter has types and where only", field="filter")

@@ -134,6 +134,23 @@ def _registered_name(name: Any, field: str) -> str:
     return name
 
 
+def validated(receiver: Any) -> Receiver:
+    """``receiver`` checked as its constructor function checks it (a receiver
+    dataclass built directly gets no other check)."""
+    if isinstance(receiver, CopyToStream):
+        return copy_to_stream(receiver.path)
+    if isinstance(receiver, Call):
+        return call(receiver.function)
+    if isinstance(receiver, Processor):
+        return processor(receiver.name)
+    if isinstance(receiver, Webhook):
+        checked = webhook(receiver.url, receiver.secret)
+        return Webhook(checked.url, checked.secret, receiver.generated)
+    raise errors.InvalidInput(
+        "receiver is copy_to_stream(), call(), processor() or webhook()", field="receiver"
+    )
+
+
 def from_config(config: Mapping[str, Any], secret: str | None = None) -> Receiver:
     kind = config.get("kind")
     if kind == "copy":

@@ -162,15 +162,17 @@ class PgSubscriptionStore:
 
     async def ack(
         self, tenant: str, path: str, name: str, generation: int, through: int, delivered: int,
-        now: int, checkpoint: Checkpoint | None = None,
+        now: int, checkpoint: Checkpoint | None = None, *, keep_attempts: bool = False,
     ) -> SubscriptionRow | None:
         async with self._tx(tenant) as conn:
             row = await conn.fetchrow(
                 "UPDATE subscriptions SET processed_through_offset ="
-                " greatest(processed_through_offset, $5), attempts=0, skips=0, next_retry_at=0,"
+                " greatest(processed_through_offset, $5),"
+                " attempts=CASE WHEN $7 THEN attempts ELSE 0 END,"
+                " skips=CASE WHEN $7 THEN skips ELSE 0 END, next_retry_at=0,"
                 f" delivered=delivered+$6 WHERE {KEY} AND generation=$4"
                 f" RETURNING {SUBSCRIPTION_COLUMNS}",
-                tenant, path, name, generation, through, delivered,
+                tenant, path, name, generation, through, delivered, keep_attempts,
             )
             if row is not None and checkpoint is not None:
                 await self._save_checkpoint(conn, checkpoint, now)

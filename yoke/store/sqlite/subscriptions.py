@@ -155,16 +155,17 @@ class SqliteSubscriptionStore:
 
     async def ack(
         self, tenant: str, path: str, name: str, generation: int, through: int, delivered: int,
-        now: int, checkpoint: Checkpoint | None = None,
+        now: int, checkpoint: Checkpoint | None = None, *, keep_attempts: bool = False,
     ) -> SubscriptionRow | None:
         def run() -> SubscriptionRow | None:
             with self._store._transaction() as conn:
                 row = conn.execute(
                     "UPDATE subscriptions SET processed_through_offset ="
-                    " max(processed_through_offset, ?), attempts=0, skips=0, next_retry_at=0,"
+                    " max(processed_through_offset, ?), attempts=CASE WHEN ? THEN attempts ELSE 0 END,"
+                    " skips=CASE WHEN ? THEN skips ELSE 0 END, next_retry_at=0,"
                     f" delivered=delivered+? WHERE {KEY} AND generation=?"
                     f" RETURNING {SUBSCRIPTION_COLUMNS}",
-                    (through, delivered, tenant, path, name, generation),
+                    (through, keep_attempts, keep_attempts, delivered, tenant, path, name, generation),
                 ).fetchone()
                 if row is not None and checkpoint is not None:
                     self._save_checkpoint(conn, checkpoint, now)
