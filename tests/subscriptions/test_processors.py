@@ -444,12 +444,6 @@ async def settled(s: yoke.Stream, name: str, offset: int, timeout_s: float = 5.0
     return await eventually(check, timeout_s=timeout_s, what=f"{name} through {offset} or halted")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a processor's checkpoint survives unsubscribe; subscribing the same name again"
-    " (start='now') reuses it as complete, so the events between its offset and the new cursor"
-    " are never folded (delivery.Runner._processor_checkpoint accepts through < cursor)",
-)
 async def test_a_processor_subscribed_again_folds_what_happened_meanwhile(fresh_url: str, tenant: str) -> None:
     app, probe = counter_app()
     async with yoke.open(fresh_url, app=app, **FAST) as y:
@@ -468,12 +462,6 @@ async def test_a_processor_subscribed_again_folds_what_happened_meanwhile(fresh_
         assert cp.state == fold(await durable(s))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: checkpoints are keyed by subscription name and checked by version only, so a"
-    " subscription replaced by another processor (same version string) inherits the old"
-    " processor's state",
-)
 async def test_a_replaced_processor_does_not_inherit_the_old_state(fresh_url: str, tenant: str) -> None:
     app = yoke.App()
 
@@ -510,12 +498,6 @@ async def test_a_replaced_processor_does_not_inherit_the_old_state(fresh_url: st
         assert cp.state == {"seen": [e.offset for e in await durable(s)]}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: an exception from reduce while a checkpoint is rebuilt escapes Runner.step"
-    " (_processor_checkpoint runs outside the send's try): no attempt, last_error or backoff is"
-    " recorded, the engine restarts the runner every sweep forever and never halts",
-)
 async def test_a_reduce_failing_during_a_rebuild_is_retried_visibly_then_halts(
     fresh_url: str, tenant: str
 ) -> None:

@@ -58,12 +58,16 @@ class SourceState:
 @dataclass(slots=True)
 class Change:
     """What a control decision does: append ``events`` (in order, offsets
-    from ``next_offset``) and then write ``row`` (or delete the subscription).
+    from ``next_offset``) and then write ``row`` (or delete the subscription),
+    dropping the name's processor checkpoint when asked.
     ``reply`` is handed back to the caller untouched."""
 
     events: list[PreparedEvent] = field(default_factory=list)
     row: SubscriptionRow | None = None
     delete: bool = False
+    # A new run (configure, cursor move) or a removal: the processor
+    # checkpoint of this name no longer describes the cursor's fold.
+    drop_checkpoint: bool = False
     reply: Any = None
 
 

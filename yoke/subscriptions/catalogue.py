@@ -78,7 +78,7 @@ def decide_configure(
             cursor=offset if config["start"] == "now" else 0,
             secret=secret, head=offset,
         )
-        return Change(events=[event], row=new, reply=(new, True))
+        return Change(events=[event], row=new, drop_checkpoint=True, reply=(new, True))
 
     return decide
 
@@ -87,7 +87,9 @@ def decide_remove(name: str, path: str):  # noqa: ANN201
     def decide(row: SubscriptionRow | None, source: SourceState) -> Change:
         if row is None:
             raise _missing(name, path)
-        return Change(events=[_event(REMOVED, {"name": name})], delete=True, reply=row)
+        return Change(
+            events=[_event(REMOVED, {"name": name})], delete=True, drop_checkpoint=True, reply=row
+        )
 
     return decide
 
@@ -110,7 +112,7 @@ def decide_cursor(name: str, path: str, after: int, resume: bool):  # noqa: ANN2
             row, generation=offset, cursor=after, halted=halted, attempts=0, skips=0,
             next_retry_at=0, head=offset + len(events) - 1,
         )
-        return Change(events=events, row=new, reply=new)
+        return Change(events=events, row=new, drop_checkpoint=True, reply=new)
 
     return decide
 

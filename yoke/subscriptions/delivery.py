@@ -213,7 +213,11 @@ class Runner:
                 info = await store.info(row.tenant, row.path)
                 self._created_at = 0 if info is None else info.created_at
             if self.kind == "processor":
-                checkpoint = await self._processor_checkpoint()
+                try:
+                    checkpoint = await self._processor_checkpoint()
+                except Exception as exc:  # a reduce that fails while rebuilding
+                    await self._failed(chosen[:1], exc)
+                    return True
             started = time.monotonic()
             size = self.batch_events if self.failing is None else 1
             for start in range(0, len(chosen), size):

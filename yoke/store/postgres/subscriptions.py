@@ -103,6 +103,11 @@ class PgSubscriptionStore:
                     outcomes = result.outcomes
                     if not _accepted(outcomes):
                         raise _Refused(result)
+                if change.drop_checkpoint:
+                    await conn.execute(
+                        f"DELETE FROM processor_checkpoints WHERE {KEY}",
+                        tenant, path, change.row.name if change.row else name,
+                    )
                 if change.delete:
                     await conn.execute(f"DELETE FROM subscriptions WHERE {KEY}", tenant, path, name)
                 elif change.row is not None:

@@ -93,6 +93,9 @@ class SqliteSubscriptionStore:
                         outcomes = result.outcomes
                         if not _accepted(result):
                             raise _Refused(outcomes)
+                    if change.drop_checkpoint:
+                        key = (tenant, path, change.row.name if change.row else name)
+                        conn.execute(f"DELETE FROM processor_checkpoints WHERE {KEY}", key)
                     if change.delete:
                         conn.execute(f"DELETE FROM subscriptions WHERE {KEY}", (tenant, path, name))
                     elif change.row is not None:
