@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__, errors, metrics
-from . import actors, health, objects, portals, streams, tokens, workflow
+from . import actors, health, objects, portals, streams, subscriptions, tokens, workflow
 from .auth import TokenCache
 from .hotpath import HotPath
 from .responses import http_error_handler, validation_error_handler, yoke_error_handler
@@ -43,7 +43,8 @@ def create_app(
         version=__version__,
         description=(
             "Durable event streams: append, read, tail (SSE), acknowledge, backpressure;"
-            " actor instances, their queues and dead letters; portals."
+            " subscriptions (copies, calls, processors, webhooks); actor instances, their queues and"
+            " dead letters; portals."
         ),
         lifespan=lifespan,
     )
@@ -53,7 +54,9 @@ def create_app(
     app.add_exception_handler(errors.YokeError, yoke_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
-    for module in (health, tokens, objects, streams, workflow, actors, portals):
+    # Routers with ``{path:path}/-/...`` routes come before streams, whose
+    # ``{path:path}`` catch-alls would otherwise match them.
+    for module in (health, tokens, objects, subscriptions, streams, workflow, actors, portals):
         app.include_router(module.router)
     return app
 
