@@ -1,10 +1,11 @@
 """The ``yoke`` command line.
 
 Server and operator commands (``serve``, ``worker``, ``migrate``,
-``tokens``) work on the database directly. Stream and actor commands
-(``append``, ``read``, ``tail``, ``streams``, ``stream ...``, ``instances
-...``, ``dlq ...``) talk HTTP to ``--url`` with ``--token`` (default:
-``YOKE_TOKEN``, else ``./.yoke/token`` written by ``yoke serve``).
+``tokens``) work on the database directly. Stream, subscription and actor
+commands (``append``, ``read``, ``tail``, ``streams``, ``stream ...``,
+``subscriptions ...``, ``instances ...``, ``dlq ...``) talk HTTP to
+``--url`` with ``--token`` (default: ``YOKE_TOKEN``, else ``./.yoke/token``
+written by ``yoke serve``).
 """
 
 from __future__ import annotations
@@ -541,6 +542,190 @@ def dlq_drop(client: Client, as_json: bool, instance_id: str, qids: tuple[int, .
     """Delete dead rows."""
     result = client.drop_dead(instance_id, list(qids) or None)
     emit(result, as_json, lambda r: f"dropped {r['dropped']} row(s) of {instance_id}")
+
+
+# --- subscription commands (HTTP) ---------------------------------------------------
+
+
+def receiver_text(config: dict[str, Any]) -> str:
+    kind = config.get("kind")
+    if kind == "copy":
+        return f"copy to {config['target']}"
+    if kind == "call":
+        return f"call {config['function']}"
+    if kind == "processor":
+        return f"processor {config['processor']}"
+    return f"webhook {config.get('url')}"
+
+
+def subscription_state(s: dict[str, Any]) -> str:
+    if s["halted"] is not None:
+        return f"halted at {s['halted'].get('offset')}"
+    if s["next_retry_at"] is not None:
+        return f"retrying (attempt {s['attempts'] + 1})"
+    return "running"
+
+
+def subscription_line(s: dict[str, Any]) -> str:
+    return (
+        f"{s['name']:<24} {receiver_text(s['config']):<36} through {s['processed_through_offset']:>6}"
+        f"  lag {s['lag']:>6}  {subscription_state(s)}"
+    )
+
+
+def subscription_lines(s: dict[str, Any]) -> str:
+    c = s["config"]
+    lines = [
+        f"name        {s['name']}   on {s['path']}",
+        f"receiver    {receiver_text(c)}",
+        f"filter      {orjson.dumps(c['filter']).decode() if c.get('filter') else '(every event)'}",
+        f"transform   {c.get('transform') or '-'}",
+        f"start       {c.get('start')}   on failing event: {c.get('on_failing_event')}",
+        f"configured  at offset {s['configured_at']}   generation {s['generation']}",
+        f"cursor      processed through {s['processed_through_offset']}   head {s['head']}   lag {s['lag']}",
+        f"state       {subscription_state(s)}   {s['delivered']} delivered, {s['failures']} failures",
+    ]
+    if s["halted"] is not None:
+        lines.append(f"halted      {orjson.dumps(s['halted']).decode()}")
+    if s["last_error"]:
+        lines.append(f"last error  {s['last_error'].splitlines()[0][:200]}")
+    return "\n".join(lines)
+
+
+@main.group()
+def subscriptions() -> None:
+    """Subscriptions of a source stream: list, show, add, remove, resume, cursor, wait."""
+
+
+@subscriptions.command("list")
+@click.argument("path")
+@http_command
+def subscriptions_list(client: Client, as_json: bool, path: str) -> None:
+    """The subscriptions of the stream PATH."""
+    listed = client.subscriptions(path)["subscriptions"]
+    emit(listed, as_json, lambda v: "\n".join(subscription_line(s) for s in v) or "(no subscriptions)")
+
+
+@subscriptions.command("show")
+@click.argument("path")
+@click.argument("name")
+@http_command
+def subscriptions_show(client: Client, as_json: bool, path: str, name: str) -> None:
+    """Configuration, cursor, lag, halt and last error of one subscription."""
+    emit(client.subscription(path, name), as_json, subscription_lines)
+
+
+@subscriptions.command("add")
+@click.argument("path")
+@click.option("--name", default=None, help="The subscription's name (default: generated)")
+@click.option("--copy-to", "copy_to", default=None, metavar="PATH", help="Receiver: append copies to this stream")
+@click.option("--call", "call_name", default=None, metavar="NAME", help="Receiver: the app's @app.receiver(NAME)")
+@click.option("--processor", default=None, metavar="NAME", help="Receiver: the app's @app.processor(NAME)")
+@click.option("--webhook", default=None, metavar="URL", help="Receiver: POST each event to this http(s) URL")
+@click.option("--secret", default=None, help="The webhook's whsec_ secret (default: generated, printed once)")
+@click.option("--types", default=None, help="Only these event types, comma-separated: exact, prefix.* or *")
+@click.option("--where", default=None, help="Only events for which this JSONata is true")
+@click.option("--transform", default=None, help="JSONata reshaping each event into {type?, payload?, metadata?}")
+@click.option("--start", type=click.Choice(["now", "beginning"]), default=None, help="Default: now")
+@click.option("--on-failing-event", type=click.Choice(["halt", "skip"]), default=None, help="Default: halt")
+@http_command
+def subscriptions_add(
+    client: Client, as_json: bool, path: str, name: str | None, copy_to: str | None, call_name: str | None,
+    processor: str | None, webhook: str | None, secret: str | None, types: str | None, where: str | None,
+    transform: str | None, start: str | None, on_failing_event: str | None,
+) -> None:
+    """Configure a subscription of PATH with one receiver (the same
+    configuration again changes nothing)."""
+    chosen = [
+        (option, value)
+        for option, value in (
+            ("--copy-to", copy_to), ("--call", call_name), ("--processor", processor), ("--webhook", webhook)
+        )
+        if value is not None
+    ]
+    if len(chosen) != 1:
+        fail("give exactly one receiver: --copy-to PATH, --call NAME, --processor NAME or --webhook URL")
+    if secret is not None and webhook is None:
+        fail("--secret goes with --webhook")
+    receiver: dict[str, Any]
+    if copy_to is not None:
+        receiver = {"kind": "copy", "target": copy_to}
+    elif call_name is not None:
+        receiver = {"kind": "call", "function": call_name}
+    elif processor is not None:
+        receiver = {"kind": "processor", "processor": processor}
+    else:
+        receiver = {"kind": "webhook", "url": webhook}
+        if secret is not None:
+            receiver["secret"] = secret
+    event_filter: dict[str, Any] | None = None
+    if types is not None or where is not None:
+        event_filter = {"types": [t.strip() for t in (types or "*").split(",")]}
+        if where is not None:
+            event_filter["where"] = where
+    result = client.subscribe(
+        path, receiver, name=name, filter=event_filter, transform=transform, start=start,
+        on_failing_event=on_failing_event,
+    )
+
+    def human(r: dict[str, Any]) -> str:
+        verb = "created" if r["created"] else "exists "
+        line = f"{verb} {r['name']} on {r['path']} (configured at offset {r['offset']})"
+        if r["secret"]:
+            line += f"\nwebhook secret (shown once): {r['secret']}"
+        return line
+
+    emit(result, as_json, human)
+
+
+@subscriptions.command("remove")
+@click.argument("path")
+@click.argument("name")
+@http_command
+def subscriptions_remove(client: Client, as_json: bool, path: str, name: str) -> None:
+    """Remove a subscription (its configuration stays in the stream's log)."""
+    client.unsubscribe(path, name)
+    emit({"removed": name, "path": path}, as_json, lambda r: f"removed {name} from {path}")
+
+
+@subscriptions.command("resume")
+@click.argument("path")
+@click.argument("name")
+@http_command
+def subscriptions_resume(client: Client, as_json: bool, path: str, name: str) -> None:
+    """Resume a halted subscription where it stopped."""
+    status = client.resume_subscription(path, name)
+    emit(status, as_json, lambda s: f"{s['name']}: {subscription_state(s)}, processed through "
+         f"{s['processed_through_offset']} (lag {s['lag']})")
+
+
+@subscriptions.command("cursor")
+@click.argument("path")
+@click.argument("name")
+@click.argument("after_offset", type=int)
+@click.option("--resume", is_flag=True, help="Also resume it if halted")
+@http_command
+def subscriptions_cursor(client: Client, as_json: bool, path: str, name: str, after_offset: int, resume: bool) -> None:
+    """Deliver again (or skip ahead) from AFTER_OFFSET + 1: a new delivery run."""
+    status = client.set_subscription_cursor(path, name, after_offset, resume)
+    emit(status, as_json, lambda s: f"{s['name']}: cursor after {s['processed_through_offset']}"
+         f" (generation {s['generation']}), {subscription_state(s)}")
+
+
+@subscriptions.command("wait")
+@click.argument("path")
+@click.argument("name")
+@click.argument("offset", type=int, required=False)
+@click.option("--timeout", "timeout_s", type=float, default=20.0, show_default=True, help="Seconds (at most 60)")
+@http_command
+def subscriptions_wait(
+    client: Client, as_json: bool, path: str, name: str, offset: int | None, timeout_s: float
+) -> None:
+    """Wait until NAME processed through OFFSET (default: the stream's head);
+    exits 1 with not_processed after --timeout."""
+    status = client.wait_subscription(path, name, offset, timeout_s)
+    emit(status, as_json, lambda s: f"{s['name']}: processed through {s['processed_through_offset']}"
+         f" (head {s['head']})")
 
 
 @main.command()

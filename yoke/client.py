@@ -4,6 +4,7 @@
         c.append("/orders", {"type": "order.placed"})
         for event in c.tail("/orders", after=0): ...
         c.redrive(c.instances(actor="billing")["instances"][0]["id"])
+        c.subscribe("/orders", {"kind": "copy", "target": "/audit"}, name="audit")
 """
 
 from __future__ import annotations
@@ -106,6 +107,42 @@ class Client:
 
     def set_legal_hold(self, path: str, on: bool) -> Any:
         return self.request("PUT", stream_url(path, "legal-hold"), json={"on": on})
+
+    # --- subscriptions -----------------------------------------------------
+
+    def subscribe(self, path: str, receiver: dict[str, Any], **config: Any) -> Any:
+        """``receiver`` as JSON (``{"kind": "copy", "target": "/b"}``, ...); ``config``:
+        name, filter, transform, start, on_failing_event (None: left out)."""
+        body = {"receiver": receiver, **{k: v for k, v in config.items() if v is not None}}
+        return self.request("POST", stream_url(path, "subscriptions"), json=body)
+
+    def subscriptions(self, path: str) -> Any:
+        return self.request("GET", stream_url(path, "subscriptions"))
+
+    def subscription(self, path: str, name: str) -> Any:
+        return self.request("GET", stream_url(path, "subscription"), params={"name": name})
+
+    def unsubscribe(self, path: str, name: str) -> None:
+        self.request("DELETE", stream_url(path, "subscription"), params={"name": name})
+
+    def resume_subscription(self, path: str, name: str) -> Any:
+        return self.request("POST", stream_url(path, "subscription/resume"), params={"name": name})
+
+    def set_subscription_cursor(self, path: str, name: str, after_offset: int, resume: bool = False) -> Any:
+        return self.request(
+            "POST", stream_url(path, "subscription/cursor"), params={"name": name},
+            json={"after_offset": after_offset, "resume": resume},
+        )
+
+    def wait_subscription(self, path: str, name: str, offset: int | None = None, timeout_s: float = 20.0) -> Any:
+        """The status once processed through ``offset`` (default: the head);
+        ``ClientError`` ``not_processed`` (504) after ``timeout_s`` (at most 60)."""
+        params: dict[str, Any] = {"name": name, "timeout_s": timeout_s}
+        if offset is not None:
+            params["offset"] = offset
+        return self.request(
+            "GET", stream_url(path, "subscription/wait"), params=params, timeout=timeout_s + 30.0
+        )
 
     # --- actor instances and dead letters ---------------------------------
 
