@@ -250,7 +250,7 @@ def migrate(database_url: str | None) -> None:
 async def _with_runtime(settings: Settings, action: Callable[[Any], Any]) -> Any:
     from .runtime import open as open_runtime
 
-    async with open_runtime(settings=settings) as y:
+    async with open_runtime(settings=settings, executor=False) as y:  # no deliveries from here
         return await action(y)
 
 
