@@ -277,6 +277,12 @@ SUBSCRIPTION_WRITE_COLUMNS = (
     "generation", "source_stream_id", "processed_through_offset", "halted", "halted_version",
     "attempts", "skips", "last_error", "next_retry_at", "secret", "delivered", "failures",
 )
+# The subscription columns with the source's head, for status and lag.
+SUBSCRIPTION_WITH_HEAD = (
+    f"SELECT {', '.join('s.' + c.strip() for c in SUBSCRIPTION_COLUMNS.split(','))},"
+    " coalesce(t.head, 0) FROM subscriptions s"
+    " LEFT JOIN streams t ON t.tenant_id = s.tenant_id AND t.path = s.path"
+)
 INBOUND_COLUMNS = (
     "path, source_path, name, source_stream_id, source_created_at, generation, received,"
     " last_received_at"

@@ -71,6 +71,11 @@ class Change:
     reply: Any = None
 
 
+def all_accepted(outcomes: Sequence[Outcome]) -> bool:
+    """Did the store take every event of a kernel batch (new or a retry)?"""
+    return all(o.status in ("ok", "duplicate") for o in outcomes)
+
+
 # decide(current row or None, source) -> Change; raising aborts with nothing written.
 Decide = Callable[[SubscriptionRow | None, SourceState], Change]
 

@@ -17,6 +17,7 @@ from ..rows import (
     CHECKPOINT_COLUMNS,
     INBOUND_COLUMNS,
     SUBSCRIPTION_COLUMNS,
+    SUBSCRIPTION_WITH_HEAD,
     SUBSCRIPTION_WRITE_COLUMNS,
     checkpoint_from_row,
     inbound_from_row,
@@ -32,6 +33,7 @@ from ..subscriptions import (
     SourceState,
     Stamp,
     SubscriptionRow,
+    all_accepted,
     fence_refuses,
 )
 
@@ -48,11 +50,6 @@ UPSERT = (
     " ON CONFLICT (tenant_id, path, name) DO UPDATE SET "
     + ", ".join(f"{c}=excluded.{c}" for c in SUBSCRIPTION_WRITE_COLUMNS[3:])
 )
-WITH_HEAD = (
-    f"SELECT {', '.join('s.' + c.strip() for c in SUBSCRIPTION_COLUMNS.split(','))},"
-    " coalesce(t.head, 0) FROM subscriptions s"
-    " LEFT JOIN streams t ON t.tenant_id = s.tenant_id AND t.path = s.path"
-)
 
 
 class _Refused(Exception):
@@ -60,10 +57,6 @@ class _Refused(Exception):
 
     def __init__(self, result: CommitResult) -> None:
         self.result = result
-
-
-def _accepted(outcomes: Sequence[Outcome]) -> bool:
-    return all(o.status in ("ok", "duplicate") for o in outcomes)
 
 
 class PgSubscriptionStore:
@@ -101,7 +94,7 @@ class PgSubscriptionStore:
                         conn, tenant, path, change.events, now, new_stream_id
                     )
                     outcomes = result.outcomes
-                    if not _accepted(outcomes):
+                    if not all_accepted(outcomes):
                         raise _Refused(result)
                 if change.drop_checkpoint:
                     await conn.execute(
@@ -119,14 +112,16 @@ class PgSubscriptionStore:
     async def get(self, tenant: str, path: str, name: str) -> SubscriptionRow | None:
         async with self._tx(tenant) as conn:
             row = await conn.fetchrow(
-                f"{WITH_HEAD} WHERE s.tenant_id=$1 AND s.path=$2 AND s.name=$3", tenant, path, name
+                f"{SUBSCRIPTION_WITH_HEAD} WHERE s.tenant_id=$1 AND s.path=$2 AND s.name=$3",
+                tenant, path, name,
             )
         return None if row is None else subscription_from_row(row[:-1], row[-1])
 
     async def list(self, tenant: str, path: str) -> list[SubscriptionRow]:
         async with self._tx(tenant) as conn:
             rows = await conn.fetch(
-                f"{WITH_HEAD} WHERE s.tenant_id=$1 AND s.path=$2 ORDER BY s.name", tenant, path
+                f"{SUBSCRIPTION_WITH_HEAD} WHERE s.tenant_id=$1 AND s.path=$2 ORDER BY s.name",
+                tenant, path,
             )
         return [subscription_from_row(r[:-1], r[-1]) for r in rows]
 
@@ -211,7 +206,7 @@ class PgSubscriptionStore:
                 if record is not None and fence_refuses(tuple(record), stamp):
                     return None
                 result = await self._store._commit_batch(conn, tenant, path, events, now, new_stream_id)
-                if not _accepted(result.outcomes):
+                if not all_accepted(result.outcomes):
                     raise _Refused(result)  # roll back: the single batch was refused
                 fresh = sum(1 for o in result.outcomes if o.status == "ok")
                 await conn.execute(

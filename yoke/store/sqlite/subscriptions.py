@@ -16,6 +16,7 @@ from ..rows import (
     CHECKPOINT_COLUMNS,
     INBOUND_COLUMNS,
     SUBSCRIPTION_COLUMNS,
+    SUBSCRIPTION_WITH_HEAD,
     SUBSCRIPTION_WRITE_COLUMNS,
     checkpoint_from_row,
     inbound_from_row,
@@ -31,6 +32,7 @@ from ..subscriptions import (
     SourceState,
     Stamp,
     SubscriptionRow,
+    all_accepted,
     fence_refuses,
 )
 
@@ -44,21 +46,11 @@ UPSERT = (
     " ON CONFLICT (tenant_id, path, name) DO UPDATE SET "
     + ", ".join(f"{c}=excluded.{c}" for c in SUBSCRIPTION_WRITE_COLUMNS[3:])
 )
-# The subscription columns with the source's head, for status and lag.
-WITH_HEAD = (
-    f"SELECT {', '.join('s.' + c.strip() for c in SUBSCRIPTION_COLUMNS.split(','))},"
-    " coalesce(t.head, 0) FROM subscriptions s"
-    " LEFT JOIN streams t ON t.tenant_id = s.tenant_id AND t.path = s.path"
-)
 
 
 class _Refused(Exception):
     def __init__(self, outcomes: list[Outcome]) -> None:
         self.outcomes = outcomes
-
-
-def _accepted(result: CommitResult) -> bool:
-    return all(o.status in ("ok", "duplicate") for o in result.outcomes)
 
 
 class SqliteSubscriptionStore:
@@ -91,7 +83,7 @@ class SqliteSubscriptionStore:
                             new_stream_id,
                         )
                         outcomes = result.outcomes
-                        if not _accepted(result):
+                        if not all_accepted(result.outcomes):
                             raise _Refused(outcomes)
                     if change.drop_checkpoint:
                         key = (tenant, path, change.row.name if change.row else name)
@@ -108,13 +100,15 @@ class SqliteSubscriptionStore:
 
     async def get(self, tenant: str, path: str, name: str) -> SubscriptionRow | None:
         rows = await self._read(
-            f"{WITH_HEAD} WHERE s.tenant_id=? AND s.path=? AND s.name=?", (tenant, path, name)
+            f"{SUBSCRIPTION_WITH_HEAD} WHERE s.tenant_id=? AND s.path=? AND s.name=?",
+            (tenant, path, name),
         )
         return subscription_from_row(rows[0][:-1], rows[0][-1]) if rows else None
 
     async def list(self, tenant: str, path: str) -> list[SubscriptionRow]:
         rows = await self._read(
-            f"{WITH_HEAD} WHERE s.tenant_id=? AND s.path=? ORDER BY s.name", (tenant, path)
+            f"{SUBSCRIPTION_WITH_HEAD} WHERE s.tenant_id=? AND s.path=? ORDER BY s.name",
+            (tenant, path),
         )
         return [subscription_from_row(r[:-1], r[-1]) for r in rows]
 
@@ -210,7 +204,7 @@ class SqliteSubscriptionStore:
                 result = store._commit_in(
                     conn, tenant, path, events, [0] * len(events), now, new_stream_id
                 )
-                if not _accepted(result):
+                if not all_accepted(result.outcomes):
                     return result  # the single batch was refused: nothing was written
                 fresh = sum(1 for o in result.outcomes if o.status == "ok")
                 conn.execute(
