@@ -346,7 +346,8 @@ def test_error_answers(tenant, actors_server):
     bad_filter = http.post("/v1/instances", json={"actor": "counter", "filter": {"where": expression}})
     assert error_of(bad_filter) == (400, "invalid_filter")
     assert str(parser.value) in bad_filter.json()["error"]["message"]
-    for bad in ({"types": []}, {"types": ["count.*"], "streams": ["no-slash"]}, {"key": "payload.id"}, "types"):
+    for bad in ({"types": []}, {"types": ["count.*"], "streams": ["no-slash"]}, {"key": "payload.id"}, "types",
+                {"where": 5}, {"where": ["payload"]}):
         answer = http.post("/v1/instances", json={"actor": "counter", "filter": bad})
         assert error_of(answer) == (400, "invalid_filter"), bad
 

@@ -175,6 +175,8 @@ class Filter:
         ):
             raise errors.InvalidFilter("streams are path globs starting with '/'", field="streams")
         for expression in (self.where, self.key):
+            if expression is not None and not isinstance(expression, str):
+                raise errors.InvalidFilter("an expression is a JSONata string")
             if expression is not None and "\x00" in expression:
                 raise errors.InvalidFilter("an expression must not contain NUL characters")
         if self.where is not None:
