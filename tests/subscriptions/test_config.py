@@ -3,6 +3,8 @@ rebuilding the catalogue, operator commands on missing names."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 import yoke
@@ -194,3 +196,43 @@ async def test_public_appends_cannot_forge_kernel_events(fresh_url: str) -> None
         with pytest.raises(errors.ForgedSource):
             await a.append({"type": "x", "source": {"copied_from": [{"path": "/z"}]}})
         assert await y.streams() == []  # nothing was appended, not even the stream
+
+
+async def test_a_closed_or_full_source_still_takes_subscription_bookkeeping(fresh_url: str) -> None:
+    from yoke.store.contract import Limits
+
+    async with yoke.open(fresh_url, **FAST) as y:
+        a = y.stream("/a")
+        await a.subscribe("s", yoke.webhook("http://127.0.0.1:9/closed-port"))
+        await a.append({"type": "x"})
+        await a.set_limits(Limits(max_total_events=2))
+        with pytest.raises(errors.QuotaExhausted):
+            await a.append({"type": "x"})
+        await a.close()
+        # The receiver never answers: the ladder ends in a halted event all the same.
+        async with asyncio.timeout(15):
+            while (halted := await a.subscription("s")).halted is None:
+                await asyncio.sleep(0.02)
+        assert halted.halted["offset"] == 2 and halted.attempts == 15
+        moved = await a.set_cursor_and_resume("s", 2)
+        assert moved.halted is None
+        await a.unsubscribe("s")
+        assert [e.type for e in await control_events(a)][-3:] == [
+            "yoke.subscription.cursor_set", "yoke.subscription.resumed", "yoke.subscription.removed",
+        ]
+        with pytest.raises(errors.StreamClosed):
+            await a.append({"type": "x"})  # still closed for everything else
+        info = await a.info()
+        assert info.closed and info.limits.max_total_events == 2
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [{"kind": {}}, {"kind": "webhook", "url": "http://[::1"}, {"kind": "webhook", "url": "http://h:99999/"},
+     {"kind": "webhook", "url": "http://h/\x00"}, {"kind": "copy"}, {"kind": "copy", "target": 5}, []],
+)
+def test_receivers_from_json_refuse_bad_input(raw) -> None:  # noqa: ANN001
+    from yoke.subscriptions.receivers import from_dict
+
+    with pytest.raises(errors.InvalidInput):
+        from_dict(raw)

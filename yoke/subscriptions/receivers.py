@@ -96,11 +96,16 @@ def processor(name: str) -> Processor:
 def webhook(url: str, secret: str | None = None) -> Webhook:
     """``secret`` is ``whsec_<base64>`` (24-64 random bytes); omitted, one is
     generated and returned once by ``subscribe``."""
-    if not isinstance(url, str) or len(url) > 2048:
-        raise errors.InvalidInput("a webhook url is an http(s) URL", field="url")
-    parts = urlsplit(url)
+    refused = errors.InvalidInput("a webhook url is http:// or https:// with a host", field="url")
+    if not isinstance(url, str) or len(url) > 2048 or any(c in url for c in "\x00\r\n\t "):
+        raise refused
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port out of range
+    except ValueError:
+        raise refused from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise errors.InvalidInput("a webhook url must be http:// or https:// with a host", field="url")
+        raise refused
     if secret is None:
         return Webhook(url, new_secret(), generated=True)
     signing_key(secret)  # validates
@@ -175,7 +180,7 @@ def from_dict(raw: Any) -> Receiver:
         "webhook": ("url", "secret"),
     }
     kind = raw.get("kind")
-    if kind not in fields:
+    if not isinstance(kind, str) or kind not in fields:
         raise errors.InvalidInput(
             "receiver.kind is copy, call, processor or webhook", field="receiver.kind"
         )

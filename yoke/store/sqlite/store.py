@@ -264,9 +264,12 @@ class SqliteStore:
         batch_of: Sequence[int],
         now: int,
         new_stream_id: str,
+        *,
+        kernel: bool = False,
     ) -> CommitResult:
         # The same steps as yoke_append in the PostgreSQL schema, inside the
-        # caller's write transaction.
+        # caller's write transaction. ``kernel``: subscription bookkeeping
+        # (control events, audit lines) that a closed or full stream still takes.
         s, _ = self._ensure_stream(conn, tenant, path, new_stream_id, now)
         sid, head = s["sid"], s["head"]
 
@@ -313,12 +316,12 @@ class SqliteStore:
         for batch, (n_events, n_bytes, n_fresh) in sorted(per_batch.items()):
             if batch in refused:
                 continue
-            if s["closed"] and n_fresh:
+            if s["closed"] and n_fresh and not kernel:
                 # A closed stream takes nothing new; pure retries still
                 # get their original offsets.
                 refused[batch] = "closed"
                 continue
-            if lack is None and n_events:
+            if lack is None and n_events and not kernel:
                 lack = _credit_lacking(s, added_events + n_events, added_bytes + n_bytes)
             if lack is not None:
                 refused[batch] = lack

@@ -80,7 +80,7 @@ class SqliteSubscriptionStore:
                     if change.events:
                         result = store._commit_in(
                             conn, tenant, path, change.events, [0] * len(change.events), now,
-                            new_stream_id,
+                            new_stream_id, kernel=True,
                         )
                         outcomes = result.outcomes
                         if not all_accepted(result.outcomes):
