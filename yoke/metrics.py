@@ -68,7 +68,7 @@ SUB_HALTED = Gauge(
 
 
 @functools.lru_cache(maxsize=65536)
-def _child(metric, *labels: str):  # noqa: ANN001, ANN202
+def child(metric, *labels: str):  # noqa: ANN001, ANN202
     """``metric.labels(*labels)``, looked up once (it is costly per event)."""
     return metric.labels(*labels)
 
@@ -81,11 +81,11 @@ def observe_process(row, definition, ok: bool, seconds: float) -> None:  # noqa:
         outcome = "dead"
     else:
         outcome = "failed"
-    _child(PROCESSED, row.tenant, row.actor, outcome).inc()
-    _child(PROCESS_SECONDS, row.actor).observe(seconds)
-    _child(ATTEMPTS, row.actor).observe(row.attempts)
+    child(PROCESSED, row.tenant, row.actor, outcome).inc()
+    child(PROCESS_SECONDS, row.actor).observe(seconds)
+    child(ATTEMPTS, row.actor).observe(row.attempts)
     if row.started_at is not None and row.attempts == 1:
-        _child(PROCESS_START_LAG, row.actor).observe(max(row.started_at - row.enqueued_at, 0) / 1000)
+        child(PROCESS_START_LAG, row.actor).observe(max(row.started_at - row.enqueued_at, 0) / 1000)
 
 
 async def sample_actor_gauges(actors) -> None:  # noqa: ANN001 - an ActorStore

@@ -162,7 +162,10 @@ async def test_catalogue_rebuilds_from_the_log_alone(fresh_url: str) -> None:
         await a.set_cursor("keep", 2)
         await a.unsubscribe("gone")
         before = {s.name: s for s in await a.subscriptions()}
-        await y.store.subscriptions.write_catalogue("acme", "/a", [])  # the table loses the stream's rows
+        head = (await a.info()).head
+        assert not await y.store.subscriptions.write_catalogue("acme", "/a", head - 1, lambda rows: [])
+        assert await a.subscriptions() != []  # a stale head writes nothing
+        assert await y.store.subscriptions.write_catalogue("acme", "/a", head, lambda rows: [])
         assert await a.subscriptions() == []
         rebuilt = {s.name: s for s in await a.rebuild_subscriptions()}
         assert set(rebuilt) == set(before)
@@ -236,3 +239,81 @@ def test_receivers_from_json_refuse_bad_input(raw) -> None:  # noqa: ANN001
 
     with pytest.raises(errors.InvalidInput):
         from_dict(raw)
+
+
+async def test_rebuild_keeps_subscriptions_whose_configure_event_retention_removed(fresh_url: str) -> None:
+    async with yoke.open(fresh_url, **FAST) as y:
+        a = y.stream("/a")
+        await a.subscribe("old", yoke.copy_to_stream("/b"), filter={"types": ["x"]})
+        await a.append_many([{"type": "x"}] * 5)
+        await a.set_retention(max_events=2)
+        assert await y.prune() > 0
+        await a.subscribe("new", yoke.copy_to_stream("/c"), filter={"types": ["x"]})
+        rebuilt = {s.name: s for s in await a.rebuild_subscriptions()}
+        assert set(rebuilt) == {"old", "new"}
+        assert rebuilt["old"].configured_at == 1
+
+
+async def test_version_history_stops_flip_flopping_resumes(fresh_url: str) -> None:
+    """v1 halts; v2 resumes once and halts too; v1 (still running somewhere)
+    does not resume it again, and neither does an unversioned process."""
+    def failing_app(version):  # noqa: ANN001, ANN202
+        app = yoke.App(version=version)
+
+        @app.receiver("r")
+        async def receive(batch: dict) -> None:
+            raise RuntimeError("still broken")
+
+        return app
+
+    async def halted_by(y, version: str):  # noqa: ANN001, ANN202
+        s = y.stream("/s")
+        async with asyncio.timeout(15):
+            while True:
+                status = await s.subscription("r")
+                if status.halted is not None and status.halted["version"] == version:
+                    return status
+                await asyncio.sleep(0.02)
+
+    async with yoke.open(fresh_url, app=failing_app("v1"), **FAST) as y1:
+        s = y1.stream("/s")
+        await s.subscribe("r", yoke.call("r"), filter={"types": ["x"]})
+        await s.append({"type": "x"})
+        await halted_by(y1, "v1")
+    async with yoke.open(fresh_url, app=failing_app("v2"), **FAST) as y2:
+        await halted_by(y2, "v2")
+    async with yoke.open(fresh_url, app=failing_app("v1"), **FAST) as y1, \
+            yoke.open(fresh_url, app=failing_app(None), **FAST) as y0:
+        await asyncio.gather(y1.deliveries._sweep(), y0.deliveries._sweep())
+        assert y1.deliveries._runners == {} and y0.deliveries._runners == {}
+        resumed = [e for e in await control_events(y1.stream("/s")) if e.type == "yoke.subscription.resumed"]
+        assert [e.payload["version"] for e in resumed] == ["v2"]
+
+
+async def test_halt_error_is_cut_at_4096_characters(fresh_url: str) -> None:
+    app = yoke.App(version="v1")
+
+    @app.receiver("r")
+    async def receive(batch: dict) -> None:
+        raise RuntimeError("e" * 10_000)
+
+    async with yoke.open(fresh_url, app=app, **FAST) as y:
+        s = y.stream("/s")
+        await s.subscribe("r", yoke.call("r"), filter={"types": ["x"]})
+        await s.append({"type": "x"})
+        async with asyncio.timeout(15):
+            while (status := await s.subscription("r")).halted is None:
+                await asyncio.sleep(0.02)
+        assert len(status.halted["error"]) == 4096 and len(status.last_error) == 4096
+        [event] = [e for e in await control_events(s) if e.type == "yoke.subscription.halted"]
+        assert event.payload["error"] == status.halted["error"]
+
+
+async def test_configuring_a_closed_source_is_refused(fresh_url: str) -> None:
+    async with yoke.open(fresh_url, **FAST) as y:
+        a = y.stream("/a")
+        await a.append({"type": "x"})
+        await a.close()
+        with pytest.raises(errors.StreamClosed):
+            await a.subscribe("s", yoke.copy_to_stream("/b"))
+        assert await a.subscriptions() == [] and (await a.info()).head == 1

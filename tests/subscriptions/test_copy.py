@@ -140,3 +140,20 @@ async def test_transform_reshapes_copies_and_keeps_coordinates(fresh_url: str) -
         [copied] = await b.read()
         assert (copied.type, copied.payload, copied.metadata) == ("shaped", {"n": 42}, {"keep": True})
         assert copied.source["copied_from"][0]["offset"] == sent.offset
+
+
+async def test_an_event_at_the_size_limit_is_still_copied(fresh_url: str) -> None:
+    async with yoke.open(fresh_url, **FAST) as y:
+        a, b = y.stream("/a"), y.stream("/b")
+        await a.subscribe("s", yoke.copy_to_stream("/b"), filter={"types": ["big"]})
+        limit = y.settings.max_event_bytes
+        size = limit - 200
+        while True:  # the largest payload the source accepts
+            try:
+                sent = await a.append({"type": "big", "payload": {"b": "x" * size}})
+                break
+            except yoke.EventTooLarge:
+                size -= 50
+        await a.wait_until_processed("s", sent.offset, timeout_s=10)
+        [copied] = await b.read()
+        assert len(copied.payload["b"]) == size and copied.source["copied_from"][0]["offset"] == sent.offset

@@ -264,8 +264,9 @@ async def test_an_interrupted_rebuild_resumes(fresh_url: str, tenant: str) -> No
     async with yoke.open(fresh_url, executor=False) as y:
         s = y.stream(PATH, tenant)
         stream_id = (await s.info()).stream_id
-        stage = Checkpoint(tenant, PATH, NAME, "2", stream_id, k, marker, False)
-        await y.store.subscriptions.save_checkpoint(stage, 0)
+        generation = (await s.subscription(NAME)).generation
+        stage = Checkpoint(tenant, PATH, NAME, "2", stream_id, generation, k, marker, False)
+        assert await y.store.subscriptions.save_checkpoint(stage, 0)
 
     app, probe = counter_app("2", weight=100)
     async with yoke.open(fresh_url, app=app, **FAST) as y:

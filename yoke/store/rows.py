@@ -269,12 +269,12 @@ def message_from_row(row: Sequence[Any]) -> Message:
 SUBSCRIPTION_COLUMNS = (
     "tenant_id, path, name, config, configured_at, configured_id, configured_ms, generation,"
     " source_stream_id, processed_through_offset, halted, attempts, skips, last_error,"
-    " next_retry_at, delivered, failures, secret, lease_owner, lease_until"
+    " next_retry_at, delivered, failures, secret, lease_owner, lease_until, gave_up"
 )
 # Written by ``control`` and ``write_catalogue`` (every column but the lease).
 SUBSCRIPTION_WRITE_COLUMNS = (
     "tenant_id", "path", "name", "config", "configured_at", "configured_id", "configured_ms",
-    "generation", "source_stream_id", "processed_through_offset", "halted", "halted_version",
+    "generation", "source_stream_id", "processed_through_offset", "halted", "gave_up",
     "attempts", "skips", "last_error", "next_retry_at", "secret", "delivered", "failures",
 )
 # The subscription columns with the source's head, for status and lag.
@@ -287,7 +287,7 @@ INBOUND_COLUMNS = (
     "path, source_path, name, source_stream_id, source_created_at, generation, received,"
     " last_received_at"
 )
-CHECKPOINT_COLUMNS = "tenant_id, path, name, version, stream_id, through, state, complete"
+CHECKPOINT_COLUMNS = "tenant_id, path, name, version, stream_id, generation, through, state, complete"
 
 
 def subscription_from_row(row: Sequence[Any], head: int = 0) -> SubscriptionRow:
@@ -296,8 +296,14 @@ def subscription_from_row(row: Sequence[Any], head: int = 0) -> SubscriptionRow:
         configured_id=row[5], configured_ms=row[6], generation=row[7], source_stream_id=row[8],
         cursor=row[9], halted=_json(row[10]), attempts=row[11], skips=row[12],
         last_error=row[13], next_retry_at=row[14], delivered=row[15], failures=row[16],
-        secret=row[17], lease_owner=row[18], lease_until=row[19], head=head,
+        secret=row[17], lease_owner=row[18], lease_until=row[19],
+        gave_up=tuple(v for v in (row[20] or "").split("|") if v), head=head,
     )
+
+
+def gave_up_text(versions: Sequence[str]) -> str | None:
+    """'|v1|v2|': the claim tests membership with one substring search."""
+    return "|" + "|".join(versions) + "|" if versions else None
 
 
 def subscription_values(r: SubscriptionRow) -> tuple[Any, ...]:
@@ -306,7 +312,7 @@ def subscription_values(r: SubscriptionRow) -> tuple[Any, ...]:
         r.tenant, r.path, r.name, orjson.dumps(r.config).decode(), r.configured_at,
         r.configured_id, r.configured_ms, r.generation, r.source_stream_id, r.cursor,
         None if r.halted is None else orjson.dumps(r.halted).decode(),
-        None if r.halted is None else str(r.halted.get("version") or ""),
+        gave_up_text(r.gave_up),
         r.attempts, r.skips, r.last_error, r.next_retry_at, r.secret, r.delivered, r.failures,
     )
 
@@ -318,5 +324,5 @@ def inbound_from_row(row: Sequence[Any]) -> InboundRecord:
 def checkpoint_from_row(row: Sequence[Any]) -> Checkpoint:
     return Checkpoint(
         tenant=row[0], path=row[1], name=row[2], version=row[3], stream_id=row[4],
-        through=row[5], state=_json(row[6]), complete=bool(row[7]),
+        generation=row[5], through=row[6], state=_json(row[7]), complete=bool(row[8]),
     )

@@ -30,6 +30,9 @@ class SubscriptionRow:
     source_stream_id: str
     cursor: int  # processed_through_offset
     halted: dict[str, Any] | None = None
+    # Deployment versions that halted it since its last delivery: none of
+    # them resumes it automatically again.
+    gave_up: tuple[str, ...] = ()
     attempts: int = 0
     skips: int = 0
     last_error: str | None = None
@@ -65,6 +68,9 @@ class Change:
     events: list[PreparedEvent] = field(default_factory=list)
     row: SubscriptionRow | None = None
     delete: bool = False
+    # Bookkeeping (halt, skip, resume, cursor moves, removal) is appended even
+    # to a closed stream or one at its producer ceilings; a configuration is not.
+    bookkeeping: bool = False
     # A new run (configure, cursor move) or a removal: the processor
     # checkpoint of this name no longer describes the cursor's fold.
     drop_checkpoint: bool = False
@@ -129,6 +135,7 @@ class Checkpoint:
     name: str
     version: str
     stream_id: str
+    generation: int  # the delivery run it belongs to
     through: int
     state: Any
     complete: bool
@@ -155,8 +162,10 @@ class SubscriptionStore(Protocol):
         self, owner: str, version: str, now: int, lease_ms: int, can: Deliverable
     ) -> list[SubscriptionRow]:
         """Across tenants: lease to ``owner`` every subscription it can
-        deliver that is free (or already its own, renewing it) and not halted
-        under ``version``; returns every row ``owner`` now holds."""
+        deliver that is free (or already its own, renewing it) and not
+        halted, or halted but not yet given up by ``version`` (a non-empty
+        version: its runner tries the deployment resume); returns every row
+        ``owner`` now holds."""
 
     async def release(self, owner: str) -> None:
         """Give up every lease ``owner`` holds (a clean shutdown)."""
@@ -190,9 +199,15 @@ class SubscriptionStore(Protocol):
 
     async def checkpoint(self, tenant: str, path: str, name: str) -> Checkpoint | None: ...
 
-    async def save_checkpoint(self, checkpoint: Checkpoint, now: int) -> None: ...
+    async def save_checkpoint(self, checkpoint: Checkpoint, now: int) -> bool:
+        """Save a (rebuild's) checkpoint while its subscription is still in
+        the checkpoint's generation; False (nothing saved) otherwise."""
 
-    async def write_catalogue(self, tenant: str, path: str, rows: Sequence[SubscriptionRow]) -> None:
-        """Replace the configuration of every subscription of ``path`` with
-        ``rows`` (a rebuild from the log): rows not listed are removed; a row
-        whose generation is unchanged keeps its delivery state."""
+    async def write_catalogue(
+        self, tenant: str, path: str, head: int,
+        merge: Callable[[list[SubscriptionRow]], list[SubscriptionRow]],
+    ) -> bool:
+        """A rebuild from the log read through ``head``: under the stream row
+        lock, unless the head moved meanwhile (False, nothing written),
+        replace the subscriptions of ``path`` with ``merge(current rows)``
+        (rows it does not return are removed)."""

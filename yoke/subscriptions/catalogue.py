@@ -88,7 +88,8 @@ def decide_remove(name: str, path: str):  # noqa: ANN201
         if row is None:
             raise _missing(name, path)
         return Change(
-            events=[_event(REMOVED, {"name": name})], delete=True, drop_checkpoint=True, reply=row
+            events=[_event(REMOVED, {"name": name})], delete=True, drop_checkpoint=True,
+            bookkeeping=True, reply=row,
         )
 
     return decide
@@ -112,7 +113,7 @@ def decide_cursor(name: str, path: str, after: int, resume: bool):  # noqa: ANN2
             row, generation=offset, cursor=after, halted=halted, attempts=0, skips=0,
             next_retry_at=0, head=offset + len(events) - 1,
         )
-        return Change(events=events, row=new, drop_checkpoint=True, reply=new)
+        return Change(events=events, row=new, drop_checkpoint=True, bookkeeping=True, reply=new)
 
     return decide
 
@@ -132,11 +133,11 @@ def decide_resume(name: str, path: str, *, deploy_version: str | None = None):  
             return Change(reply=row)
         payload: dict[str, Any] = {"name": name, "reason": "operator"}
         if deploy_version is not None:
-            if row.halted.get("version") == deploy_version:
-                return Change(reply=row)
+            if not deploy_version or deploy_version in row.gave_up:
+                return Change(reply=row)  # this version already gave up on it
             payload = {"name": name, "reason": "deploy", "version": deploy_version}
         new = replace(row, halted=None, attempts=0, skips=0, next_retry_at=0)
-        return Change(events=[_event(RESUMED, payload)], row=new, reply=new)
+        return Change(events=[_event(RESUMED, payload)], row=new, bookkeeping=True, reply=new)
 
     return decide
 
@@ -147,16 +148,15 @@ def decide_halt(  # noqa: ANN201
     def decide(row: SubscriptionRow | None, source: SourceState) -> Change:
         if row is None or row.generation != generation or row.halted is not None:
             return Change()  # moved, removed or halted meanwhile: the operator's word stands
-        halted = {
-            "offset": offset, "attempts": attempts, "error": error[:MAX_ERROR_CHARS],
-            "version": version, "at_offset": source.next_offset,
-        }
-        event = _event(HALTED, {"name": name, **{k: v for k, v in halted.items() if k != "at_offset"}})
+        error_text = error[:MAX_ERROR_CHARS]
+        payload = {"name": name, "offset": offset, "attempts": attempts, "error": error_text, "version": version}
+        gave_up = row.gave_up if not version or version in row.gave_up else (*row.gave_up, version)
+        halted = {k: v for k, v in payload.items() if k != "name"} | {"at_offset": source.next_offset}
         new = replace(
-            row, halted=halted, attempts=attempts, last_error=error[:MAX_ERROR_CHARS],
+            row, halted=halted, gave_up=gave_up, attempts=attempts, last_error=error_text,
             failures=row.failures + 1,
         )
-        return Change(events=[event], row=new, reply=new)
+        return Change(events=[_event(HALTED, payload)], row=new, bookkeeping=True, reply=new)
 
     return decide
 
@@ -176,7 +176,7 @@ def decide_skip(name: str, generation: int, offset: int, attempts: int, error: s
             row, cursor=offset, attempts=0, skips=row.skips + 1, next_retry_at=0,
             last_error=error[:MAX_ERROR_CHARS], failures=row.failures + 1,
         )
-        return Change(events=[audit], row=new, reply=new)
+        return Change(events=[audit], row=new, bookkeeping=True, reply=new)
 
     return decide
 
@@ -218,18 +218,26 @@ def reduce_log(
             rows[name] = replace(row, generation=e.offset, cursor=int(p.get("after_offset", 0)))
         elif e.type == HALTED:
             halted = {k: p.get(k) for k in ("offset", "attempts", "error", "version")}
-            rows[name] = replace(row, halted={**halted, "at_offset": e.offset})
+            version = halted["version"]
+            gave_up = row.gave_up if not version or version in row.gave_up else (*row.gave_up, version)
+            rows[name] = replace(row, halted={**halted, "at_offset": e.offset}, gave_up=gave_up)
         elif e.type == RESUMED:
             rows[name] = replace(row, halted=None)
     return rows
 
 
 def merge_rebuilt(
-    rebuilt: dict[str, SubscriptionRow], current: Iterable[SubscriptionRow]
+    rebuilt: dict[str, SubscriptionRow], current: Iterable[SubscriptionRow], pruned_through: int = 0
 ) -> list[SubscriptionRow]:
     """Rebuilt configuration, keeping each row's delivery state (cursor,
-    retry ladder) and webhook secret while its generation is unchanged."""
+    retry ladder) and webhook secret while its generation is unchanged. A
+    row configured at or before ``pruned_through`` (retention removed its
+    configure event, so the log no longer knows it) is kept as it is."""
     existing = {r.name: r for r in current}
+    rebuilt = dict(rebuilt)
+    for name, old in existing.items():
+        if name not in rebuilt and old.configured_at <= pruned_through:
+            rebuilt[name] = old
     merged = []
     for name, row in sorted(rebuilt.items()):
         old = existing.get(name)
@@ -238,7 +246,7 @@ def merge_rebuilt(
         if old is not None and old.generation == row.generation:
             row = replace(
                 row, cursor=max(row.cursor, old.cursor), attempts=old.attempts, skips=old.skips,
-                last_error=old.last_error, next_retry_at=old.next_retry_at,
+                last_error=old.last_error, next_retry_at=old.next_retry_at, gave_up=old.gave_up,
             )
         if old is not None and old.config.get("secret_id") == row.config.get("secret_id"):
             row = replace(row, secret=old.secret)

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from .delivery import Batch
 
 MAX_HOPS = 32
+# Room for the provenance a copy adds to its event (32 hops of ~300 bytes),
+# so an event at the size limit can still be copied.
+PROVENANCE_BYTES = 16 * 1024
 
 
 class Fenced(errors.YokeError):
@@ -53,6 +56,7 @@ def _chain(event: Event) -> list[dict[str, Any]]:
 
 def build(batch: Batch, target: str) -> list[PreparedEvent]:
     """The copies of a batch, with one audit line per dropped event."""
+    limit = batch.runtime.settings.max_event_bytes + PROVENANCE_BYTES
     out: list[PreparedEvent] = []
     for event in batch.events:
         chain = _chain(event)
@@ -78,7 +82,7 @@ def build(batch: Batch, target: str) -> list[PreparedEvent]:
             "priority": event.priority,
             "group_id": event.group_id,
             "idempotency_key": key,
-        }, trusted=True))
+        }, trusted=True, max_event_bytes=limit))
     return out
 
 

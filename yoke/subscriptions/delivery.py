@@ -25,7 +25,17 @@ from ..events import Event, now_ms
 from ..routing.filters import Filter, compile_jsonata
 from ..store.subscriptions import Checkpoint, SubscriptionRow
 from . import copy, processors, webhooks
-from .catalogue import AUDIT, MAX_ERROR_CHARS, decide_halt, decide_resume, decide_skip
+from .catalogue import (
+    AUDIT,
+    CONFIGURED,
+    CURSOR_SET,
+    MAX_ERROR_CHARS,
+    REMOVED,
+    decide_halt,
+    decide_resume,
+    decide_skip,
+    first_hand,
+)
 from .receivers import MAX_BATCH_BYTES, MAX_BATCH_EVENTS
 
 if TYPE_CHECKING:
@@ -39,6 +49,7 @@ MAX_ATTEMPTS = 15  # failed attempts before a halt
 SKIP_AFTER = 3  # attempts before on_failing_event="skip" skips the event
 SKIPS_IN_A_ROW = 3  # the third consecutive failing event halts instead of being skipped
 STEP_BUDGET_S = 0.05  # one-event receivers: acknowledge at least this often
+RUN_ENDING = frozenset({CONFIGURED, CURSOR_SET, REMOVED})
 
 
 @dataclass(frozen=True)
@@ -110,10 +121,10 @@ class Runner:
         self.batch_events = MAX_BATCH_EVENTS if self.kind in ("copy", "call") else 1
         self._checkpoint = None
         labels = (row.tenant, row.path, row.name)
-        self._delivered = metrics._child(metrics.SUB_DELIVERED, *labels)
-        self._failures = metrics._child(metrics.SUB_FAILURES, *labels)
-        self._lag = metrics._child(metrics.SUB_LAG, *labels)
-        self._halted = metrics._child(metrics.SUB_HALTED, *labels)
+        self._delivered = metrics.child(metrics.SUB_DELIVERED, *labels)
+        self._failures = metrics.child(metrics.SUB_FAILURES, *labels)
+        self._lag = metrics.child(metrics.SUB_LAG, *labels)
+        self._halted = metrics.child(metrics.SUB_HALTED, *labels)
 
     def update(self, row: SubscriptionRow) -> None:
         """A fresher row from the engine's claim (renewed lease; maybe an
@@ -181,7 +192,7 @@ class Runner:
         version resumes it (one resumed event, whichever process gets here)."""
         version = self.engine.version
         row = self.row
-        if not version or row.halted is None or row.halted.get("version") == version:
+        if not version or row.halted is None or version in row.gave_up:
             return False
         resumed = await self.engine.control(row, decide_resume(row.name, row.path, deploy_version=version))
         if resumed is None:
@@ -205,6 +216,9 @@ class Runner:
                 return True
             return False
         chosen, through, broken = self._select(page.events, page.head)
+        if not chosen and broken is None and through == row.cursor:
+            self.dirty = True  # the next event ends this run
+            return True
         delivered = 0
         failure: tuple[list[Event], BaseException] | None = None
         checkpoint = None
@@ -215,8 +229,11 @@ class Runner:
             if self.kind == "processor":
                 try:
                     checkpoint = await self._processor_checkpoint()
+                except processors.Superseded:
+                    self.dirty = True  # an operator started another run meanwhile
+                    return True
                 except Exception as exc:  # a reduce that fails while rebuilding
-                    await self._failed(chosen[:1], exc)
+                    await self._failed(chosen[0].offset, chosen[0].offset, exc)
                     return True
             started = time.monotonic()
             size = self.batch_events if self.failing is None else 1
@@ -243,7 +260,8 @@ class Runner:
             if not await self._ack(through, delivered, checkpoint):
                 return True
         if failure is not None:
-            await self._failed(failure[0], failure[1])
+            events, exc = failure
+            await self._failed(events[0].offset, events[-1].offset, exc)
         return True
 
     def _select(
@@ -256,6 +274,8 @@ class Runner:
         through = self.row.cursor
         limit = 1 if self.failing is not None else (MAX_BATCH_EVENTS if self.batch_events > 1 else READ_PAGE)
         for event in events:
+            if self._ends_run(event):
+                break  # an operator change of this subscription: reread the row first
             try:
                 keep = self._matches(event)
                 out = transformed(event, self.transform) if keep and self.transform else event
@@ -264,15 +284,24 @@ class Runner:
                     return chosen, through, None  # deliver the prefix first
                 return [], through, (event, exc)
             if keep:
-                weight = len(orjson.dumps(out.payload)) if self.batch_events > 1 else 0
+                weight = len(orjson.dumps(out.to_dict())) if self.batch_events > 1 else 0
                 if len(chosen) >= limit or (chosen and size + weight > MAX_BATCH_BYTES):
                     return chosen, through, None
                 chosen.append(out)
                 size += weight
             through = event.offset
-        if len(events) < READ_PAGE:
-            through = max(through, head)  # trailing ephemeral offsets
+        else:
+            if len(events) < READ_PAGE:
+                through = max(through, head)  # trailing ephemeral offsets
         return chosen, through, None
+
+    def _ends_run(self, event: Event) -> bool:
+        """Is ``event`` this subscription's own configure, cursor move or
+        removal, newer than the run being delivered? Then the run ends there."""
+        return (
+            event.type in RUN_ENDING and event.offset > self.row.generation and first_hand(event)
+            and isinstance(event.payload, dict) and event.payload.get("name") == self.row.name
+        )
 
     def _matches(self, event: Event) -> bool:
         if self.kind == "copy" and event.type == AUDIT:
@@ -290,7 +319,7 @@ class Runner:
         if self.kind == "copy":
             await copy.send(batch, c["target"])
         elif self.kind == "webhook":
-            await webhooks.send(batch, self.engine.http, c["url"], row.secret)
+            await webhooks.send(batch, self.engine.http, c["url"], row.secret, timeout)
         elif self.kind == "call":
             function = self.engine.receiver(c["function"])
             async with asyncio.timeout(timeout):
@@ -299,7 +328,7 @@ class Runner:
             assert checkpoint is not None
             definition = processors.lookup(self.runtime, c["processor"])
             async with asyncio.timeout(timeout):
-                checkpoint = await processors.fold(batch, definition, checkpoint)
+                checkpoint = await processors.fold(batch, c["processor"], definition, checkpoint)
         return checkpoint
 
     async def _processor_checkpoint(self) -> Checkpoint:
@@ -309,12 +338,12 @@ class Runner:
         if cp is None:
             cp = await self.runtime.store.subscriptions.checkpoint(row.tenant, row.path, row.name)
         if (
-            cp is None or not cp.complete or cp.version != processors.version_of(definition)
-            or cp.stream_id != row.source_stream_id or cp.through > row.cursor
+            not processors.current(cp, definition, row.source_stream_id, row.generation)
+            or not cp.complete or cp.through > row.cursor
         ):
             cp = await processors.rebuild(
                 self.runtime, definition, row.tenant, row.path, row.name, row.source_stream_id,
-                row.cursor, self.filter, cp,
+                row.generation, row.cursor, self.filter, cp,
             )
         self._checkpoint = cp
         return cp
@@ -342,17 +371,19 @@ class Runner:
         self.engine.progressed()
         return True
 
-    async def _failed(self, events: list[Event], exc: BaseException) -> None:
+    async def _failed(self, first: int, last: int, exc: BaseException) -> None:
+        """Offsets ``first``..``last`` (one batch) failed: the retry ladder,
+        a skip or a halt."""
         row = self.row
         self._failures.inc()
-        self.failing = events[-1].offset  # the culprit is in the group: isolate through it
+        self.failing = last  # the culprit is in the batch: isolate through it
         self._checkpoint = None  # a failed fold may have been half applied in memory
         attempts = row.attempts + 1
         error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
-        offset = events[0].offset
+        offset = first
         log.info("subscription %s %s: attempt %d failed at %d: %s", row.path, row.name, attempts, offset, error)
         version = self.engine.version
-        if row.config.get("on_failing_event") == "skip" and attempts >= SKIP_AFTER and len(events) == 1:
+        if row.config.get("on_failing_event") == "skip" and attempts >= SKIP_AFTER and first == last:
             if row.skips + 1 >= SKIPS_IN_A_ROW:
                 await self._apply(decide_halt(row.name, row.generation, offset, attempts, error, version))
             else:
@@ -372,6 +403,13 @@ class Runner:
             self.dirty = True
         else:
             self.row = failed
+
+    async def crashed(self, exc: BaseException) -> None:
+        """The runner itself failed (not the receiver): count it as a failed
+        attempt at the next event."""
+        await self._reload()
+        nxt = self.row.cursor + 1
+        await self._failed(nxt, nxt, exc)
 
     async def _apply(self, decide: Any) -> None:
         changed = await self.engine.control(self.row, decide)

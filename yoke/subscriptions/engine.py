@@ -39,7 +39,7 @@ class Deliveries:
         self.owner = "dlv_" + secrets.token_hex(8)
         app_version = runtime.app.version if runtime.app is not None else None
         # Halted subscriptions resume once under a different version.
-        self.version = settings.deploy_version or app_version or ""
+        self.version = (settings.deploy_version or app_version or "").replace("|", "/")
         app = runtime.app
         self.deliverable = Deliverable(
             tuple(app.receivers) if app else (), tuple(app.processors) if app else ()
@@ -107,9 +107,14 @@ class Deliveries:
             await runner.run()
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
+            # Not a receiver failure (the runner handles those): the store or
+            # a bug. It still counts on the retry ladder, so it is visible,
+            # backs off and halts in the end; the next sweep restarts it.
             r = runner.row
             log.exception("delivery of %s %s stopped; the next sweep restarts it", r.path, r.name)
+            with contextlib.suppress(Exception):
+                await runner.crashed(exc)
 
     # --- used by runners and by the operator methods ---------------------------------
 

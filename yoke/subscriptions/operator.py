@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 MAX_COPIES_INTO = 64
 WAIT_POLL_S = 0.1  # deliveries in other processes are seen at least this often
 REBUILD_PAGE = 1000
+REBUILD_TRIES = 5  # a rebuild retries when the stream moved under it
 
 
 @dataclass(frozen=True)
@@ -233,22 +234,33 @@ class Subscriptions:
 
     async def rebuild(self) -> list[SubscriptionStatus]:
         """Recompute this stream's catalogue from its control events alone
-        (delivery state is kept where the generation is unchanged)."""
+        (delivery state is kept where the generation is unchanged; a
+        subscription whose configure event retention removed is kept as is)."""
         store = self.runtime.store
-        info = await self.stream.info()
-        events = []
-        after = 0
-        while True:
-            page = await store.read(self.tenant, self.path, after, REBUILD_PAGE)
-            events.extend(e for e in page.events if e.type.startswith("yoke.subscription."))
-            if len(page.events) < REBUILD_PAGE:
-                break
-            after = page.events[-1].offset
-        rebuilt = reduce_log(self.tenant, self.path, info.stream_id, events)
-        merged = merge_rebuilt(rebuilt, await store.subscriptions.list(self.tenant, self.path))
-        await store.subscriptions.write_catalogue(self.tenant, self.path, merged)
-        if self.runtime.deliveries is not None:
-            for row in merged:
-                self.runtime.deliveries.changed(self.tenant, self.path, row.name)
-        return await self.list()
+        stream_id = (await self.stream.info()).stream_id
+        for _ in range(REBUILD_TRIES):
+            events, head, pruned_through = [], None, 0
+            after = 0
+            while True:
+                page = await store.read(self.tenant, self.path, after, REBUILD_PAGE)
+                head = page.head if head is None else head
+                pruned_through = page.pruned_through
+                events.extend(
+                    e for e in page.events if e.offset <= head and e.type.startswith("yoke.subscription.")
+                )
+                if len(page.events) < REBUILD_PAGE or page.events[-1].offset >= head:
+                    break
+                after = page.events[-1].offset
+            rebuilt = reduce_log(self.tenant, self.path, stream_id, events)
 
+            def merge(current: list[SubscriptionRow]) -> list[SubscriptionRow]:
+                return merge_rebuilt(rebuilt, current, pruned_through)
+
+            if await store.subscriptions.write_catalogue(self.tenant, self.path, head, merge):
+                break
+        else:
+            raise errors.YokeError(f"{self.path} kept changing during {REBUILD_TRIES} rebuild attempts")
+        if self.runtime.deliveries is not None:
+            for status in await self.list():
+                self.runtime.deliveries.changed(self.tenant, self.path, status.name)
+        return await self.list()

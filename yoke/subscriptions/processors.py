@@ -12,8 +12,10 @@ progress is saved, so an interrupted rebuild resumes where it stopped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from .. import errors
 from ..events import now_ms
@@ -42,16 +44,38 @@ def version_of(definition: Any) -> str:
     return str(getattr(definition, "version", "1"))
 
 
+class Superseded(Exception):
+    """The subscription moved to another run while its state was rebuilt."""
+
+
+def current(checkpoint: Checkpoint | None, definition: Any, stream_id: str, generation: int) -> bool:
+    """Does ``checkpoint`` belong to this version, source lifetime and run?"""
+    return (
+        checkpoint is not None and checkpoint.version == version_of(definition)
+        and checkpoint.stream_id == stream_id and checkpoint.generation == generation
+    )
+
+
+def json_state(state: Any, name: str) -> Any:
+    """The state as it will be stored (a state that is not JSON fails the delivery)."""
+    try:
+        orjson.dumps(state)
+    except TypeError as exc:
+        raise errors.InvalidInput(f"processor {name!r} returned a state that is not JSON: {exc}") from None
+    return state
+
+
 async def rebuild(
     runtime: Runtime, definition: Any, tenant: str, path: str, name: str, stream_id: str,
-    through: int, event_filter: Filter | None, checkpoint: Checkpoint | None,
+    generation: int, through: int, event_filter: Filter | None, checkpoint: Checkpoint | None,
 ) -> Checkpoint:
     """Fold the stream's durable events up to ``through`` into a complete
-    checkpoint, resuming an unfinished rebuild of the same version and source."""
+    checkpoint, resuming an unfinished rebuild of the same version, source
+    and run. ``Superseded`` when the run changes meanwhile."""
     version = version_of(definition)
     if (
-        checkpoint is not None and not checkpoint.complete and checkpoint.version == version
-        and checkpoint.stream_id == stream_id and checkpoint.through <= through
+        current(checkpoint, definition, stream_id, generation) and not checkpoint.complete
+        and checkpoint.through <= through
     ):
         state, done = checkpoint.state, checkpoint.through
     else:
@@ -66,29 +90,30 @@ async def rebuild(
         done = events[-1].offset if events else through
         if len(events) < REBUILD_PAGE:
             done = through
-        progress = Checkpoint(tenant, path, name, version, stream_id, done, state, done >= through)
-        await store.subscriptions.save_checkpoint(progress, now_ms())
-    return Checkpoint(tenant, path, name, version, stream_id, through, state, True)
+        progress = Checkpoint(
+            tenant, path, name, version, stream_id, generation, done, json_state(state, name),
+            done >= through,
+        )
+        if not await store.subscriptions.save_checkpoint(progress, now_ms()):
+            raise Superseded(f"{path} {name!r} left run {generation} during its rebuild")
+    return Checkpoint(tenant, path, name, version, stream_id, generation, through, state, True)
 
 
-async def fold(batch: Batch, definition: Any, checkpoint: Checkpoint) -> Checkpoint:
+async def fold(batch: Batch, processor: str, definition: Any, checkpoint: Checkpoint) -> Checkpoint:
     """Reduce the batch onto the checkpoint and run ``after``; the caller
     saves the result together with the cursor."""
     state = checkpoint.state
     for event in batch.events:
         state = definition.reduce(state, event)
     after = getattr(definition, "after", None)
+    json_state(state, processor)
     if after is not None:
         ctx = ProcessorContext(
-            batch.runtime, batch.runtime.stream(batch.path, batch.tenant), batch.name,
-            checkpoint.name,
+            batch.runtime, batch.runtime.stream(batch.path, batch.tenant), batch.name, processor,
         )
         await after(state, list(batch.events), ctx)
     last = batch.events[-1].offset if batch.events else checkpoint.through
-    return Checkpoint(
-        checkpoint.tenant, checkpoint.path, checkpoint.name, checkpoint.version,
-        checkpoint.stream_id, last, state, True,
-    )
+    return replace(checkpoint, through=last, state=state, complete=True)
 
 
 def lookup(runtime: Runtime, name: str) -> Any:

@@ -4,13 +4,15 @@ Body ``{"attempt", "event", "path", "name"}``; headers ``webhook-id``
 (``<stream_id>:<offset>``, the receiver's deduplication key),
 ``webhook-timestamp`` (unix seconds) and ``webhook-signature``
 (``v1,<base64 HMAC-SHA256 of "id.timestamp.body">`` keyed with the
-``whsec_`` secret). A 2xx within the timeout acknowledges the event; a 429
+``whsec_`` secret). A 2xx status within the timeout acknowledges the event (the body is not
+read); a 429
 or 503 with ``Retry-After`` sets the next attempt's delay; anything else is
 a failure.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -75,7 +77,9 @@ def retry_after_s(value: str | None) -> float | None:
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
 
 
-async def send(batch: Batch, client: httpx.AsyncClient, url: str, secret: str | None) -> None:
+async def send(
+    batch: Batch, client: httpx.AsyncClient, url: str, secret: str | None, timeout_s: float
+) -> None:
     if not secret:
         raise WebhookFailed("the webhook secret is missing (configure the subscription again)")
     for event in batch.events:  # one event per POST (the batch holds one)
@@ -91,12 +95,17 @@ async def send(batch: Batch, client: httpx.AsyncClient, url: str, secret: str | 
             "webhook-signature": sign(secret, msg_id, stamp, body),
         }
         try:
-            response = await client.post(url, content=body, headers=headers)
+            # A deadline for the whole exchange up to the status line; the
+            # response body is never read.
+            async with asyncio.timeout(timeout_s):
+                async with client.stream("POST", url, content=body, headers=headers) as response:
+                    status = response.status_code
+                    retry_after = response.headers.get("retry-after")
+        except TimeoutError:
+            raise WebhookFailed(f"POST {url} got no answer within {timeout_s}s") from None
         except httpx.HTTPError as exc:
             raise WebhookFailed(f"POST {url} failed: {type(exc).__name__}: {exc}") from None
-        if 200 <= response.status_code < 300:
+        if 200 <= status < 300:
             continue
-        wait = None
-        if response.status_code in (429, 503):
-            wait = retry_after_s(response.headers.get("retry-after"))
-        raise WebhookFailed(f"POST {url} answered {response.status_code}", retry_after_s=wait)
+        wait = retry_after_s(retry_after) if status in (429, 503) else None
+        raise WebhookFailed(f"POST {url} answered {status}", retry_after_s=wait)

@@ -5,7 +5,7 @@ that stream and never deadlock with one."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import asyncpg
@@ -87,26 +87,30 @@ class PgSubscriptionStore:
             async with self._tx(tenant) as conn:
                 s = await self._lock_stream(conn, tenant, path, now, new_stream_id)
                 source = SourceState(s["stream_id"], s["created_at"], s["head"])
+                # Locks in one order everywhere: stream row, subscription row,
+                # checkpoint (ack takes the last two in the same order).
                 found = await conn.fetchrow(
-                    f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE {KEY}", tenant, path, name
+                    f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE {KEY} FOR UPDATE",
+                    tenant, path, name,
                 )
                 current = None if found is None else subscription_from_row(found, s["head"])
                 change = decide(current, source)
                 outcomes: list[Outcome] = []
                 if change.events:
-                    result = await self._commit_kernel(conn, tenant, path, change.events, now, new_stream_id)
+                    commit = self._commit_kernel if change.bookkeeping else self._store._commit_batch
+                    result = await commit(conn, tenant, path, change.events, now, new_stream_id)
                     outcomes = result.outcomes
                     if not all_accepted(outcomes):
                         raise _Refused(result)
+                if change.delete:
+                    await conn.execute(f"DELETE FROM subscriptions WHERE {KEY}", tenant, path, name)
+                elif change.row is not None:
+                    await conn.execute(UPSERT, *subscription_values(change.row))
                 if change.drop_checkpoint:
                     await conn.execute(
                         f"DELETE FROM processor_checkpoints WHERE {KEY}",
                         tenant, path, change.row.name if change.row else name,
                     )
-                if change.delete:
-                    await conn.execute(f"DELETE FROM subscriptions WHERE {KEY}", tenant, path, name)
-                elif change.row is not None:
-                    await conn.execute(UPSERT, *subscription_values(change.row))
                 return change, outcomes
         except _Refused as refused:
             return Change(), refused.result.outcomes
@@ -173,12 +177,12 @@ class PgSubscriptionStore:
                 rows = await conn.fetch(
                     "UPDATE subscriptions SET lease_owner=$2, lease_until=$3"
                     " WHERE tenant_id=$1 AND (lease_owner IS NULL OR lease_owner=$2 OR lease_until <= $4)"
-                    " AND (halted IS NULL OR halted_version <> $5)"
+                    " AND (halted IS NULL OR ($5 <> '' AND strpos(coalesce(gave_up, ''), $8) = 0))"
                     " AND (config->>'kind' IN ('copy', 'webhook') OR config->>'function' = ANY($6)"
                     "  OR config->>'processor' = ANY($7))"
                     f" RETURNING {SUBSCRIPTION_COLUMNS}",
                     tenant, owner, now + lease_ms, now, version, list(can.functions),
-                    list(can.processors),
+                    list(can.processors), f"|{version}|",
                 )
             held.extend(subscription_from_row(r) for r in rows)
         return held
@@ -202,6 +206,7 @@ class PgSubscriptionStore:
                 " greatest(processed_through_offset, $5),"
                 " attempts=CASE WHEN $7 THEN attempts ELSE 0 END,"
                 " skips=CASE WHEN $7 THEN skips ELSE 0 END, next_retry_at=0,"
+                " gave_up=CASE WHEN $6 > 0 AND NOT $7 THEN NULL ELSE gave_up END,"
                 f" delivered=delivered+$6 WHERE {KEY} AND generation=$4"
                 f" RETURNING {SUBSCRIPTION_COLUMNS}",
                 tenant, path, name, generation, through, delivered, keep_attempts,
@@ -274,26 +279,53 @@ class PgSubscriptionStore:
             )
         return None if row is None else checkpoint_from_row(row)
 
-    async def save_checkpoint(self, checkpoint: Checkpoint, now: int) -> None:
-        async with self._tx(checkpoint.tenant) as conn:
-            await self._save_checkpoint(conn, checkpoint, now)
+    async def save_checkpoint(self, checkpoint: Checkpoint, now: int) -> bool:
+        c = checkpoint
+        async with self._tx(c.tenant) as conn:
+            current = await conn.fetchval(
+                f"SELECT 1 FROM subscriptions WHERE {KEY} AND generation=$4 FOR UPDATE",
+                c.tenant, c.path, c.name, c.generation,
+            )
+            if current is None:
+                return False
+            await self._save_checkpoint(conn, c, now)
+            return True
 
     @staticmethod
     async def _save_checkpoint(conn: asyncpg.Connection, c: Checkpoint, now: int) -> None:
         await conn.execute(
-            "INSERT INTO processor_checkpoints (tenant_id, path, name, version, stream_id, through,"
-            " state, complete, updated_at) VALUES ($1,$2,$3,$4,$5,$6,$7::jsonb,$8,$9)"
+            "INSERT INTO processor_checkpoints (tenant_id, path, name, version, stream_id,"
+            " generation, through, state, complete, updated_at)"
+            " VALUES ($1,$2,$3,$4,$5,$6,$7,$8::jsonb,$9,$10)"
             " ON CONFLICT (tenant_id, path, name) DO UPDATE SET version=excluded.version,"
-            " stream_id=excluded.stream_id, through=excluded.through, state=excluded.state,"
-            " complete=excluded.complete, updated_at=excluded.updated_at",
-            c.tenant, c.path, c.name, c.version, c.stream_id, c.through,
+            " stream_id=excluded.stream_id, generation=excluded.generation,"
+            " through=excluded.through, state=excluded.state, complete=excluded.complete,"
+            " updated_at=excluded.updated_at",
+            c.tenant, c.path, c.name, c.version, c.stream_id, c.generation, c.through,
             orjson.dumps(c.state).decode(), c.complete, now,
         )
 
-    async def write_catalogue(self, tenant: str, path: str, rows: Sequence[SubscriptionRow]) -> None:
+    async def write_catalogue(
+        self, tenant: str, path: str, head: int,
+        merge: Callable[[list[SubscriptionRow]], list[SubscriptionRow]],
+    ) -> bool:
         async with self._tx(tenant) as conn:
+            locked = await conn.fetchval(
+                "SELECT head FROM streams WHERE tenant_id=$1 AND path=$2 FOR UPDATE", tenant, path
+            )
+            if locked != head:
+                return False
+            current = [
+                subscription_from_row(r, head) for r in await conn.fetch(
+                    f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE tenant_id=$1 AND path=$2"
+                    " ORDER BY name FOR UPDATE",
+                    tenant, path,
+                )
+            ]
+            rows = merge(current)
             await conn.execute(
                 "DELETE FROM subscriptions WHERE tenant_id=$1 AND path=$2 AND NOT name = ANY($3)",
                 tenant, path, [r.name for r in rows],
             )
             await conn.executemany(UPSERT, [subscription_values(r) for r in rows])
+            return True

@@ -5,7 +5,7 @@ which is also the lock ``control`` and the passive fence rely on."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -80,18 +80,18 @@ class SqliteSubscriptionStore:
                     if change.events:
                         result = store._commit_in(
                             conn, tenant, path, change.events, [0] * len(change.events), now,
-                            new_stream_id, kernel=True,
+                            new_stream_id, kernel=change.bookkeeping,
                         )
                         outcomes = result.outcomes
                         if not all_accepted(result.outcomes):
                             raise _Refused(outcomes)
-                    if change.drop_checkpoint:
-                        key = (tenant, path, change.row.name if change.row else name)
-                        conn.execute(f"DELETE FROM processor_checkpoints WHERE {KEY}", key)
                     if change.delete:
                         conn.execute(f"DELETE FROM subscriptions WHERE {KEY}", (tenant, path, name))
                     elif change.row is not None:
                         conn.execute(UPSERT, subscription_values(change.row))
+                    if change.drop_checkpoint:
+                        key = (tenant, path, change.row.name if change.row else name)
+                        conn.execute(f"DELETE FROM processor_checkpoints WHERE {KEY}", key)
                     return change, outcomes
             except _Refused as refused:
                 return Change(), refused.outcomes
@@ -128,12 +128,12 @@ class SqliteSubscriptionStore:
                 rows = conn.execute(
                     "UPDATE subscriptions SET lease_owner=?, lease_until=?"
                     " WHERE (lease_owner IS NULL OR lease_owner=? OR lease_until <= ?)"
-                    " AND (halted IS NULL OR halted_version <> ?)"
+                    " AND (halted IS NULL OR (? <> '' AND instr(coalesce(gave_up, ''), ?) = 0))"
                     " AND (json_extract(config, '$.kind') IN ('copy', 'webhook')"
                     "  OR json_extract(config, '$.function') IN (SELECT value FROM json_each(?))"
                     "  OR json_extract(config, '$.processor') IN (SELECT value FROM json_each(?)))"
                     f" RETURNING {SUBSCRIPTION_COLUMNS}",
-                    (owner, now + lease_ms, owner, now, version,
+                    (owner, now + lease_ms, owner, now, version, f"|{version}|",
                      orjson.dumps(can.functions).decode(), orjson.dumps(can.processors).decode()),
                 ).fetchall()
             return [subscription_from_row(r) for r in rows]
@@ -160,9 +160,11 @@ class SqliteSubscriptionStore:
                     "UPDATE subscriptions SET processed_through_offset ="
                     " max(processed_through_offset, ?), attempts=CASE WHEN ? THEN attempts ELSE 0 END,"
                     " skips=CASE WHEN ? THEN skips ELSE 0 END, next_retry_at=0,"
+                    " gave_up=CASE WHEN ? > 0 AND NOT ? THEN NULL ELSE gave_up END,"
                     f" delivered=delivered+? WHERE {KEY} AND generation=?"
                     f" RETURNING {SUBSCRIPTION_COLUMNS}",
-                    (through, keep_attempts, keep_attempts, delivered, tenant, path, name, generation),
+                    (through, keep_attempts, keep_attempts, delivered, keep_attempts, delivered,
+                     tenant, path, name, generation),
                 ).fetchone()
                 if row is not None and checkpoint is not None:
                     self._save_checkpoint(conn, checkpoint, now)
@@ -236,28 +238,53 @@ class SqliteSubscriptionStore:
         )
         return checkpoint_from_row(rows[0]) if rows else None
 
-    async def save_checkpoint(self, checkpoint: Checkpoint, now: int) -> None:
-        def run() -> None:
-            with self._store._transaction() as conn:
-                self._save_checkpoint(conn, checkpoint, now)
+    async def save_checkpoint(self, checkpoint: Checkpoint, now: int) -> bool:
+        c = checkpoint
 
-        await self._store._write(run)
+        def run() -> bool:
+            with self._store._transaction() as conn:
+                current = conn.execute(
+                    f"SELECT 1 FROM subscriptions WHERE {KEY} AND generation=?",
+                    (c.tenant, c.path, c.name, c.generation),
+                ).fetchone()
+                if current is None:
+                    return False
+                self._save_checkpoint(conn, c, now)
+                return True
+
+        return await self._store._write(run)
 
     @staticmethod
     def _save_checkpoint(conn: sqlite3.Connection, c: Checkpoint, now: int) -> None:
         conn.execute(
-            "INSERT INTO processor_checkpoints (tenant_id, path, name, version, stream_id, through,"
-            " state, complete, updated_at) VALUES (?,?,?,?,?,?,?,?,?)"
+            "INSERT INTO processor_checkpoints (tenant_id, path, name, version, stream_id,"
+            " generation, through, state, complete, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT (tenant_id, path, name) DO UPDATE SET version=excluded.version,"
-            " stream_id=excluded.stream_id, through=excluded.through, state=excluded.state,"
-            " complete=excluded.complete, updated_at=excluded.updated_at",
-            (c.tenant, c.path, c.name, c.version, c.stream_id, c.through,
+            " stream_id=excluded.stream_id, generation=excluded.generation,"
+            " through=excluded.through, state=excluded.state, complete=excluded.complete,"
+            " updated_at=excluded.updated_at",
+            (c.tenant, c.path, c.name, c.version, c.stream_id, c.generation, c.through,
              orjson.dumps(c.state).decode(), int(c.complete), now),
         )
 
-    async def write_catalogue(self, tenant: str, path: str, rows: Sequence[SubscriptionRow]) -> None:
-        def run() -> None:
-            with self._store._transaction() as conn:
+    async def write_catalogue(
+        self, tenant: str, path: str, head: int,
+        merge: Callable[[list[SubscriptionRow]], list[SubscriptionRow]],
+    ) -> bool:
+        store = self._store
+
+        def run() -> bool:
+            with store._transaction() as conn:
+                s = store._stream_row(conn, tenant, path)
+                if s is None or s["head"] != head:
+                    return False
+                current = [
+                    subscription_from_row(r, head) for r in conn.execute(
+                        f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE tenant_id=? AND path=?",
+                        (tenant, path),
+                    )
+                ]
+                rows = merge(current)
                 keep = [r.name for r in rows]
                 marks = ",".join("?" * len(keep))
                 conn.execute(
@@ -266,6 +293,6 @@ class SqliteSubscriptionStore:
                     (tenant, path, *keep),
                 )
                 conn.executemany(UPSERT, [subscription_values(r) for r in rows])
+                return True
 
-        await self._store._write(run)
-
+        return await store._write(run)

@@ -18,8 +18,8 @@ CREATE TABLE subscriptions (
     configured_ms    bigint  NOT NULL,
     generation       bigint  NOT NULL,  -- offset of the configure or cursor_set event that chose the cursor
     source_stream_id text    NOT NULL,
-    halted           jsonb,             -- {offset, attempts, error, version, at_offset} while halted
-    halted_version   text,              -- halted->>'version', for the claim's resume check
+    halted           jsonb,             -- {offset, attempts, error, version, versions, at_offset} while halted
+    gave_up          text,              -- '|v1|v2|': versions that halted it since its last delivery
     processed_through_offset bigint NOT NULL,
     attempts         integer NOT NULL DEFAULT 0,  -- consecutive failed attempts
     skips            integer NOT NULL DEFAULT 0,  -- consecutive skipped events
@@ -51,14 +51,16 @@ CREATE TABLE subscription_inbound (
 );
 
 -- A stream processor's checkpoint: the folded state through an offset, for
--- one processor version and one source lifetime. complete = false while a
--- rebuild is still replaying (it resumes from ``through``).
+-- one processor version, one source lifetime and one delivery run
+-- (generation). complete = false while a rebuild is still replaying (it
+-- resumes from ``through``).
 CREATE TABLE processor_checkpoints (
     tenant_id  text    NOT NULL,
     path       text    NOT NULL,
     name       text    NOT NULL,
     version    text    NOT NULL,
     stream_id  text    NOT NULL,
+    generation bigint  NOT NULL,
     through    bigint  NOT NULL,
     state      jsonb   NOT NULL,
     complete   boolean NOT NULL,
