@@ -19,10 +19,11 @@ from urllib.parse import urlsplit
 from .. import errors
 from ..events import validate_path
 
-# Events per delivery batch, and bytes for the batching kinds.
+# A batch for copy and call: at most this many events and bytes (webhook
+# and processor receive one event at a time).
 MAX_BATCH_EVENTS = 1000
 MAX_BATCH_BYTES = 1024 * 1024
-MAX_NAME_CHARS = 200
+MAX_REGISTERED_CHARS = 200  # function and processor names (as App registers them)
 SECRET_PREFIX = "whsec_"
 
 
@@ -32,7 +33,6 @@ class CopyToStream:
 
     path: str
     kind = "copy"
-    batch_events = MAX_BATCH_EVENTS
 
     def config(self) -> dict[str, Any]:
         return {"kind": self.kind, "target": self.path}
@@ -44,7 +44,6 @@ class Call:
 
     function: str
     kind = "call"
-    batch_events = MAX_BATCH_EVENTS
 
     def config(self) -> dict[str, Any]:
         return {"kind": self.kind, "function": self.function}
@@ -57,7 +56,6 @@ class Processor:
 
     name: str
     kind = "processor"
-    batch_events = 1
 
     def config(self) -> dict[str, Any]:
         return {"kind": self.kind, "processor": self.name}
@@ -71,7 +69,6 @@ class Webhook:
     secret: str
     generated: bool = False  # the secret was made by ``webhook()``, not given
     kind = "webhook"
-    batch_events = 1
 
     def config(self) -> dict[str, Any]:
         # The secret stays out of the log: the event carries its fingerprint.
@@ -134,8 +131,8 @@ def secret_id(secret: str) -> str:
 
 
 def _registered_name(name: Any, field: str) -> str:
-    if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME_CHARS or "\x00" in name:
-        raise errors.InvalidInput(f"{field} is 1-{MAX_NAME_CHARS} characters", field=field)
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_REGISTERED_CHARS or "\x00" in name:
+        raise errors.InvalidInput(f"{field} is 1-{MAX_REGISTERED_CHARS} characters", field=field)
     return name
 
 
@@ -154,19 +151,6 @@ def validated(receiver: Any) -> Receiver:
     raise errors.InvalidInput(
         "receiver is copy_to_stream(), call(), processor() or webhook()", field="receiver"
     )
-
-
-def from_config(config: Mapping[str, Any], secret: str | None = None) -> Receiver:
-    kind = config.get("kind")
-    if kind == "copy":
-        return CopyToStream(config["target"])
-    if kind == "call":
-        return Call(config["function"])
-    if kind == "processor":
-        return Processor(config["processor"])
-    if kind == "webhook":
-        return Webhook(config["url"], secret or "")
-    raise errors.InvalidInput(f"unknown receiver kind {kind!r}", field="receiver")
 
 
 def from_dict(raw: Any) -> Receiver:
