@@ -22,6 +22,7 @@ bench: $(STAMP)
 	$(PY) bench/append.py
 	$(PY) bench/http_api.py
 	$(PY) bench/actors.py
+	$(PY) bench/subscriptions.py
 
 clean:
 	rm -rf $(VENV) .yoke .pytest_cache
