@@ -35,7 +35,9 @@ class Runtime:
     def __init__(self, settings: Settings, app: App | None = None, *, executor: bool = True) -> None:
         self.settings = settings
         self.app = app
-        self._want_executor = executor and app is not None
+        # An app that registers only subscription receivers needs no fan-out,
+        # scheduler or membership (they would cost every append a fan-out pass).
+        self._want_executor = executor and app is not None and bool(app.actors or app.portals)
         self._want_deliveries = executor  # copies and webhooks need no app
         self.executor: Executor | None = None
         self.deliveries: Deliveries | None = None
@@ -169,7 +171,7 @@ class Runtime:
         """Return once fan-out has caught up and no queue row is pending or
         processing (dead rows excepted). For tests and scripts; needs an app."""
         if self.executor is None:
-            raise errors.InvalidInput("wait_idle needs a runtime opened with app=")
+            raise errors.InvalidInput("wait_idle needs a runtime opened with an app that has actors")
         await self.executor.wait_idle(timeout_s)
 
     async def ready(self) -> None:
