@@ -2,10 +2,9 @@
 """Subscription benchmark: copy throughput, webhook throughput, delivery lag.
 
 One process opens ``yoke.open(url, app=app)`` with the default settings
-(printed first); ``app`` registers the ``lag`` receiver and no actor, so the
-actor executor runs too (its fan-out follows every stream). ``--no-app``
-opens without an app (the delivery engine alone; copies and webhooks need
-no app) for every figure but the call lag.
+(printed first); ``app`` registers the ``lag`` receiver and no actor (so no
+actor executor runs: only the delivery engine). ``--no-app`` opens without
+an app for every figure but the call lag.
 
 (1) copy throughput, events copied per second through one copy
     subscription (``copy_to_stream("/dst")``):
