@@ -659,7 +659,7 @@ async def run_backend(backend: str, args: argparse.Namespace, receiver: Receiver
         async with open_runtime(url, folder, bench_app(args.no_app)) as y:
             say(backend, "settings (yoke.open defaults)", settings_line(y))
     say(backend, "application", "none: delivery engine only (--no-app)" if args.no_app else
-        "App() with @app.receiver('lag') and no actors (the actor executor runs too)")
+        "App() with @app.receiver('lag') and no actors (so no actor executor runs)")
 
     if "copy" in figures:
         for stats in variants:
