@@ -8,6 +8,9 @@ import socket
 import subprocess
 import sys
 import time
+import asyncio
+import contextlib
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,3 +125,20 @@ def path() -> str:
 
 def events_url(path: str, action: str = "events") -> str:
     return f"/v1/streams{path}/-/{action}"
+
+
+@contextlib.contextmanager
+def own_database(kind: str, base: Path, prefix: str) -> Iterator[str]:
+    """A database of its own: a SQLite file under ``base``, or a new
+    PostgreSQL database (``yoke serve`` migrates it on start), dropped after."""
+    from tests.conftest import PG_ADMIN_URL, admin_sql, with_database
+
+    if kind == "sqlite":
+        yield f"sqlite:///{base}/yoke.db"
+        return
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    asyncio.run(admin_sql(f'CREATE DATABASE "{name}"'))
+    try:
+        yield with_database(PG_ADMIN_URL, name)
+    finally:
+        asyncio.run(admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

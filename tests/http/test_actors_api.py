@@ -30,8 +30,7 @@ import pytest
 
 import yoke
 
-from ..conftest import PG_ADMIN_URL, admin_sql, with_database
-from .conftest import Server, start_server, stop_server
+from .conftest import Server, own_database, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.http.actor_app:app"
@@ -46,19 +45,8 @@ DEADLINE_S = 20
 # --- databases, servers, tenants ------------------------------------------------------
 
 
-@contextlib.contextmanager
-def database(kind: str, base: Path) -> Iterator[str]:
-    """A database of its own: a SQLite file, or a new PostgreSQL database
-    (``yoke serve`` migrates it on start)."""
-    if kind == "sqlite":
-        yield f"sqlite:///{base}/yoke.db"
-        return
-    name = f"yoke_http_actors_{uuid.uuid4().hex[:12]}"
-    asyncio.run(admin_sql(f'CREATE DATABASE "{name}"'))
-    try:
-        yield with_database(PG_ADMIN_URL, name)
-    finally:
-        asyncio.run(admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+def database(kind: str, base: Path) -> contextlib.AbstractContextManager[str]:
+    return own_database(kind, base, "yoke_http_actors")
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])

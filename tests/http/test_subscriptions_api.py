@@ -30,8 +30,7 @@ from standardwebhooks import Webhook
 
 import yoke
 
-from ..conftest import PG_ADMIN_URL, admin_sql, with_database
-from .conftest import Server, start_server, stop_server
+from .conftest import Server, own_database, start_server, stop_server
 
 FAST = {
     "YOKE_SUBSCRIPTION_RETRY_BASE_S": "0.01",
@@ -43,17 +42,8 @@ STATUS_FIELDS = {
 }
 
 
-@contextlib.contextmanager
-def database(kind: str, base: Path) -> Iterator[str]:
-    if kind == "sqlite":
-        yield f"sqlite:///{base}/yoke.db"
-        return
-    name = f"yoke_http_subs_{uuid.uuid4().hex[:12]}"
-    asyncio.run(admin_sql(f'CREATE DATABASE "{name}"'))
-    try:
-        yield with_database(PG_ADMIN_URL, name)
-    finally:
-        asyncio.run(admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+def database(kind: str, base: Path) -> contextlib.AbstractContextManager[str]:
+    return own_database(kind, base, "yoke_http_subs")
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
