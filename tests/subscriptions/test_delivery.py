@@ -304,6 +304,7 @@ async def test_one_process_delivers_a_subscription_and_another_takes_over(fresh_
             await s.wait_until_processed("rec", results[-1].offset, timeout_s=10)
             assert bool(got_a) != bool(got_b)  # one holder
             holder, other = (ya, yb) if got_a else (yb, ya)
+            assert (await s.subscription("rec")).delivering == holder.deliveries.owner
         # Whichever closed, the survivor (or the holder) keeps delivering from the cursor.
         more = await s.append({"type": "x"})
         await s.wait_until_processed("rec", more.offset, timeout_s=10)
@@ -337,6 +338,7 @@ async def test_call_and_processor_subscriptions_wait_for_a_process_that_register
         sent = await s.append({"type": "x"})
         await plain.deliveries._sweep()
         assert plain.deliveries._runners == {}
+        assert (await s.subscription("rec")).delivering is None  # visible: nobody delivers it
         app, batches = recording_app()
         async with yoke.open(fresh_url, app=app, **FAST) as y:
             await y.stream("/s").wait_until_processed("rec", sent.offset, timeout_s=10)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
+from ..events import now_ms
 from ..routing.filters import Filter, compile_jsonata
 from ..store.subscriptions import SubscriptionRow
 from .catalogue import (
@@ -66,6 +67,9 @@ class SubscriptionStatus:
     next_retry_at: int | None  # ms since the epoch, while a retry is pending
     delivered: int
     failures: int
+    # The delivery engine holding its lease (None: no process delivers it now,
+    # e.g. no running application registers its call or processor name).
+    delivering: str | None = None
 
     @classmethod
     def of(cls, row: SubscriptionRow) -> SubscriptionStatus:
@@ -76,6 +80,7 @@ class SubscriptionStatus:
             attempts=row.attempts,
             next_retry_at=row.next_retry_at if row.next_retry_at and row.halted is None else None,
             delivered=row.delivered, failures=row.failures,
+            delivering=row.lease_owner if row.lease_until > now_ms() else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
