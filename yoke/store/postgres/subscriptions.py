@@ -105,6 +105,10 @@ class PgSubscriptionStore:
                 if change.delete:
                     await conn.execute(f"DELETE FROM subscriptions WHERE {KEY}", tenant, path, name)
                 elif change.row is not None:
+                    if found is None:
+                        await conn.execute(
+                            "INSERT INTO subscription_tenants VALUES ($1) ON CONFLICT DO NOTHING", tenant
+                        )
                     await conn.execute(UPSERT, *subscription_values(change.row))
                 if change.drop_checkpoint:
                     await conn.execute(
@@ -172,7 +176,7 @@ class PgSubscriptionStore:
         self, owner: str, version: str, now: int, lease_ms: int, can: Deliverable
     ) -> list[SubscriptionRow]:
         held: list[SubscriptionRow] = []
-        for tenant in await self._store._tenants():
+        for tenant in await self._tenants():
             async with self._tx(tenant) as conn:
                 rows = await conn.fetch(
                     "UPDATE subscriptions SET lease_owner=$2, lease_until=$3"
@@ -187,8 +191,11 @@ class PgSubscriptionStore:
             held.extend(subscription_from_row(r) for r in rows)
         return held
 
+    async def _tenants(self) -> list[str]:
+        return [r[0] for r in await self._store.pool.fetch("SELECT tenant_id FROM subscription_tenants")]
+
     async def release(self, owner: str) -> None:
-        for tenant in await self._store._tenants():
+        for tenant in await self._tenants():
             async with self._tx(tenant) as conn:
                 await conn.execute(
                     "UPDATE subscriptions SET lease_owner=NULL, lease_until=0"

@@ -68,6 +68,13 @@ CREATE TABLE processor_checkpoints (
     PRIMARY KEY (tenant_id, path, name)
 );
 
+-- The tenants that have (or had) subscriptions, names only and outside
+-- row-level security like yoke_tenants: the delivery engine's claim visits
+-- these tenants, not every tenant, on each sweep.
+CREATE TABLE subscription_tenants (
+    tenant_id text PRIMARY KEY
+);
+
 DO $$
 DECLARE t text;
 BEGIN
@@ -84,3 +91,4 @@ $$;
 
 GRANT SELECT, INSERT, UPDATE, DELETE ON subscriptions, subscription_inbound,
     processor_checkpoints TO yoke_runtime;
+GRANT SELECT, INSERT ON subscription_tenants TO yoke_runtime;
