@@ -271,6 +271,10 @@ class AppendService:
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(min(remaining, CREDIT_RECHECK_S)):
                             await waiter.wait()
+                    if self.closing or self.stop_waiting:
+                        # Woken by the shutdown: the store may already be
+                        # closing, so do not try the commit again.
+                        raise errors.RuntimeClosed("the runtime is shutting down")
         finally:
             if waiter is not None:
                 waiter.close()
