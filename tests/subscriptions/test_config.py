@@ -14,7 +14,7 @@ from .common import FAST, control_events
 
 
 async def test_subscribe_appends_configured_event_and_catalogue_matches(fresh_url: str) -> None:
-    async with yoke.open(fresh_url, **FAST) as y:
+    async with yoke.open(fresh_url, executor=False) as y:  # cursors as configured, not yet delivered
         a = y.stream("/a", "acme")
         await a.append({"type": "before"})
         sub = await a.subscribe(
