@@ -54,14 +54,12 @@ import contextlib
 import cProfile
 import io
 import json
-import os
 import pstats
 import statistics
 import sys
-import tempfile
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,10 +67,9 @@ from typing import Any
 import asyncpg
 
 import yoke
-from append import pg_scratch_database  # bench/append.py (scripts run from bench/)
+from append import scratch  # bench/append.py (scripts run from bench/)
 from yoke import App, Filter
 
-DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 TENANT = "bench"
 ACTOR = "bench"
 STREAM = "/bench"
@@ -249,18 +246,6 @@ async def backlog(url: str, routing: str, cfg: Config, folder: Path, result: Res
 
 
 # --- backends -------------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def scratch(backend: str) -> AsyncIterator[tuple[str, Path]]:
-    """(database url, data_dir) of a fresh database on ``backend``."""
-    with tempfile.TemporaryDirectory(prefix="yoke_bench_") as folder:
-        if backend == "sqlite":
-            yield f"sqlite:///{Path(folder) / 'yoke.db'}", Path(folder)
-        else:
-            admin_url = os.environ.get("YOKE_BENCH_PG_URL", DEFAULT_PG_URL)
-            async with pg_scratch_database(admin_url) as url:
-                yield url, Path(folder)
 
 
 async def run(backend: str, routing: str, cfg: Config) -> Result:

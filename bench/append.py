@@ -208,6 +208,19 @@ async def pg_scratch_database(admin_url: str) -> AsyncIterator[str]:
         await admin.close()
 
 
+@contextlib.asynccontextmanager
+async def scratch(backend: str) -> AsyncIterator[tuple[str, Path]]:
+    """(database url, data_dir) of a fresh database on ``backend`` (the
+    other bench scripts use it too)."""
+    with tempfile.TemporaryDirectory(prefix="yoke_bench_") as folder:
+        if backend == "sqlite":
+            yield f"sqlite:///{Path(folder) / 'yoke.db'}", Path(folder)
+        else:
+            admin_url = os.environ.get("YOKE_BENCH_PG_URL", DEFAULT_PG_URL)
+            async with pg_scratch_database(admin_url) as url:
+                yield url, Path(folder)
+
+
 async def pg_raw(conn: asyncpg.Connection, counts: Counts) -> float:
     """(a) COPY batches of ``BATCH`` rows, each its own transaction: events/s."""
     rows = [event_row(seq) for seq in range(1, counts.raw + 1)]

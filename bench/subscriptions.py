@@ -82,9 +82,8 @@ import pstats
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,7 +92,7 @@ import asyncpg
 
 import yoke
 from actors import Timings, time_asyncpg, time_methods  # bench/actors.py (scripts run from bench/)
-from append import DEFAULT_PG_URL, pg_scratch_database  # bench/append.py
+from append import DEFAULT_PG_URL, scratch  # bench/append.py
 from yoke import App
 from yoke.subscriptions import delivery  # its constants, printed with the settings
 
@@ -128,18 +127,6 @@ def load() -> str:
 
 
 # --- scratch databases --------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def scratch(backend: str) -> AsyncIterator[tuple[str, Path]]:
-    """(database url, data_dir) of a fresh database on ``backend``."""
-    with tempfile.TemporaryDirectory(prefix="yoke_bench_") as folder:
-        if backend == "sqlite":
-            yield f"sqlite:///{Path(folder) / 'yoke.db'}", Path(folder)
-        else:
-            admin_url = os.environ.get("YOKE_BENCH_PG_URL", DEFAULT_PG_URL)
-            async with pg_scratch_database(admin_url) as url:
-                yield url, Path(folder)
 
 
 async def analyze(url: str) -> None:
