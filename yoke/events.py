@@ -64,6 +64,16 @@ def validate_tenant(tenant: str) -> str:
     return tenant
 
 
+MAX_OFFSET = 2**63 - 1
+
+
+def check_offset(value: Any, name: str) -> int:
+    """An offset or cursor given by a caller: an integer in [0, 2^63)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_OFFSET:
+        raise errors.InvalidInput(f"{name} must be an integer in [0, 2^63)", field=name)
+    return value
+
+
 def validate_path(path: str) -> str:
     """A stream path: '/' or '/seg/seg' with no empty segment and no '.', '..' or '-'."""
     if not isinstance(path, str) or not path.startswith("/") or len(path) > MAX_PATH_CHARS:

@@ -7,7 +7,16 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from ..events import AppendResult, Event, json_text, now_ms, prepare, validate_path, validate_tenant
+from ..events import (
+    AppendResult,
+    Event,
+    check_offset,
+    json_text,
+    now_ms,
+    prepare,
+    validate_path,
+    validate_tenant,
+)
 from ..routing.filters import Filter
 from ..store.contract import ConsumerInfo, Limits, ReadPage, Retention, StreamInfo, StreamSettings
 from .append import new_stream_id
@@ -23,15 +32,8 @@ MAX_READ_LIMIT = 10_000
 MAX_BATCH_EVENTS = 10_000
 
 
-MAX_OFFSET = 2**63 - 1
 MAX_COUNT = 2**62  # ceilings and counts stay well inside int64
 MAX_AGE_S = 100 * 365 * 24 * 3600
-
-
-def _check_offset(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_OFFSET:
-        raise errors.InvalidInput(f"{name} must be an integer in [0, 2^63)", field=name)
-    return value
 
 
 def _check_count(value: Any, name: str) -> None:
@@ -111,7 +113,7 @@ class Stream:
         A cursor beyond the head is ``InvalidCursor``; a cursor whose next
         event was removed by retention is ``CursorGone``.
         """
-        _check_offset(after, "after")
+        check_offset(after, "after")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_READ_LIMIT:
             raise errors.InvalidInput(f"limit must be 1-{MAX_READ_LIMIT}", field="limit")
         page = await self.runtime.store.read(self.tenant, self.path, after, limit)
@@ -125,7 +127,7 @@ class Stream:
 
     async def get(self, offset: int) -> Event:
         """The event at ``offset`` (an ephemeral one while it is still buffered)."""
-        _check_offset(offset, "offset")
+        check_offset(offset, "offset")
         if offset == 0:
             raise errors.InvalidInput("offsets start at 1", field="offset")
         page = await self.runtime.store.read_one(self.tenant, self.path, offset)
@@ -157,7 +159,7 @@ class Stream:
         ``filter`` (``Filter(types=..., where=...)``) keeps only the events it
         matches; an expression that fails to evaluate on an event ends the
         tail with ``filter_failed``."""
-        _check_offset(after, "after")
+        check_offset(after, "after")
         event_filter = None if filter is None else Filter.from_dict(filter)
         if event_filter is not None and event_filter.key is not None:
             raise errors.InvalidFilter("a tail's filter has no routing key", field="key")
@@ -309,7 +311,7 @@ class Stream:
         head (``InvalidAck``); the first ack creates the consumer. The minimum
         acknowledgement over all consumers frees producer credit."""
         _check_consumer(consumer)
-        _check_offset(offset, "offset")
+        check_offset(offset, "offset")
         info = await self.runtime.store.ack(self.tenant, self.path, consumer, offset, now_ms())
         self.runtime.hub.wake(self.tenant, self.path)  # producers waiting for credit
         return info

@@ -81,10 +81,11 @@ def backoff_s(attempts: int, base_s: float, max_s: float) -> float:
     return min(base_s * 2 ** (attempts - 1), max_s) * random.uniform(0.8, 1.2)
 
 
-def transformed(event: Event, expression: str) -> Event:
-    """The event reshaped by a transform: ``{type?, payload?, metadata?}``
-    replace those fields; coordinates and provenance stay the source's."""
-    shaped = compile_jsonata(expression, "transform").evaluate(event.to_dict())
+def transformed(event: Event, doc: dict[str, Any], expression: str) -> Event:
+    """The event (``doc``: as a document) reshaped by a transform: ``{type?,
+    payload?, metadata?}`` replace those fields; coordinates and provenance
+    stay the source's."""
+    shaped = compile_jsonata(expression, "transform").evaluate(doc)
     if not isinstance(shaped, dict) or set(shaped) - {"type", "payload", "metadata"}:
         raise errors.InvalidTransform("a transform must produce an object with type, payload or metadata")
     if "metadata" in shaped and not isinstance(shaped["metadata"], dict):
@@ -276,15 +277,20 @@ class Runner:
         for event in events:
             if self._ends_run(event):
                 break  # an operator change of this subscription: reread the row first
+            # The event as a document, made once for filter, transform and size.
+            doc = event.to_dict() if self.filter or self.transform or self.batch_events > 1 else None
             try:
-                keep = self._matches(event)
-                out = transformed(event, self.transform) if keep and self.transform else event
+                keep = self._matches(event, doc)
+                out = transformed(event, doc, self.transform) if keep and self.transform else event
             except Exception as exc:
                 if chosen or through > self.row.cursor:
                     return chosen, through, None  # deliver the prefix first
                 return [], through, (event, exc)
             if keep:
-                weight = len(orjson.dumps(out.to_dict())) if self.batch_events > 1 else 0
+                if self.batch_events > 1:
+                    weight = len(orjson.dumps(doc if out is event else out.to_dict()))
+                else:
+                    weight = 0
                 if len(chosen) >= limit or (chosen and size + weight > MAX_BATCH_BYTES):
                     return chosen, through, None
                 chosen.append(out)
@@ -303,10 +309,10 @@ class Runner:
             and isinstance(event.payload, dict) and event.payload.get("name") == self.row.name
         )
 
-    def _matches(self, event: Event) -> bool:
+    def _matches(self, event: Event, doc: dict[str, Any] | None) -> bool:
         if self.kind == "copy" and event.type == AUDIT:
             return False  # audit lines are local facts, never copied onward
-        return self.filter is None or self.filter.matches(event.to_dict())
+        return self.filter is None or self.filter.matches(doc)
 
     async def _send(self, events: list[Event], checkpoint: Checkpoint | None) -> Checkpoint | None:
         row = self.row
@@ -360,7 +366,7 @@ class Runner:
         if row is None:  # a newer generation (or removed): this acknowledgement is void
             self.dirty = True
             return False
-        self.row = replace(row, lease_owner=r.lease_owner)
+        self.row = row
         if checkpoint is not None:
             self._checkpoint = checkpoint
         if delivered:
@@ -380,17 +386,16 @@ class Runner:
         self._checkpoint = None  # a failed fold may have been half applied in memory
         attempts = row.attempts + 1
         error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
-        offset = first
-        log.info("subscription %s %s: attempt %d failed at %d: %s", row.path, row.name, attempts, offset, error)
+        log.info("subscription %s %s: attempt %d failed at %d: %s", row.path, row.name, attempts, first, error)
         version = self.engine.version
         if row.config.get("on_failing_event") == "skip" and attempts >= SKIP_AFTER and first == last:
             if row.skips + 1 >= SKIPS_IN_A_ROW:
-                await self._apply(decide_halt(row.name, row.generation, offset, attempts, error, version))
+                await self._apply(decide_halt(row.name, row.generation, first, attempts, error, version))
             else:
-                await self._apply(decide_skip(row.name, row.generation, offset, attempts, error))
+                await self._apply(decide_skip(row.name, row.generation, first, attempts, error))
             return
         if attempts >= MAX_ATTEMPTS:
-            await self._apply(decide_halt(row.name, row.generation, offset, attempts, error, version))
+            await self._apply(decide_halt(row.name, row.generation, first, attempts, error, version))
             return
         settings = self.runtime.settings
         delay = getattr(exc, "retry_after_s", None)

@@ -46,7 +46,7 @@ class Deliveries:
         )
         self.sweep_s = settings.subscription_sweep_s
         self.lease_ms = int(settings.subscription_lease_s * 1000)
-        self.http = httpx.AsyncClient(timeout=settings.subscription_timeout_s)
+        self._http: httpx.AsyncClient | None = None  # made on the first webhook
         self._runners: dict[Key, tuple[Runner, asyncio.Task[None]]] = {}
         self._wake = asyncio.Event()
         self._progress: set[asyncio.Event] = set()
@@ -69,7 +69,8 @@ class Deliveries:
             await self.runtime.store.subscriptions.release(self.owner)
         except Exception:
             log.exception("could not release subscription leases")
-        await self.http.aclose()
+        if self._http is not None:
+            await self._http.aclose()
 
     async def _run(self) -> None:
         while True:
@@ -117,6 +118,14 @@ class Deliveries:
                 await runner.crashed(exc)
 
     # --- used by runners and by the operator methods ---------------------------------
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The webhook client, created when first needed (not at start-up:
+        most runtimes never post a webhook)."""
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=self.runtime.settings.subscription_timeout_s)
+        return self._http
 
     def changed(self, tenant: str, path: str, name: str) -> None:
         """A local operator change: the runner rereads its row; the sweep

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from ..events import now_ms
+from ..events import check_offset, now_ms
 from ..routing.filters import Filter, compile_jsonata
 from ..store.subscriptions import SubscriptionRow
 from .catalogue import (
@@ -85,12 +85,6 @@ class SubscriptionStatus:
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
-
-
-def _check_offset(value: Any, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
-        raise errors.InvalidInput(f"{field} must be an integer in [0, 2^63)", field=field)
-    return value
 
 
 class Subscriptions:
@@ -177,12 +171,12 @@ class Subscriptions:
         await self._control(check_name(name), decide_remove(name, self.path))
 
     async def set_cursor(self, name: str, after_offset: int) -> SubscriptionStatus:
-        _check_offset(after_offset, "after_offset")
+        check_offset(after_offset, "after_offset")
         row = await self._control(check_name(name), decide_cursor(name, self.path, after_offset, False))
         return SubscriptionStatus.of(row)
 
     async def set_cursor_and_resume(self, name: str, after_offset: int) -> SubscriptionStatus:
-        _check_offset(after_offset, "after_offset")
+        check_offset(after_offset, "after_offset")
         row = await self._control(check_name(name), decide_cursor(name, self.path, after_offset, True))
         return SubscriptionStatus.of(row)
 
@@ -206,7 +200,7 @@ class Subscriptions:
         """Return once the subscription's cursor is at or past ``offset``
         (its receiver acknowledged everything through it); ``NotProcessed``
         after ``timeout_s``."""
-        _check_offset(offset, "offset")
+        check_offset(offset, "offset")
         if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or not 0 <= timeout_s <= 3600:
             raise errors.InvalidInput("timeout_s must be 0-3600 seconds", field="timeout_s")
         deliveries = self.runtime.deliveries
