@@ -78,12 +78,12 @@ async def _keep_session(_conn: asyncpg.Connection) -> None:
     and asyncpg still rolls back any open transaction itself)."""
 
 
-APPEND = "SELECT * FROM yoke_append($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)"
+APPEND = "SELECT * FROM yoke_append($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19)"
 
 
 def _append_args(
     tenant: str, path: str, events: Sequence[PreparedEvent], batch_of: Sequence[int], now: int,
-    new_stream_id: str,
+    new_stream_id: str, kernel: bool = False,
 ) -> tuple[object, ...]:
     return (
         tenant,
@@ -104,6 +104,7 @@ def _append_args(
         [e.size for e in events],
         [e.ephemeral for e in events],
         [e.object_id for e in events],
+        kernel,
     )
 
 
@@ -222,11 +223,12 @@ class PostgresStore:
 
     async def _commit_batch(
         self, conn: asyncpg.Connection, tenant: str, path: str, events: Sequence[PreparedEvent],
-        now: int, new_stream_id: str,
+        now: int, new_stream_id: str, *, kernel: bool = False,
     ) -> CommitResult:
-        """Like ``_commit_in``, with every event's outcome."""
+        """Like ``_commit_in``, with every event's outcome. ``kernel``:
+        subscription bookkeeping that a closed or full stream still takes."""
         rows = await conn.fetch(
-            APPEND, *_append_args(tenant, path, events, [0] * len(events), now, new_stream_id)
+            APPEND, *_append_args(tenant, path, events, [0] * len(events), now, new_stream_id, kernel)
         )
         return _commit_result(rows, events)
 

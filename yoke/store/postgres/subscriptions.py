@@ -41,10 +41,6 @@ if TYPE_CHECKING:
     from .store import PostgresStore
 
 KEY = "tenant_id=$1 AND path=$2 AND name=$3"
-# What yoke_append refuses new events for; kernel bookkeeping is exempt.
-KERNEL_EXEMPT = (
-    "closed", "max_unread_events", "max_unread_bytes", "max_total_events", "max_total_bytes",
-)
 _PLACES = ", ".join(
     f"${i}::jsonb" if c in ("config", "halted") else f"${i}"
     for i, c in enumerate(SUBSCRIPTION_WRITE_COLUMNS, 1)
@@ -97,8 +93,10 @@ class PgSubscriptionStore:
                 change = decide(current, source)
                 outcomes: list[Outcome] = []
                 if change.events:
-                    commit = self._commit_kernel if change.bookkeeping else self._store._commit_batch
-                    result = await commit(conn, tenant, path, change.events, now, new_stream_id)
+                    result = await self._store._commit_batch(
+                        conn, tenant, path, change.events, now, new_stream_id,
+                        kernel=change.bookkeeping,
+                    )
                     outcomes = result.outcomes
                     if not all_accepted(outcomes):
                         raise _Refused(result)
@@ -118,36 +116,6 @@ class PgSubscriptionStore:
                 return change, outcomes
         except _Refused as refused:
             return Change(), refused.result.outcomes
-
-    async def _commit_kernel(
-        self, conn: asyncpg.Connection, tenant: str, path: str, events: Sequence[PreparedEvent],
-        now: int, new_stream_id: str,
-    ) -> CommitResult:
-        """Append subscription bookkeeping that a closed or full stream still
-        takes: yoke_append checks the stream row's closed flag and ceilings,
-        so they are lifted for this append and restored before the
-        transaction (which holds the row lock throughout) commits."""
-        saved = await conn.fetchrow(
-            f"SELECT {', '.join(KERNEL_EXEMPT)} FROM streams WHERE tenant_id=$1 AND path=$2",
-            tenant, path,
-        )
-        lifted = saved["closed"] or any(saved[c] is not None for c in KERNEL_EXEMPT[1:])
-        if lifted:
-            await conn.execute(
-                "UPDATE streams SET closed=false, "
-                + ", ".join(f"{c}=NULL" for c in KERNEL_EXEMPT[1:])
-                + " WHERE tenant_id=$1 AND path=$2",
-                tenant, path,
-            )
-        result = await self._store._commit_batch(conn, tenant, path, events, now, new_stream_id)
-        if lifted:
-            await conn.execute(
-                "UPDATE streams SET "
-                + ", ".join(f"{c}=${i}" for i, c in enumerate(KERNEL_EXEMPT, 3))
-                + " WHERE tenant_id=$1 AND path=$2",
-                tenant, path, *(saved[c] for c in KERNEL_EXEMPT),
-            )
-        return result
 
     async def get(self, tenant: str, path: str, name: str) -> SubscriptionRow | None:
         async with self._tx(tenant) as conn:

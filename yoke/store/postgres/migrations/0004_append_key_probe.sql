@@ -15,11 +15,18 @@
 CREATE INDEX events_key_probe ON events (tenant_id, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 
-CREATE OR REPLACE FUNCTION yoke_append(
+-- And one addition: p_kernel, for subscription bookkeeping (control events
+-- and audit lines) that a closed stream or one at its producer ceilings
+-- still takes; such an append is admitted like any other otherwise.
+DROP FUNCTION yoke_append(text, text, text, bigint, integer[], text[], text[], text[], text[],
+    text[], text[], integer[], text[], text[], text[], integer[], boolean[], text[]);
+
+CREATE FUNCTION yoke_append(
     p_tenant text, p_path text, p_stream_id text, p_now bigint,
     p_batch integer[], p_id text[], p_type text[], p_payload text[], p_metadata text[],
     p_source text[], p_correlation text[], p_priority integer[], p_group text[],
-    p_key text[], p_fp text[], p_size integer[], p_eph boolean[], p_object text[]
+    p_key text[], p_fp text[], p_size integer[], p_eph boolean[], p_object text[],
+    p_kernel boolean DEFAULT false
 ) RETURNS TABLE (o_status text, o_seq bigint, o_id text, o_at bigint, o_head bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -49,8 +56,8 @@ BEGIN
             VALUES (p_tenant, p_path, p_stream_id, p_now) ON CONFLICT DO NOTHING;
         SELECT * INTO s FROM streams WHERE tenant_id = p_tenant AND path = p_path FOR UPDATE;
     END IF;
-    IF NOT s.closed AND s.max_unread_events IS NULL AND s.max_unread_bytes IS NULL
-       AND s.max_total_events IS NULL AND s.max_total_bytes IS NULL
+    IF (p_kernel OR (NOT s.closed AND s.max_unread_events IS NULL AND s.max_unread_bytes IS NULL
+                     AND s.max_total_events IS NULL AND s.max_total_bytes IS NULL))
        AND NOT EXISTS (SELECT 1 FROM unnest(p_key, p_object) k(key, obj)
                        WHERE k.key IS NOT NULL OR k.obj IS NOT NULL) THEN
         -- Fast path: every event is new and admitted.
@@ -125,11 +132,11 @@ BEGIN
         GROUP BY t.b ORDER BY t.b
     LOOP
         CONTINUE WHEN v_batch[r.b + 1] IS NOT NULL;
-        IF s.closed AND r.fresh > 0 THEN
+        IF s.closed AND r.fresh > 0 AND NOT p_kernel THEN
             v_batch[r.b + 1] := 'closed';
             CONTINUE;
         END IF;
-        IF v_refused IS NULL AND r.events > 0 THEN
+        IF v_refused IS NULL AND r.events > 0 AND NOT p_kernel THEN
             IF s.durable_events + v_events + r.events > s.max_total_events
                OR s.durable_bytes + v_bytes + r.bytes > s.max_total_bytes THEN
                 v_refused := 'quota';
@@ -188,3 +195,5 @@ BEGIN
     ORDER BY t.ord;
 END
 $$;
+
+GRANT EXECUTE ON FUNCTION yoke_append TO yoke_runtime;
