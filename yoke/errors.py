@@ -88,6 +88,19 @@ class InvalidTenant(InvalidInput):
     code = "invalid_tenant"
 
 
+class ReservedIdempotencyKey(InvalidEvent):
+    """Idempotency keys starting with 'object:' or 'yoke:' are reserved for the kernel."""
+
+    code = "reserved_idempotency_key"
+
+
+class UnsupportedMediaType(InvalidInput):
+    """The request body's Content-Type is not one this route accepts."""
+
+    code = "unsupported_media_type"
+    http_status = 415
+
+
 class InvalidCursor(InvalidInput):
     """The cursor is beyond the stream's head (a future cursor is not a reset)."""
 
@@ -297,6 +310,13 @@ class NotProcessed(YokeError):
     code = "not_processed"
     http_status = 504
 
+
+class Unavailable(YokeError):
+    """The database could not be reached or refused the connection; retry later
+    (an append is safe to retry with the same idempotency key)."""
+
+    code = "unavailable"
+    http_status = 503
 
 
 class RuntimeClosed(YokeError):

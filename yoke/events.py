@@ -23,6 +23,9 @@ MAX_EVENT_BYTES = 64 * 1024
 MAX_KEY_CHARS = 256
 MAX_TYPE_CHARS = 256
 RESERVED_TYPE_PREFIX = "yoke."
+# Idempotency keys the kernel derives (object records, copies, schedule
+# firings): a user key with these prefixes could squat on them.
+RESERVED_KEY_PREFIXES = ("object:", "yoke:")
 
 # Event types: letters, digits and . _ - : / @ + (so "order.placed" and
 # "events.example.com/github/webhook-received" both work); '*' is kept for
@@ -213,9 +216,11 @@ def _optional_str(raw: Mapping[str, Any], key: str, max_chars: int = MAX_KEY_CHA
 
 
 def prepare(
-    raw: Any, *, trusted: bool = False, max_event_bytes: int = MAX_EVENT_BYTES
+    raw: Any, *, trusted: bool = False, kernel_key: bool = False, max_event_bytes: int = MAX_EVENT_BYTES
 ) -> PreparedEvent:
-    """Validate one appended event. ``trusted`` is for kernel appends only."""
+    """Validate one appended event. ``trusted`` is for kernel appends only;
+    ``kernel_key`` lets a kernel-derived idempotency key through on an
+    otherwise untrusted event (an object record, a schedule firing)."""
     if not isinstance(raw, dict) and not isinstance(raw, Mapping):
         raise errors.InvalidEvent("an event must be a JSON object")
     if not INPUT_KEYS.issuperset(raw):
@@ -268,6 +273,12 @@ def prepare(
             check_text(key, "idempotency_key")
         except errors.InvalidEvent:
             raise errors.InvalidIdempotencyKey("idempotency_key must be valid text without NUL") from None
+        if key.startswith(RESERVED_KEY_PREFIXES) and not (trusted or kernel_key):
+            raise errors.ReservedIdempotencyKey(
+                f"idempotency keys starting with {' or '.join(map(repr, RESERVED_KEY_PREFIXES))}"
+                " are reserved for the kernel",
+                field="idempotency_key",
+            )
     if ephemeral and key is not None:
         raise errors.EphemeralWithIdempotencyKey()
 

@@ -90,3 +90,17 @@ async def test_conflict_racing_with_original(y, tenant):
     conflicts = [o for o in outcomes if isinstance(o, errors.IdempotencyConflict)]
     assert len(ok) + len(conflicts) == 10 and len(ok) == 5 and len(set(ok)) == 1
     assert len(await s.read()) == 1
+
+
+@pytest.mark.parametrize("key", ["object:obj_0123456789abcdef01234567", "yoke:copy:abc", "yoke:schedule:x"])
+async def test_kernel_key_prefixes_are_reserved(y, tenant, key):
+    """A user key with a kernel prefix could squat on an object record or a
+    copy: refused, whole batch, nothing appended."""
+    s = y.stream("/reserved", tenant=tenant)
+    with pytest.raises(errors.ReservedIdempotencyKey) as exc:
+        await s.append_many([{"type": "ok"}, {"type": "x", "idempotency_key": key}])
+    assert (exc.value.code, exc.value.http_status) == ("reserved_idempotency_key", 400)
+    assert exc.value.details["field"] == "idempotency_key"
+    assert await s.read() == []
+    # A prefix further in is an ordinary key.
+    assert (await s.append({"type": "x", "idempotency_key": "my-" + key})).offset == 1

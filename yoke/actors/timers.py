@@ -74,10 +74,11 @@ class Timers:
         next_due = next_cron(s.cron, now) if s.cron else None
         event = dict(s.event)
         if s.stream is not None:
-            event.setdefault("idempotency_key", f"schedule:{s.instance_id}:{s.name}:{s.due_at}")
+            event.setdefault("idempotency_key", f"yoke:schedule:{s.instance_id}:{s.name}:{s.due_at}")
             event.setdefault("source", {"instance": s.instance_id, "schedule": s.name})
             try:
-                await self._runtime.stream(s.stream, s.tenant).append(event)
+                stream = self._runtime.stream(s.stream, s.tenant)
+                await stream._append([event], trusted=False, kernel_key=True)
             except (errors.Backpressure, errors.QuotaExhausted, errors.RuntimeClosed):
                 raise  # may pass later: fire again on the next poll
             except errors.YokeError as exc:

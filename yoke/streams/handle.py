@@ -77,12 +77,14 @@ class Stream:
         return await self._append(events, trusted=False)
 
     async def _append(
-        self, events: Iterable[Mapping[str, Any]], *, trusted: bool
+        self, events: Iterable[Mapping[str, Any]], *, trusted: bool, kernel_key: bool = False
     ) -> list[AppendResult]:
         limit = self.runtime.settings.max_event_bytes
         if isinstance(events, (str, bytes, Mapping)):
             raise errors.InvalidInput("append_many takes a list of events", field="events")
-        prepared = [prepare(e, trusted=trusted, max_event_bytes=limit) for e in events]
+        prepared = [
+            prepare(e, trusted=trusted, kernel_key=kernel_key, max_event_bytes=limit) for e in events
+        ]
         if len(prepared) > MAX_BATCH_EVENTS:
             raise errors.InvalidInput(
                 f"a batch holds at most {MAX_BATCH_EVENTS} events", field="events", limit=MAX_BATCH_EVENTS

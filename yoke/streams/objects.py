@@ -130,7 +130,9 @@ class StreamObjects:
             "metadata": dict(metadata or {}),
             "idempotency_key": f"object:{object_id}",
         }
-        event = prepare(record, max_event_bytes=self.stream.runtime.settings.max_event_bytes)
+        event = prepare(
+            record, kernel_key=True, max_event_bytes=self.stream.runtime.settings.max_event_bytes
+        )
         event.object_id = object_id
         (result,) = await self.stream.runtime.appends.append(
             self.stream.tenant, self.stream.path, [event]
