@@ -8,6 +8,7 @@ store persists prepared events and hands back ``Event`` objects on read.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import re
 import time
@@ -170,8 +171,35 @@ class PreparedEvent:
 
 
 # JSON text holding a NUL character (an unescaped backslash, then u0000):
-# PostgreSQL's jsonb cannot store it, so neither backend accepts it.
-_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+# PostgreSQL's json functions cannot handle it, so neither backend accepts it.
+_JSON_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+
+# The value domain: what both backends store and give back unchanged.
+MIN_INT, MAX_INT = -(2**63), 2**63 - 1  # signed 64-bit
+MAX_DEPTH = 64  # levels of arrays and objects inside one document
+# Datetimes would come back as strings: refused rather than converted.
+# STRICT_INTEGER makes orjson refuse integers beyond 2^53, so the rare
+# document holding one is checked against the signed 64-bit range.
+_DUMPS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
+_DUMPS_STRICT = _DUMPS | orjson.OPT_STRICT_INTEGER
+
+
+def _orjson_depth() -> int:
+    """How deep orjson serializes before 'Recursion limit reached' (254 in
+    orjson 3.x), found rather than assumed."""
+    value: Any = 1
+    for depth in range(1, 2000):
+        value = [value]
+        try:
+            orjson.dumps(value)
+        except orjson.JSONEncodeError:
+            return depth - 1
+    return depth
+
+
+# Wrapped in this many lists, a document serializes only if it nests at
+# most MAX_DEPTH deep: the depth check runs at orjson's speed.
+_DEPTH_PADDING = _orjson_depth() - MAX_DEPTH
 
 
 def check_text(value: str, field: str, error: type[errors.InvalidInput] = errors.InvalidEvent) -> str:
@@ -185,25 +213,89 @@ def check_text(value: str, field: str, error: type[errors.InvalidInput] = errors
     return value
 
 
+def utf8_len(value: str) -> int:
+    return len(value) if value.isascii() else len(value.encode())
+
+
 def json_text(value: Any, what: str) -> str:
     """Canonical JSON for a stored document (stream metadata and the like),
     refusing what either backend cannot store faithfully."""
     try:
-        return _dumps(value, what)
+        return _dumps(value, what).decode()
     except errors.InvalidEvent as exc:
-        raise errors.InvalidInput(exc.message, field=what) from None
+        raise errors.InvalidInput(exc.message, field=exc.details.get("field", what)) from None
 
 
-def _dumps(value: Any, what: str) -> str:
-    # Sorted keys: one canonical text per value, so the idempotency
-    # fingerprint does not depend on the caller's key order.
+def _dumps(value: Any, what: str) -> bytes:
+    """Canonical JSON (UTF-8) of a value inside the domain, or InvalidEvent
+    naming the offending field. Sorted keys: one text per value, so the
+    idempotency fingerprint does not depend on the caller's key order.
+
+    The checks are C-speed scans of the text; the Python walk (check_value)
+    runs only when one of them finds a suspect: an integer beyond 2^53, a
+    null that did not read back as written (orjson writes NaN and infinities
+    as null), or more brackets than MAX_DEPTH."""
     try:
-        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-    except (TypeError, orjson.JSONEncodeError) as exc:
-        raise errors.InvalidEvent(f"{what} is not JSON-serializable: {exc}", field=what) from None
-    if "\\u0000" in text and _JSON_NUL.search(text):
+        text = orjson.dumps(value, option=_DUMPS_STRICT)
+    except (TypeError, orjson.JSONEncodeError):
+        check_value(value, what)  # names the field when it is ours to name
+        try:
+            text = orjson.dumps(value, option=_DUMPS)
+        except (TypeError, orjson.JSONEncodeError) as exc:
+            raise errors.InvalidEvent(f"{what} is not JSON-serializable: {exc}", field=what) from None
+    else:
+        if (b"null" in text and orjson.loads(text) != value) or (
+            len(text) > 2 * MAX_DEPTH
+            and text.count(b"[") + text.count(b"{") > MAX_DEPTH
+            and _deeper_than(value, MAX_DEPTH)
+        ):
+            check_value(value, what)
+    if b"\\u0000" in text and _JSON_NUL.search(text):
         raise errors.InvalidEvent(f"{what} must not contain NUL characters", field=what)
     return text
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether a serializable value nests arrays and objects deeper than
+    ``limit`` (MAX_DEPTH): orjson refuses it inside _DEPTH_PADDING lists."""
+    if _DEPTH_PADDING <= 0:
+        return True  # let check_value decide
+    for _ in range(_DEPTH_PADDING):
+        value = [value]
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return True
+    return False
+
+
+def check_value(value: Any, what: str) -> None:
+    """Raise InvalidEvent naming the first field outside the domain: a float
+    that is NaN or infinite, an integer outside signed 64 bits, nesting
+    deeper than MAX_DEPTH."""
+    stack: list[tuple[Any, str, int]] = [(value, what, 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        where = where if len(where) <= 200 else where[:197] + "..."
+        if isinstance(item, float):
+            if item != item or item in (math.inf, -math.inf):
+                raise errors.InvalidEvent(
+                    f"{where} is {item}: NaN and infinities are not JSON numbers", field=where
+                )
+        elif isinstance(item, int) and not isinstance(item, bool):
+            if not MIN_INT <= item <= MAX_INT:
+                raise errors.InvalidEvent(
+                    f"{where} is outside the signed 64-bit integer range [-2^63, 2^63-1]", field=where
+                )
+        elif isinstance(item, (dict, list, tuple, Mapping)):
+            if depth >= MAX_DEPTH:
+                raise errors.InvalidEvent(
+                    f"{where} nests deeper than {MAX_DEPTH} levels of arrays and objects", field=where
+                )
+            if isinstance(item, (list, tuple)):
+                stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(item))
+            else:
+                stack.extend((v, f"{where}.{k}", depth + 1) for k, v in item.items())
 
 
 def _optional_str(raw: Mapping[str, Any], key: str, max_chars: int = MAX_KEY_CHARS) -> str | None:
@@ -284,18 +376,19 @@ def prepare(
 
     correlation = _optional_str(raw, "correlation")
     group_id = _optional_str(raw, "group_id")
-    payload_json = _dumps(raw.get("payload", {}), "payload")
-    metadata_json = _dumps(metadata, "metadata")
-    source_json = _dumps(source, "source") if source is not None else None
+    payload_bytes = _dumps(raw.get("payload", {}), "payload")
+    metadata_bytes = _dumps(metadata, "metadata")
+    source_bytes = _dumps(source, "source") if source is not None else None
 
+    # UTF-8 bytes, as stored: the cap, producer credit and buffers count these.
     size = (
-        len(event_type)
-        + len(payload_json)
-        + len(metadata_json)
-        + len(source_json or "")
-        + len(correlation or "")
-        + len(group_id or "")
-        + len(key or "")
+        len(event_type)  # ASCII by TYPE_RE
+        + len(payload_bytes)
+        + len(metadata_bytes)
+        + len(source_bytes or b"")
+        + (utf8_len(correlation) if correlation else 0)
+        + (utf8_len(group_id) if group_id else 0)
+        + (utf8_len(key) if key else 0)
         + 64  # the envelope's own keys and numbers
     )
     if size > max_event_bytes:
@@ -305,6 +398,9 @@ def prepare(
             limit=max_event_bytes,
         )
 
+    payload_json = payload_bytes.decode()
+    metadata_json = metadata_bytes.decode()
+    source_json = source_bytes.decode() if source_bytes is not None else None
     # The fingerprint decides "same event" for idempotency: every caller-set
     # field except the key itself and the ephemeral flag.
     fingerprint = None if key is None else hashlib.blake2b(

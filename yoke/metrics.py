@@ -7,6 +7,10 @@ import functools
 from prometheus_client import Counter, Gauge, Histogram
 
 APPENDS = Counter("yoke_stream_appends_total", "Events appended to streams", ["tenant"])
+APPENDED_BYTES = Counter(
+    "yoke_stream_appended_bytes_total", "UTF-8 bytes of the events appended to streams (as sized for limits)",
+    ["tenant"],
+)
 APPEND_LATENCY = Histogram(
     "yoke_append_latency_seconds",
     "Time from an append call to its durable commit",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import orjson
@@ -114,10 +116,26 @@ async def limited_body(
     return b"".join(chunks)
 
 
+# orjson reads an integer beyond 64 bits as a float (silently inexact) and
+# refuses a number that overflows a double. Bodies that may hold either are
+# parsed by the standard library instead, which keeps integers exact and
+# floats as floats, so validation refuses them by name (invalid_event).
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
 def parse_json(body: bytes) -> Any:
     if not body:
         raise errors.InvalidInput("a JSON body is required", field="body")
+    if _LONG_DIGITS.search(body) is None:
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass
     try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
+        return json.loads(body, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
         raise errors.InvalidInput(f"the body is not valid JSON: {exc}", field="body") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")

@@ -252,6 +252,7 @@ class AppendService:
                     results = await self._submit(tenant, path, events)
                     metrics.APPEND_LATENCY.observe(time.perf_counter() - started)
                     metrics.APPENDS.labels(tenant).inc(len(results))
+                    metrics.APPENDED_BYTES.labels(tenant).inc(sum(e.size for e in events))
                     return results
                 except errors.Backpressure:
                     # Overflow policy 'block': wait for acknowledgements to

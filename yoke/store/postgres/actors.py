@@ -52,7 +52,7 @@ CLAIM = "SELECT * FROM yoke_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
 ENQUEUE = """
 INSERT INTO actor_queue (tenant_id, instance_id, group_key, priority, path, seq, event,
                          available_at, enqueued_at)
-SELECT $1, t.instance_id, t.group_key, t.priority, t.path, t.seq, t.event::jsonb,
+SELECT $1, t.instance_id, t.group_key, t.priority, t.path, t.seq, t.event::json,
        greatest(t.available_at, $2), $2
 FROM unnest($3::text[], $4::text[], $5::int[], $6::text[], $7::bigint[], $8::text[], $9::bigint[])
      AS t(instance_id, group_key, priority, path, seq, event, available_at)
@@ -92,7 +92,7 @@ class PgActorStore:
         )
         row = await conn.fetchrow(
             "INSERT INTO actor_instances (tenant_id, instance_id, actor, key, config, filter,"
-            " parent_id, worker_id, created_at) VALUES ($1,$2,$3,$4,$5::jsonb,$6::jsonb,$7,$8,$9)"
+            " parent_id, worker_id, created_at) VALUES ($1,$2,$3,$4,$5::json,$6::jsonb,$7,$8,$9)"
             f" ON CONFLICT (tenant_id, actor, key) DO NOTHING RETURNING {INSTANCE_COLUMNS}",
             i.tenant, i.instance_id, i.actor, i.key, orjson.dumps(i.config).decode(),
             None if i.filter is None else orjson.dumps(i.filter).decode(),
@@ -400,7 +400,7 @@ class PgActorStore:
     async def upsert_schedule(self, s: Schedule) -> None:
         async with self._tx(s.tenant) as conn:
             await conn.execute(
-                "INSERT INTO actor_schedules VALUES ($1,$2,$3,$4,$5,$6::jsonb,$7,$8)"
+                "INSERT INTO actor_schedules VALUES ($1,$2,$3,$4,$5,$6::json,$7,$8)"
                 " ON CONFLICT (tenant_id, instance_id, name) DO UPDATE SET due_at=EXCLUDED.due_at,"
                 " cron=EXCLUDED.cron, event=EXCLUDED.event, stream=EXCLUDED.stream",
                 s.tenant, s.instance_id, s.name, s.due_at, s.cron,
@@ -471,7 +471,7 @@ class PgActorStore:
                 return None, outcome  # refused: no message without its event
             row = await conn.fetchrow(
                 "INSERT INTO conversation_messages (tenant_id, conversation_id, message_id, role,"
-                " content, metadata, at, event_seq) VALUES ($1,$2,$3,$4,$5::jsonb,$6::jsonb,$7,$8)"
+                " content, metadata, at, event_seq) VALUES ($1,$2,$3,$4,$5::json,$6::json,$7,$8)"
                 f" RETURNING {MESSAGE_COLUMNS}",
                 tenant, message.conversation_id, message.message_id, message.role,
                 orjson.dumps(message.content).decode(), orjson.dumps(message.metadata).decode(),

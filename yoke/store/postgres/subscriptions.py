@@ -271,7 +271,7 @@ class PgSubscriptionStore:
         await conn.execute(
             "INSERT INTO processor_checkpoints (tenant_id, path, name, version, stream_id,"
             " generation, through, state, complete, updated_at)"
-            " VALUES ($1,$2,$3,$4,$5,$6,$7,$8::jsonb,$9,$10)"
+            " VALUES ($1,$2,$3,$4,$5,$6,$7,$8::json,$9,$10)"
             " ON CONFLICT (tenant_id, path, name) DO UPDATE SET version=excluded.version,"
             " stream_id=excluded.stream_id, generation=excluded.generation,"
             " through=excluded.through, state=excluded.state, complete=excluded.complete,"
