@@ -218,10 +218,15 @@ def utf8_len(value: str) -> int:
 
 
 def json_text(value: Any, what: str) -> str:
-    """Canonical JSON for a stored document (stream metadata and the like),
-    refusing what either backend cannot store faithfully."""
+    """Canonical JSON for a stored document (stream metadata, instance config,
+    actor state, op params), refusing what either backend cannot store
+    faithfully with InvalidInput naming the field."""
+    return json_bytes(value, what).decode()
+
+
+def json_bytes(value: Any, what: str) -> bytes:
     try:
-        return _dumps(value, what).decode()
+        return _dumps(value, what)
     except errors.InvalidEvent as exc:
         raise errors.InvalidInput(exc.message, field=exc.details.get("field", what)) from None
 

@@ -106,3 +106,31 @@ async def test_compare_and_set_refuses_a_stale_version(fresh_url: str, tmp_path)
         assert await db.state_cas(0, {"a": 2}) == (False, 1)  # lost the race: nothing written
         assert await db.state_get() == ({"a": 1}, 1)
         assert await db.state_set({"b": 1}) == 2
+
+
+async def test_values_outside_the_domain_fail_the_run_not_turn_into_null(fresh_url: str, tmp_path) -> None:
+    """ctx calls cross the op seam as JSON: NaN used to become null there, so
+    an actor's append or state write stored null silently."""
+    app = App()
+    refused: list[tuple[str, str]] = []
+
+    @app.actor("nan", filter=Filter(types=["go"]), max_attempts=1)
+    async def nan(ctx, event):
+        for call in (
+            lambda: ctx.append({"type": "out", "payload": {"x": float("nan")}}),
+            lambda: ctx.state.set({"x": float("inf")}),
+            lambda: ctx.state.update(lambda s: {"n": 2**64}),
+        ):
+            try:
+                await call()
+            except yoke.InvalidInput as exc:
+                refused.append((exc.code, exc.details.get("field", "")))
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        inst = await y.instances(T).create("nan", key="k")
+        await y.stream("/", T).append({"type": "go"})
+        await y.wait_idle(timeout_s=10)
+        assert [e.type for e in await y.stream("/", T).read()] == ["go"]
+        assert await y.instances(T).state(inst.instance_id) == (None, 0)
+    assert [code for code, _ in refused] == ["invalid_input"] * 3
+    assert refused[0][1].endswith("payload.x") and refused[1][1].endswith(".x")

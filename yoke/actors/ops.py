@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .. import errors
-from ..events import new_event_id, now_ms, prepare, validate_path
+from ..events import json_bytes, new_event_id, now_ms, prepare, validate_path
 from ..store.actors import InstanceInfo, Message, Schedule
 from ..streams.append import new_stream_id, refusal_error
 
@@ -66,8 +66,9 @@ class OpHandler:
         handler = OPS.get(method)
         if handler is None:
             raise errors.InvalidInput(f"unknown op {method!r}", op=method)
-        # Params cross the seam as JSON: anything else fails here, in-process too.
-        return await handler(self, orjson.loads(orjson.dumps(params)))
+        # Params cross the seam as JSON: anything else fails here, in-process
+        # too, and so does a value outside the domain (NaN is not null).
+        return await handler(self, orjson.loads(json_bytes(params, "params")))
 
     def _need_instance(self) -> InstanceInfo:
         if self.instance is None:

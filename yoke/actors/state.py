@@ -32,7 +32,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 
 from .. import errors
-from ..events import now_ms
+from ..events import json_text, now_ms
 from ..store.actors import ActorStore
 
 T = TypeVar("T")
@@ -239,10 +239,7 @@ class InstanceDatabase:
 
 
 def _dump_state(value: Any) -> str:
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError as exc:
-        raise errors.InvalidInput(f"state must be JSON: {exc}", field="state") from None
+    return json_text(value, "state")
 
 
 def _check_sql(sql: str) -> None:

@@ -15,10 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-import orjson
 
 from .. import errors
-from ..events import now_ms
+from ..events import json_bytes, now_ms
 from ..routing.filters import Filter
 from ..store.subscriptions import Checkpoint
 
@@ -59,9 +58,9 @@ def current(checkpoint: Checkpoint | None, definition: Any, stream_id: str, gene
 def json_state(state: Any, name: str) -> Any:
     """The state as it will be stored (a state that is not JSON fails the delivery)."""
     try:
-        orjson.dumps(state)
-    except TypeError as exc:
-        raise errors.InvalidInput(f"processor {name!r} returned a state that is not JSON: {exc}") from None
+        json_bytes(state, "state")
+    except errors.InvalidInput as exc:
+        raise errors.InvalidInput(f"processor {name!r} returned a state that is not JSON: {exc.message}") from None
     return state
 
 
