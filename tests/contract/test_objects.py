@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
 import pytest
 
 from yoke import errors
-from yoke.events import now_ms
+from yoke.events import now_ms, prepare
+from yoke.store.contract import ObjectInfo
+from yoke.streams.append import new_stream_id
+from yoke.streams.objects import object_reference
 
 DATA = b"large payload " * 1000
 DIGEST = hashlib.sha256(DATA).hexdigest()
@@ -100,3 +104,81 @@ async def test_expired_object_cannot_be_uploaded(y, tenant):
         pass
     with pytest.raises(errors.ObjectStateConflict):
         await s.objects.upload(o.object_id, DATA)
+
+
+def object_record(info: ObjectInfo, **fields) -> dict:
+    """The record a bare commit of ``info`` appends (same fingerprint)."""
+    return {
+        "type": "object.committed",
+        "payload": {"object": object_reference(info)},
+        "idempotency_key": f"object:{info.object_id}",
+        **fields,
+    }
+
+
+async def test_a_record_holding_the_object_key_does_not_commit_the_object(y, tenant):
+    """The squat: a record with the object's key (and the very body a commit
+    would append) that did not commit the object. Users cannot write such a
+    key any more (reserved_idempotency_key); should one exist, commit must
+    not report its offset as success while the object stays uncommitted."""
+    s = y.stream("/squat", tenant=tenant)
+    o = await s.objects.prepare(idempotency_key="sq", sha256=DIGEST, size=len(DATA))
+    with pytest.raises(errors.ReservedIdempotencyKey):
+        await s.append(object_record(o))
+    squat = (await s._append([object_record(o)], trusted=False, kernel_key=True))[0]  # no object binding
+    await s.objects.upload(o.object_id, DATA)
+    with pytest.raises(errors.ObjectStateConflict) as exc:
+        await s.objects.commit(o.object_id)
+    assert exc.value.code == "object_state" and exc.value.details["state"] == "uploaded"
+    info = await s.objects.info(o.object_id)
+    assert (info.state, info.committed_offset) == ("uploaded", None)
+    assert [e.offset for e in await s.read()] == [squat.offset]
+    # The store itself refuses the duplicate: the record its key found did not commit the object.
+    event = prepare(object_record(o), kernel_key=True)
+    event.object_id = o.object_id
+    result = await y.store.commit(tenant, "/squat", [event], [0], now_ms(), new_stream_id())
+    assert [x.status for x in result.outcomes] == ["object"]
+
+
+async def test_the_append_binds_only_an_unexpired_uploaded_object(y, tenant):
+    """The store checks expiry with the commit's own clock, in the append transaction."""
+    s = y.stream("/bind", tenant=tenant)
+    o = await s.objects.prepare(idempotency_key="b", sha256=DIGEST, size=len(DATA))
+    await s.objects.upload(o.object_id, DATA)
+    event = prepare(object_record(o), kernel_key=True)
+    event.object_id = o.object_id
+    late = await y.store.commit(tenant, "/bind", [event], [0], o.expires_at + 1, new_stream_id())
+    assert [x.status for x in late.outcomes] == ["object"] and late.head == 0
+    on_time = await y.store.commit(tenant, "/bind", [event], [0], o.expires_at, new_stream_id())
+    assert [(x.status, x.offset) for x in on_time.outcomes] == [("ok", 1)]
+    info = await y.store.object_info(tenant, "/bind", o.object_id)
+    assert (info.state, info.committed_offset) == ("committed", 1)
+    # Now a duplicate: it counts, because this record committed the object.
+    again = await y.store.commit(tenant, "/bind", [event], [0], o.expires_at + 1, new_stream_id())
+    assert [(x.status, x.offset) for x in again.outcomes] == [("duplicate", 1)]
+
+
+async def test_duplicate_commit_returns_the_original_whatever_its_body(y, tenant):
+    s = y.stream("/dup", tenant=tenant)
+    o = await s.objects.prepare(idempotency_key="c", sha256=DIGEST, size=len(DATA))
+    await s.objects.upload(o.object_id, DATA)
+    first = await s.objects.commit(o.object_id, type="doc.ready", payload={"name": "a.pdf"})
+    assert await s.objects.commit(o.object_id) == first  # no body
+    assert await s.objects.commit(o.object_id, type="doc.ready", payload={"name": "a.pdf"}) == first
+    assert await s.objects.commit(o.object_id, type="other", metadata={"m": 1}) == first
+    with pytest.raises(errors.InvalidInput):  # invalid input is still invalid
+        await s.objects.commit(o.object_id, payload=[1])
+    # A retry on the stream once closed still gets the original.
+    await s.close()
+    assert await s.objects.commit(o.object_id) == first
+    records = await s.read()
+    assert [(e.offset, e.type, e.payload["name"]) for e in records] == [(first.offset, "doc.ready", "a.pdf")]
+
+
+async def test_concurrent_commits_with_different_bodies_share_one_record(y, tenant):
+    s = y.stream("/race", tenant=tenant)
+    o = await s.objects.prepare(idempotency_key="r", sha256=DIGEST, size=len(DATA))
+    await s.objects.upload(o.object_id, DATA)
+    results = await asyncio.gather(*(s.objects.commit(o.object_id, payload={"n": i}) for i in range(5)))
+    assert len(set(results)) == 1
+    assert [e.offset for e in await s.read()] == [results[0].offset]

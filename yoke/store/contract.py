@@ -115,8 +115,9 @@ class Outcome:
     """What happened to one event of a group commit."""
 
     # conflict: key reused for another event; object: the referenced object
-    # is not uploaded; closed: the stream takes no new event; unread_full /
-    # quota: no producer credit.
+    # is not uploaded or has expired (a new record), or is not committed by
+    # the record its key found (a duplicate); closed: the stream takes no new
+    # event; unread_full / quota: no producer credit.
     status: Literal["ok", "duplicate", "conflict", "object", "closed", "unread_full", "quota"]
     offset: int | None
     id: str

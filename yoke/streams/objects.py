@@ -3,9 +3,10 @@ object) or abort; expired uncommitted objects are removed by a cleanup pass.
 
 The record and the object's committed state are written in one transaction
 (the store binds the object while appending the record), so a record is
-visible only once the object and its metadata agree. Committing twice
-returns the original offset: the record's idempotency key is derived from
-the object id.
+visible only once the object and its metadata agree. Committing a committed
+object returns the original offset: the answer comes from the object's own
+row, never from a record that merely holds the object's key (the store
+counts such a duplicate only when that record committed the object).
 """
 
 from __future__ import annotations
@@ -116,17 +117,19 @@ class StreamObjects:
         payload: Mapping[str, Any] | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> AppendResult:
-        """Append the record that references the object; idempotent."""
+        """Append the record that references the object, binding the object
+        in the same transaction. Idempotent: once the object is committed,
+        any valid commit of it returns the original ``{offset, id}`` and
+        appends nothing, whatever its type, payload and metadata."""
         _check_object_id(object_id)
+        if payload is not None and not isinstance(payload, Mapping):
+            raise errors.InvalidInput("an object record's payload must be an object", field="payload")
         info = await self.info(object_id)
         if info.state not in ("uploaded", "committed"):
             raise errors.ObjectStateConflict(f"object {object_id} is {info.state}", state=info.state)
-        if payload is not None and not isinstance(payload, Mapping):
-            raise errors.InvalidInput("an object record's payload must be an object", field="payload")
-        body = {**(payload or {}), "object": object_reference(info)}
         record = {
             "type": type,
-            "payload": body,
+            "payload": {**(payload or {}), "object": object_reference(info)},
             "metadata": dict(metadata or {}),
             "idempotency_key": f"object:{object_id}",
         }
@@ -134,10 +137,31 @@ class StreamObjects:
             record, kernel_key=True, max_event_bytes=self.stream.runtime.settings.max_event_bytes
         )
         event.object_id = object_id
-        (result,) = await self.stream.runtime.appends.append(
-            self.stream.tenant, self.stream.path, [event]
-        )
+        if info.state == "committed":
+            return await self._original(info)
+        try:
+            (result,) = await self.stream.runtime.appends.append(
+                self.stream.tenant, self.stream.path, [event]
+            )
+        except (errors.IdempotencyConflict, errors.ObjectStateConflict) as exc:
+            # A concurrent commit of the object won (with another body), or
+            # the object changed meanwhile (aborted, expired), or its key is
+            # held by a record that did not commit it: the object's row decides.
+            info = await self.info(object_id)
+            if info.state == "committed":
+                return await self._original(info)
+            if isinstance(exc, errors.IdempotencyConflict):
+                raise
+            raise errors.ObjectStateConflict(
+                f"object {object_id} is {info.state} and was not committed", state=info.state
+            ) from None
         return result
+
+    async def _original(self, info: ObjectInfo) -> AppendResult:
+        """The committed object's record (``CursorGone`` once retention removed it)."""
+        assert info.committed_offset is not None
+        record = await self.stream.get(info.committed_offset)
+        return AppendResult(record.offset, record.id)
 
     async def abort(self, object_id: str) -> ObjectInfo:
         _check_object_id(object_id)

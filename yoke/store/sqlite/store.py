@@ -291,15 +291,22 @@ class SqliteStore:
             if key in prior and prior[key][3] != e.fingerprint:
                 refused[batch_of[i]] = "conflict"
 
-        # 2. Object bindings: a new record may only reference an uploaded object.
+        # 2. Object bindings: a new record may only reference an uploaded
+        # object that has not expired; a duplicate counts only when its
+        # object was committed by the record the key found.
         for i, e in enumerate(events):
-            if e.object_id is None or e.idempotency_key in prior:
+            if e.object_id is None:
                 continue
-            state = conn.execute(
-                "SELECT state FROM objects WHERE tenant_id=? AND sid=? AND object_id=?",
+            obj = conn.execute(
+                "SELECT state, expires_at, committed_seq FROM objects"
+                " WHERE tenant_id=? AND sid=? AND object_id=?",
                 (tenant, sid, e.object_id),
             ).fetchone()
-            if state is None or state[0] != "uploaded":
+            if e.idempotency_key in prior:
+                bound = obj is not None and obj[0] == "committed" and obj[2] == prior[e.idempotency_key][0]
+            else:
+                bound = obj is not None and obj[0] == "uploaded" and obj[1] >= now
+            if not bound:
                 refused.setdefault(batch_of[i], "object")
 
         # 3. Producer credit, batch by batch, from the durable counters.
@@ -352,7 +359,7 @@ class SqliteStore:
                 if e.object_id is not None:
                     conn.execute(
                         "UPDATE objects SET state='committed', committed_seq=?"
-                        " WHERE tenant_id=? AND sid=? AND object_id=?",
+                        " WHERE tenant_id=? AND sid=? AND object_id=? AND state='uploaded'",
                         (head, tenant, sid, e.object_id),
                     )
         if rows:
