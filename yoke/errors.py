@@ -254,6 +254,12 @@ class ObjectStateConflict(YokeError):
     http_status = 409
 
 
+class ObjectNotCommitted(ObjectStateConflict):
+    """The object's bytes are served only once its record is committed."""
+
+    code = "object_not_committed"
+
+
 class ObjectMismatch(YokeError):
     """The uploaded bytes do not match the prepared size and sha256 digest."""
 

@@ -158,6 +158,21 @@ async def test_the_append_binds_only_an_unexpired_uploaded_object(y, tenant):
     assert [(x.status, x.offset) for x in again.outcomes] == [("duplicate", 1)]
 
 
+async def test_bytes_are_served_only_after_commit(y, tenant):
+    s = y.stream("/bytes", tenant=tenant)
+    o = await s.objects.prepare(idempotency_key="d", sha256=DIGEST, size=len(DATA))
+    for state in ("prepared", "uploaded"):
+        if state == "uploaded":
+            await s.objects.upload(o.object_id, DATA)
+        with pytest.raises(errors.ObjectNotCommitted) as exc:
+            await s.objects.data(o.object_id)
+        assert (exc.value.code, exc.value.http_status) == ("object_not_committed", 409)
+        assert exc.value.details["state"] == state
+        assert await y.store.object_data(tenant, "/bytes", o.object_id) is None
+    await s.objects.commit(o.object_id)
+    assert await s.objects.data(o.object_id) == DATA
+
+
 async def test_duplicate_commit_returns_the_original_whatever_its_body(y, tenant):
     s = y.stream("/dup", tenant=tenant)
     o = await s.objects.prepare(idempotency_key="c", sha256=DIGEST, size=len(DATA))

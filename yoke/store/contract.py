@@ -234,7 +234,8 @@ class Store(Protocol):
 
     async def object_info(self, tenant: str, path: str, object_id: str) -> ObjectInfo | None: ...
 
-    async def object_data(self, tenant: str, path: str, object_id: str) -> bytes | None: ...
+    async def object_data(self, tenant: str, path: str, object_id: str) -> bytes | None:
+        """The bytes of a committed object; None when it is missing or not committed."""
 
     async def abort_object(self, tenant: str, path: str, object_id: str) -> ObjectInfo | None: ...
 

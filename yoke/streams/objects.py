@@ -3,10 +3,11 @@ object) or abort; expired uncommitted objects are removed by a cleanup pass.
 
 The record and the object's committed state are written in one transaction
 (the store binds the object while appending the record), so a record is
-visible only once the object and its metadata agree. Committing a committed
-object returns the original offset: the answer comes from the object's own
-row, never from a record that merely holds the object's key (the store
-counts such a duplicate only when that record committed the object).
+visible only once the object and its metadata agree, and the bytes are
+served only from then on. Committing a committed object returns the
+original offset: the answer comes from the object's own row, never from a
+record that merely holds the object's key (the store counts such a
+duplicate only when that record committed the object).
 """
 
 from __future__ import annotations
@@ -178,9 +179,13 @@ class StreamObjects:
         return info
 
     async def data(self, object_id: str) -> bytes:
+        """The bytes of a committed object (``ObjectNotCommitted`` before)."""
         _check_object_id(object_id)
         data = await self.store.object_data(self.stream.tenant, self.stream.path, object_id)
         if data is None:
             info = await self.info(object_id)
-            raise errors.ObjectStateConflict(f"object {object_id} is {info.state}", state=info.state)
+            raise errors.ObjectNotCommitted(
+                f"object {object_id} is {info.state}: its bytes are served once it is committed",
+                state=info.state,
+            )
         return data

@@ -501,7 +501,7 @@ class PostgresStore:
             return await conn.fetchval(
                 "SELECT o.data FROM objects o JOIN streams s ON s.tenant_id = o.tenant_id AND s.sid = o.sid"
                 " WHERE s.tenant_id=$1 AND s.path=$2 AND o.object_id=$3"
-                " AND o.state IN ('uploaded', 'committed')",
+                " AND o.state = 'committed'",
                 tenant, path, object_id,
             )
 

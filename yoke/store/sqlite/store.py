@@ -639,7 +639,7 @@ class SqliteStore:
     async def object_data(self, tenant: str, path: str, object_id: str) -> bytes | None:
         def run() -> bytes | None:
             row = self._object_row(self._rconn(), tenant, path, object_id)
-            if row is None or row[6] not in ("uploaded", "committed"):
+            if row is None or row[6] != "committed":
                 return None
             return self._object_file(tenant, row[-2], object_id).read_bytes()
 
