@@ -90,7 +90,7 @@ async def test_legal_hold_prevents_object_deletion(y, tenant):
     o = await s.objects.prepare(idempotency_key="h", sha256=DIGEST, size=len(DATA), expires_in_s=1)
     await s.set_legal_hold(True)
     await y.store.cleanup_objects(now_ms() + 5_000)
-    assert (await s.objects.info(o.object_id)).state == "prepared"
+    assert (await y.store.object_info(tenant, "/held-files", o.object_id)).state == "prepared"
     await s.set_legal_hold(False)
     await y.store.cleanup_objects(now_ms() + 5_000)
     with pytest.raises(errors.ObjectNotFound):
@@ -104,6 +104,12 @@ async def test_expired_object_cannot_be_uploaded(y, tenant):
         pass
     with pytest.raises(errors.ObjectStateConflict):
         await s.objects.upload(o.object_id, DATA)
+
+
+async def until_expired(info: ObjectInfo) -> None:
+    """Wait for the wall clock to pass the object's expiry (the condition under test)."""
+    while now_ms() <= info.expires_at:
+        await asyncio.sleep(0.02)
 
 
 def object_record(info: ObjectInfo, **fields) -> dict:
@@ -197,3 +203,39 @@ async def test_concurrent_commits_with_different_bodies_share_one_record(y, tena
     results = await asyncio.gather(*(s.objects.commit(o.object_id, payload={"n": i}) for i in range(5)))
     assert len(set(results)) == 1
     assert [e.offset for e in await s.read()] == [results[0].offset]
+
+
+async def test_an_expired_prepared_object_reports_expired(y, tenant):
+    s = y.stream("/expiry", tenant=tenant)
+    o = await s.objects.prepare(idempotency_key="e", sha256=DIGEST, size=len(DATA), expires_in_s=0.001)
+    await until_expired(o)
+    assert (await s.objects.info(o.object_id)).state == "expired"
+    # The same key finds the same, expired object (a new upload needs a new key).
+    again = await s.objects.prepare(idempotency_key="e", sha256=DIGEST, size=len(DATA))
+    assert (again.object_id, again.state) == (o.object_id, "expired")
+    with pytest.raises(errors.ObjectStateConflict) as exc:
+        await s.objects.commit(o.object_id)
+    assert exc.value.details["state"] == "expired"
+
+
+async def test_an_expired_object_cannot_be_committed_even_under_legal_hold(y, tenant):
+    s = y.stream("/held", tenant=tenant)
+    o = await s.objects.prepare(idempotency_key="h", sha256=DIGEST, size=len(DATA), expires_in_s=1)
+    await s.set_legal_hold(True)
+    assert (await s.objects.upload(o.object_id, DATA)).state == "uploaded"
+    await until_expired(o)
+    assert (await s.objects.info(o.object_id)).state == "expired"
+    for step in (s.objects.commit(o.object_id), s.objects.upload(o.object_id, DATA)):
+        with pytest.raises(errors.ObjectStateConflict) as exc:
+            await step
+        assert (exc.value.code, exc.value.details["state"]) == ("object_state", "expired")
+    with pytest.raises(errors.ObjectNotCommitted):
+        await s.objects.data(o.object_id)
+    assert await s.read() == []
+    # The hold only stops the cleanup from deleting it.
+    await y.store.cleanup_objects(now_ms())
+    assert (await s.objects.info(o.object_id)).state == "expired"
+    await s.set_legal_hold(False)
+    await y.store.cleanup_objects(now_ms())
+    with pytest.raises(errors.ObjectNotFound):
+        await s.objects.info(o.object_id)

@@ -93,7 +93,10 @@ class ObjectInfo:
     sha256: str
     size: int
     content_type: str
-    state: Literal["prepared", "uploaded", "committed", "aborted"]
+    # "expired" is never stored: ``StreamObjects`` reports it for a prepared
+    # or uploaded object past ``expires_at`` (the store's rows keep the state
+    # they had; commit refuses them in the append transaction).
+    state: Literal["prepared", "uploaded", "committed", "aborted", "expired"]
     created_at: int
     expires_at: int
     committed_offset: int | None

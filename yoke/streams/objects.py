@@ -8,6 +8,10 @@ served only from then on. Committing a committed object returns the
 original offset: the answer comes from the object's own row, never from a
 record that merely holds the object's key (the store counts such a
 duplicate only when that record committed the object).
+
+Expiry is terminal: a prepared or uploaded object past ``expires_at`` is
+reported ``expired`` (derived at read time, never stored) and can be neither
+uploaded nor committed; a legal hold only keeps cleanup from deleting it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
@@ -40,6 +45,13 @@ def object_reference(info: ObjectInfo) -> dict[str, Any]:
         "size": info.size,
         "content_type": info.content_type,
     }
+
+
+def as_of(info: ObjectInfo, now: int) -> ObjectInfo:
+    """The object's state at ``now``: an unfinished object past its expiry is expired."""
+    if info.state in ("prepared", "uploaded") and info.expires_at < now:
+        return replace(info, state="expired")
+    return info
 
 
 def _check_object_id(object_id: Any) -> None:
@@ -97,18 +109,20 @@ class StreamObjects:
             raise errors.IdempotencyConflict(
                 "idempotency key already used for a different object", keys=[idempotency_key]
             )
-        return info
+        return as_of(info, now_ms())
 
     async def upload(self, object_id: str, data: bytes) -> ObjectInfo:
+        """Store the bytes (retrying an upload is harmless); refused once expired."""
         _check_object_id(object_id)
         if len(data) > MAX_OBJECT_BYTES:
             raise errors.ObjectTooLarge(
                 f"objects are at most {MAX_OBJECT_BYTES} bytes", size=len(data), limit=MAX_OBJECT_BYTES
             )
         info = await self.info(object_id)
-        if info.expires_at < now_ms() and info.state == "prepared":
+        if info.state == "expired":
             raise errors.ObjectStateConflict(f"object {object_id} expired", state="expired")
-        return await self.store.upload_object(self.stream.tenant, self.stream.path, object_id, data)
+        info = await self.store.upload_object(self.stream.tenant, self.stream.path, object_id, data)
+        return as_of(info, now_ms())
 
     async def commit(
         self,
@@ -176,7 +190,7 @@ class StreamObjects:
         info = await self.store.object_info(self.stream.tenant, self.stream.path, object_id)
         if info is None:
             raise errors.ObjectNotFound(f"no object {object_id}", object_id=object_id)
-        return info
+        return as_of(info, now_ms())
 
     async def data(self, object_id: str) -> bytes:
         """The bytes of a committed object (``ObjectNotCommitted`` before)."""
