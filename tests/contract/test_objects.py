@@ -239,3 +239,24 @@ async def test_an_expired_object_cannot_be_committed_even_under_legal_hold(y, te
     await y.store.cleanup_objects(now_ms())
     with pytest.raises(errors.ObjectNotFound):
         await s.objects.info(o.object_id)
+
+
+async def test_a_closed_stream_refuses_prepare_and_upload(y, tenant):
+    s = y.stream("/closing", tenant=tenant)
+    pending = await s.objects.prepare(idempotency_key="p", sha256=DIGEST, size=len(DATA))
+    done = await s.objects.prepare(idempotency_key="d", sha256=DIGEST, size=len(DATA))
+    await s.objects.upload(done.object_id, DATA)
+    committed = await s.objects.commit(done.object_id)
+    await s.close()
+    with pytest.raises(errors.StreamClosed) as exc:
+        await s.objects.prepare(idempotency_key="new", sha256=DIGEST, size=len(DATA))
+    assert (exc.value.code, exc.value.http_status) == ("stream_closed", 409)
+    with pytest.raises(errors.StreamClosed):
+        await s.objects.upload(pending.object_id, DATA)
+    assert (await s.objects.info(pending.object_id)).state == "prepared"
+    with pytest.raises(errors.ObjectStateConflict):
+        await s.objects.commit(pending.object_id)  # never uploaded
+    # Retries of a finished flow get what they got before.
+    assert (await s.objects.prepare(idempotency_key="d", sha256=DIGEST, size=len(DATA))).object_id == done.object_id
+    assert (await s.objects.upload(done.object_id, DATA)).state == "committed"
+    assert await s.objects.commit(done.object_id) == committed

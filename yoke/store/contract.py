@@ -227,13 +227,16 @@ class Store(Protocol):
         self, tenant: str, path: str, object_id: str, key: str, sha256: str, size: int,
         content_type: str, now: int, expires_at: int, new_stream_id: str,
     ) -> ObjectInfo:
-        """Record an intent; the same idempotency key returns the existing one."""
+        """Record an intent; the same idempotency key returns the existing one.
+        A closed stream takes no new intent (``StreamClosed``); a retry that
+        finds its object still gets it."""
 
     async def upload_object(
         self, tenant: str, path: str, object_id: str, data: bytes
     ) -> ObjectInfo:
         """Store the bytes of a prepared object (they must match its size and
-        digest) and mark it uploaded. Raises ``ObjectNotFound``/``ObjectMismatch``."""
+        digest) and mark it uploaded. Raises ``ObjectNotFound``/``ObjectMismatch``,
+        ``StreamClosed`` on a closed stream unless the object is committed."""
 
     async def object_info(self, tenant: str, path: str, object_id: str) -> ObjectInfo | None: ...
 

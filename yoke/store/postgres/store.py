@@ -448,7 +448,7 @@ class PostgresStore:
     # --- large objects ------------------------------------------------------
 
     _OBJECT_SELECT = (
-        f"SELECT {', '.join('o.' + c.strip() for c in OBJECT_COLUMNS.split(','))}, s.sid"
+        f"SELECT {', '.join('o.' + c.strip() for c in OBJECT_COLUMNS.split(','))}, s.sid, s.closed"
         " FROM objects o JOIN streams s ON s.tenant_id = o.tenant_id AND s.sid = o.sid"
         " WHERE s.tenant_id=$1 AND s.path=$2 AND o.object_id=$3"
     )
@@ -459,9 +459,17 @@ class PostgresStore:
     ) -> ObjectInfo:
         async with self._tx(tenant) as conn:
             await self._ensure_stream(conn, tenant, path, new_stream_id, now)
-            sid = await conn.fetchval(
-                "SELECT sid FROM streams WHERE tenant_id=$1 AND path=$2", tenant, path
+            sid, closed = await conn.fetchrow(
+                "SELECT sid, closed FROM streams WHERE tenant_id=$1 AND path=$2", tenant, path
             )
+            if closed:
+                row = await conn.fetchrow(
+                    f"SELECT {OBJECT_COLUMNS} FROM objects WHERE tenant_id=$1 AND sid=$2 AND idempotency_key=$3",
+                    tenant, sid, key,
+                )
+                if row is None:  # a closed stream takes no new object; a retry finds its own
+                    raise errors.StreamClosed(f"stream {path} is closed", path=path)
+                return object_from_row(path, row)
             await conn.execute(
                 "INSERT INTO objects (tenant_id, sid, object_id, idempotency_key, sha256, size,"
                 " content_type, state, created_at, expires_at)"
@@ -480,6 +488,8 @@ class PostgresStore:
             if row is None:
                 raise errors.ObjectNotFound(f"no object {object_id}", object_id=object_id)
             info = object_from_row(path, row)
+            if row["closed"] and info.state != "committed":
+                raise errors.StreamClosed(f"stream {path} is closed", path=path)
             if info.state in ("uploaded", "committed"):
                 return info  # a retried upload of the same bytes
             if info.state != "prepared":

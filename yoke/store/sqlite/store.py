@@ -67,9 +67,9 @@ INSERT_EVENT = (
 )
 
 
-# An object's row by stream path, with its stream's sid (row[-2]) and hold.
+# An object's row by stream path, with its stream's sid and closed flag.
 OBJECT_SELECT = (
-    f"SELECT {', '.join('o.' + c.strip() for c in OBJECT_COLUMNS.split(','))}, s.sid, s.legal_hold"
+    f"SELECT {', '.join('o.' + c.strip() for c in OBJECT_COLUMNS.split(','))}, s.sid, s.closed"
     " FROM objects o JOIN streams s ON s.tenant_id = o.tenant_id AND s.sid = o.sid"
     " WHERE s.tenant_id=? AND s.path=? AND o.object_id=?"
 )
@@ -584,6 +584,14 @@ class SqliteStore:
         def run() -> ObjectInfo:
             with self._transaction() as conn:
                 s, _ = self._ensure_stream(conn, tenant, path, new_stream_id, now)
+                if s["closed"]:
+                    row = conn.execute(
+                        f"SELECT {OBJECT_COLUMNS} FROM objects WHERE tenant_id=? AND sid=? AND idempotency_key=?",
+                        (tenant, s["sid"], key),
+                    ).fetchone()
+                    if row is None:  # a closed stream takes no new object; a retry finds its own
+                        raise errors.StreamClosed(f"stream {path} is closed", path=path)
+                    return object_from_row(path, row)
                 conn.execute(
                     "INSERT INTO objects (tenant_id, sid, object_id, idempotency_key, sha256, size,"
                     " content_type, state, created_at, expires_at)"
@@ -606,12 +614,14 @@ class SqliteStore:
             if row is None:
                 raise errors.ObjectNotFound(f"no object {object_id}", object_id=object_id)
             info = object_from_row(path, row)
+            if row["closed"] and info.state != "committed":
+                raise errors.StreamClosed(f"stream {path} is closed", path=path)
             if info.state in ("uploaded", "committed"):
                 return info  # a retried upload of the same bytes
             if info.state != "prepared":
                 raise errors.ObjectStateConflict(f"object {object_id} is {info.state}", state=info.state)
             check_object_bytes(info, data)
-            target = self._object_file(tenant, row[-2], object_id)
+            target = self._object_file(tenant, row["sid"], object_id)
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_suffix(".part")
             with open(partial, "wb") as f:
@@ -623,7 +633,7 @@ class SqliteStore:
                 conn.execute(
                     "UPDATE objects SET state='uploaded' WHERE tenant_id=? AND sid=? AND object_id=?"
                     " AND state='prepared'",
-                    (tenant, row[-2], object_id),
+                    (tenant, row["sid"], object_id),
                 )
             return replace(info, state="uploaded")
 
@@ -639,9 +649,9 @@ class SqliteStore:
     async def object_data(self, tenant: str, path: str, object_id: str) -> bytes | None:
         def run() -> bytes | None:
             row = self._object_row(self._rconn(), tenant, path, object_id)
-            if row is None or row[6] != "committed":
+            if row is None or row["state"] != "committed":
                 return None
-            return self._object_file(tenant, row[-2], object_id).read_bytes()
+            return self._object_file(tenant, row["sid"], object_id).read_bytes()
 
         return await self._read(run)
 
@@ -656,7 +666,7 @@ class SqliteStore:
                     raise errors.ObjectStateConflict(f"object {object_id} is committed", state="committed")
                 conn.execute(
                     "UPDATE objects SET state='aborted' WHERE tenant_id=? AND sid=? AND object_id=?",
-                    (tenant, row[-2], object_id),
+                    (tenant, row["sid"], object_id),
                 )
             return replace(info, state="aborted")
 
