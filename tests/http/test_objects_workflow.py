@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
 
 import pytest
@@ -45,6 +46,54 @@ def test_object_flow(http, path):
     )
     aborted = http.post(objects, json={"idempotency_key": "u2", "sha256": DIGEST, "size": len(DATA)}).json()
     assert http.post(f"{objects}/{aborted['object_id']}/abort").json()["state"] == "aborted"
+
+
+def test_object_key_squat_bytes_before_commit_and_duplicate_commit(http, path):
+    """Issue 10 as a tester reproduced it: a plain append squatting on the
+    object's record key, bytes fetched before commit, a retried commit
+    without its body."""
+    objects = events_url(path, "objects")
+    oid = http.post(objects, json={"idempotency_key": "sq", "sha256": DIGEST, "size": len(DATA)}).json()["object_id"]
+    reference = {"object_id": oid, "sha256": DIGEST, "size": len(DATA), "content_type": "application/octet-stream"}
+    squat = {"type": "object.committed", "payload": {"object": reference}, "idempotency_key": f"object:{oid}"}
+    assert code(http.post(events_url(path), json=squat)) == (400, "reserved_idempotency_key")
+    for state in ("prepared", "uploaded"):
+        if state == "uploaded":
+            assert http.put(f"{objects}/{oid}", content=DATA).json()["state"] == "uploaded"
+        early = http.get(f"{objects}/{oid}/data")
+        assert code(early) == (409, "object_not_committed") and early.json()["error"]["state"] == state
+    r = http.post(f"{objects}/{oid}/commit", json={"type": "doc.ready", "payload": {"name": "a.pdf"}})
+    assert r.status_code == 201
+    committed = r.json()
+    assert committed["offset"] == 1
+    info = http.get(f"{objects}/{oid}").json()
+    assert (info["state"], info["committed_offset"]) == ("committed", 1)
+    # A retried commit returns the original, with no body or another one.
+    for body in ({}, {"json": {"type": "other", "payload": {"x": 1}}}):
+        again = http.post(f"{objects}/{oid}/commit", **body)
+        assert (again.status_code, again.json()) == (201, committed)
+    assert http.get(f"{objects}/{oid}/data").content == DATA
+    assert [e["offset"] for e in http.get(events_url(path)).json()["events"]] == [1]
+
+
+def test_expired_object_reports_expired_and_cannot_commit(http, path):
+    objects = events_url(path, "objects")
+    obj = http.post(objects, json={"idempotency_key": "e", "sha256": DIGEST, "size": len(DATA), "expires_in_s": 0.001}).json()
+    while time.time() * 1000 <= obj["expires_at"]:  # wait for the clock to pass the expiry
+        time.sleep(0.01)
+    assert http.get(f"{objects}/{obj['object_id']}").json()["state"] == "expired"
+    for r in (http.put(f"{objects}/{obj['object_id']}", content=DATA), http.post(f"{objects}/{obj['object_id']}/commit")):
+        assert code(r) == (409, "object_state") and r.json()["error"]["state"] == "expired"
+
+
+def test_closed_stream_refuses_prepare_and_upload(http, path):
+    objects = events_url(path, "objects")
+    obj = http.post(objects, json={"idempotency_key": "c", "sha256": DIGEST, "size": len(DATA)}).json()
+    assert http.post(events_url(path, "close")).json()["closed"] is True
+    assert code(http.post(objects, json={"idempotency_key": "new", "sha256": DIGEST, "size": len(DATA)})) == (
+        409, "stream_closed",
+    )
+    assert code(http.put(f"{objects}/{obj['object_id']}", content=DATA)) == (409, "stream_closed")
 
 
 def test_oversized_upload_is_refused(http, path):
