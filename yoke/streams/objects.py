@@ -1,5 +1,6 @@
 """Large objects: prepare -> upload -> commit (one record that references the
 object) or abort; expired uncommitted objects are removed by a cleanup pass.
+docs/objects.md is the guide.
 
 The record and the object's committed state are written in one transaction
 (the store binds the object while appending the record), so a record is
