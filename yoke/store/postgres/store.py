@@ -544,9 +544,9 @@ class PostgresStore:
             )
 
     async def find_token(self, token_id: str) -> TokenInfo | None:
-        async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute("SELECT set_config('yoke.token_id', $1, true)", token_id)
-            row = await conn.fetchrow(f"SELECT {TOKEN_COLUMNS} FROM tokens WHERE token_id=$1", token_id)
+        # The one read across tenants: a SECURITY DEFINER function returning
+        # the row of this id (migration 0006); the table's policy is tenant-bound.
+        row = await self.pool.fetchrow("SELECT * FROM yoke_find_token($1)", token_id)
         return token_from_row(row) if row else None
 
     async def list_tokens(self, tenant: str) -> list[TokenInfo]:
