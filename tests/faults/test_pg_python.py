@@ -187,10 +187,15 @@ async def test_connections_cut_while_idle_in_the_pool_are_replaced(caplog) -> No
     assert "a pooled connection had been cut" in caplog.text
 
 
-async def test_a_database_refusing_connections_is_unavailable() -> None:
+async def test_a_database_refusing_connections_is_unavailable(monkeypatch) -> None:
     """Connections refused: appends fail at once with ``unavailable`` (503,
-    Retry-After), reads after retrying for a few seconds; both recover."""
+    Retry-After), keyed ones and reads after retrying for a while; all recover."""
     from tests.conftest import admin_sql
+    from yoke.store import faults
+    from yoke.streams import append
+
+    monkeypatch.setattr(faults, "READ_RETRY_S", 1.0)  # 3 s each by default
+    monkeypatch.setattr(append, "APPEND_RETRY_S", 1.0)
 
     async with pg_database() as url, Cutter(url) as cutter:
         async with yoke.open(url, executor=False) as y:
