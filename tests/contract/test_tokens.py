@@ -41,3 +41,122 @@ async def test_scopes_are_checked(y, tenant):
         await y.tokens.create(tenant, ["root"])
     with pytest.raises(errors.InvalidInput):
         await y.tokens.create(tenant, [])
+
+
+# --- PostgreSQL: the sign-in lookup is the only cross-tenant read ----------------
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+async def test_naming_a_token_id_opens_no_side_door(db_url, tenant):
+    """As the runtime role, a transaction that sets ``yoke.token_id`` to
+    another tenant's token id (with its own tenant, or none) can neither
+    read, revoke nor delete that token; sign-in still finds it."""
+    import yoke
+
+    other = tenant + "-b"
+    async with yoke.open(db_url) as y:
+        theirs = await y.tokens.create(other, ["read"], name="theirs")
+        token_id = (await y.tokens.authenticate(theirs.token)).token_id
+        async with y.store.pool.acquire() as conn:
+            assert await conn.fetchval("SELECT session_user") == "yoke_runtime"
+            for own_tenant in (tenant, None):
+                async with conn.transaction():
+                    if own_tenant is not None:
+                        await conn.execute("SELECT set_config('yoke.tenant', $1, true)", own_tenant)
+                    await conn.execute("SELECT set_config('yoke.token_id', $1, true)", token_id)
+                    assert await conn.fetchval("SELECT count(*) FROM tokens WHERE token_id=$1", token_id) == 0
+                    assert await conn.fetchval("SELECT count(*) FROM tokens") == 0
+                    assert await conn.execute(
+                        "UPDATE tokens SET revoked_at = 1 WHERE token_id=$1", token_id
+                    ) == "UPDATE 0"
+                    assert await conn.execute("DELETE FROM tokens WHERE token_id=$1", token_id) == "DELETE 0"
+                    assert await conn.execute("DELETE FROM tokens") == "DELETE 0"
+            # The lookup function returns that one row, read-only, to anyone
+            # holding the id (useless without the secret).
+            rows = await conn.fetch("SELECT * FROM yoke_find_token($1)", token_id)
+            assert [(r["token_id"], r["tenant_id"]) for r in rows] == [(token_id, other)]
+            assert await conn.fetch("SELECT * FROM yoke_find_token($1)", "tok_nosuchtoken") == []
+        # Nothing changed, and sign-in works.
+        info = await y.tokens.authenticate(theirs.token)
+        assert (info.tenant, info.revoked_at) == (other, None)
+        assert [t.token_id for t in await y.tokens.list(other)] == [token_id]
+        assert not await y.tokens.revoke(tenant, token_id)
+        assert await y.tokens.revoke(other, token_id)
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+async def test_token_lookup_function_is_definer_with_a_safe_search_path(db_url, tenant):
+    import yoke
+
+    async with yoke.open(db_url) as y:
+        theirs = await y.tokens.create(tenant, ["read"])
+        token_id = (await y.tokens.authenticate(theirs.token)).token_id
+        async with y.store.pool.acquire() as conn:
+            definer, config = await conn.fetchrow(
+                "SELECT prosecdef, proconfig FROM pg_proc WHERE proname = 'yoke_find_token'"
+            )
+            assert definer and config == ["search_path=pg_catalog, pg_temp"]
+            # A temporary table of the caller's named like the real one
+            # shadows nothing inside the function.
+            async with conn.transaction():
+                await conn.execute(
+                    "CREATE TEMP TABLE tokens (token_id text, tenant_id text, name text, scopes text[],"
+                    " secret_hash text, created_at bigint, revoked_at bigint) ON COMMIT DROP"
+                )
+                await conn.execute(
+                    "INSERT INTO pg_temp.tokens VALUES ('tok_forged', $1, 'x', '{admin}', 'h', 0, NULL)",
+                    tenant,
+                )
+                assert await conn.fetch("SELECT * FROM yoke_find_token('tok_forged')") == []
+                rows = await conn.fetch("SELECT * FROM yoke_find_token($1)", token_id)
+                assert [r["tenant_id"] for r in rows] == [tenant]
+
+
+async def test_sign_in_with_a_non_superuser_owner(tenant):
+    """Migrations applied by a login that owns the database but is neither
+    superuser nor BYPASSRLS (FORCE'd row-level security applies to it):
+    the lookup function still finds the token, and the runtime role still
+    sees no other tenant's tokens."""
+    import uuid
+
+    import asyncpg
+
+    import yoke
+    from tests.conftest import PG_ADMIN_URL, admin_sql, with_database
+    from yoke.store.postgres.store import with_user
+
+    owner, database = f"yoke_owner_{uuid.uuid4().hex[:8]}", f"yoke_own_{uuid.uuid4().hex[:8]}"
+    await admin_sql(f'CREATE ROLE "{owner}" LOGIN NOSUPERUSER NOBYPASSRLS')
+    await admin_sql(f'CREATE DATABASE "{database}" OWNER "{owner}"')
+    url = with_database(PG_ADMIN_URL, database)
+    try:
+        async with yoke.open(
+            with_user(url, owner), pg_runtime_url=with_user(url, "yoke_runtime"), executor=False
+        ) as y:
+            mine = await y.tokens.create(tenant, ["read"])
+            theirs = await y.tokens.create(tenant + "-b", ["read"])
+            assert (await y.tokens.authenticate(mine.token)).tenant == tenant
+            assert (await y.tokens.authenticate(theirs.token)).tenant == tenant + "-b"
+            async with y.store.pool.acquire() as conn:
+                assert await conn.fetchval("SELECT session_user") == "yoke_runtime"
+                async with conn.transaction():
+                    await conn.execute("SELECT set_config('yoke.tenant', $1, true)", tenant)
+                    assert await conn.fetchval("SELECT count(*) FROM tokens") == 1
+        conn = await asyncpg.connect(with_user(url, owner))
+        try:
+            assert await conn.fetchval(
+                "SELECT relowner::regrole::text FROM pg_class WHERE relname = 'tokens'"
+            ) == owner
+            # The owner reads through a SELECT policy of its own; the runtime has none.
+            policies = await conn.fetch(
+                "SELECT policyname, cmd, roles::text[] FROM pg_policies WHERE tablename = 'tokens'"
+                " ORDER BY policyname"
+            )
+            assert [tuple(p) for p in policies] == [
+                ("tenant_isolation", "ALL", ["public"]), ("token_lookup", "SELECT", [owner])
+            ]
+        finally:
+            await conn.close()
+    finally:
+        await admin_sql(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        await admin_sql(f'DROP ROLE IF EXISTS "{owner}"')

@@ -137,10 +137,18 @@ class _ClaimLoop:
                 if free == 0 and not done:
                     self.dirty.add(tenant)  # revisit when a run finishes
                     break
-                rows = await actors.claim(
-                    tenant, s.worker_id, s.policies, now_ms(), free, done,
-                    shard=(self.shard, len(s.loops)),
-                )
+                try:
+                    rows = await actors.claim(
+                        tenant, s.worker_id, s.policies, now_ms(), free, done,
+                        shard=(self.shard, len(s.loops)),
+                    )
+                except BaseException:
+                    # The deletes may not have happened (a lost connection):
+                    # the next claim sends them again. Harmless if they did:
+                    # the delete is fenced by status and attempts.
+                    if done:
+                        self.done[tenant] = done + self.done.get(tenant, [])
+                    raise
                 claimed += len(rows)
                 await s.load_instances(tenant, rows)
                 for row in rows:

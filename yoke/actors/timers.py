@@ -79,8 +79,8 @@ class Timers:
             try:
                 stream = self._runtime.stream(s.stream, s.tenant)
                 await stream._append([event], trusted=False, kernel_key=True)
-            except (errors.Backpressure, errors.QuotaExhausted, errors.RuntimeClosed):
-                raise  # may pass later: fire again on the next poll
+            except (errors.Backpressure, errors.QuotaExhausted, errors.RuntimeClosed, errors.Unavailable):
+                raise  # may pass later: fire again on the next poll (the key makes it once)
             except errors.YokeError as exc:
                 # Refused for good (a closed stream, an invalid event): this
                 # firing is dropped, the schedule moves on (a one-shot ends).

@@ -41,6 +41,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (413, "Too large (event_too_large, object_too_large)"),
         (422, "Uploaded bytes do not match the prepared object (object_mismatch)"),
         (429, "Unread ceiling reached; see Retry-After (backpressure)"),
+        (503, "The database is unavailable (unavailable, see Retry-After) or the server is shutting down (runtime_closed)"),
         (507, "Total ceiling reached (quota_exhausted)"),
     ]
 }

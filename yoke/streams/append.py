@@ -6,6 +6,12 @@ takes everything queued (up to ``max_group_events``) into one transaction:
 lock the stream row, take the offsets, insert every row in one statement,
 commit, resolve each caller, then wake the tails. A caller's batch stays
 atomic, and an invalid or conflicting batch fails only its own call.
+
+When the database is unavailable (``errors.Unavailable``: a lost connection,
+whose commit may or may not have happened), the calls whose every event
+carries an idempotency key are committed again for a few seconds (a repeat
+returns the original offsets); the others fail with ``Unavailable`` at once:
+only their caller can tell whether to retry (with keys, it is safe).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from dataclasses import dataclass
 from .. import errors, metrics
 from ..events import AppendResult, PreparedEvent, now_ms
 from ..store.contract import CommitResult, Store
+from ..store.faults import Backoff
 from .ephemeral import EphemeralBuffer, EphemeralBuffers
 from .wakeups import WakeupHub
 
@@ -44,6 +51,8 @@ REFUSALS = ("conflict", "object", "closed", "unread_full", "quota")
 # other processes on SQLite arrive without a wake-up).
 CREDIT_RECHECK_S = 0.25
 RETRY_AFTER_S = 1
+# How long a group commit of keyed calls keeps trying while the database is unavailable.
+APPEND_RETRY_S = 3.0
 
 
 def refusal_error(status: str, path: str, events: Sequence[PreparedEvent]) -> errors.YokeError:
@@ -59,6 +68,10 @@ def refusal_error(status: str, path: str, events: Sequence[PreparedEvent]) -> er
             f"stream {path} reached its unread ceiling", path=path, retry_after=RETRY_AFTER_S
         )
     return errors.QuotaExhausted(f"stream {path} reached its total ceiling", path=path)
+
+
+def _keyed(request: _Request) -> bool:
+    return all(e.idempotency_key is not None for e in request.events)
 
 
 def _fail(request: _Request, error: Exception) -> None:
@@ -145,31 +158,59 @@ class Appender:
 
     async def _commit(self, group: list[_Request]) -> None:
         service = self._service
-        events: list[PreparedEvent] = []
-        batch_of: list[int] = []
-        for index, request in enumerate(group):
-            events.extend(request.events)
-            batch_of.extend([index] * len(request.events))
-        has_ephemeral = any(e.ephemeral for e in events)
-        buffer = service.buffers.ensure(self.tenant, self.path) if has_ephemeral else None
-        if buffer is not None:
-            buffer.begin_commit()
-        now = now_ms()
-        try:
-            result = await service.store.commit(
-                self.tenant, self.path, events, batch_of, now, new_stream_id()
-            )
-        except BaseException as exc:
+        backoff: Backoff | None = None
+        while True:
+            events: list[PreparedEvent] = []
+            batch_of: list[int] = []
+            for index, request in enumerate(group):
+                events.extend(request.events)
+                batch_of.extend([index] * len(request.events))
+            has_ephemeral = any(e.ephemeral for e in events)
+            buffer = service.buffers.ensure(self.tenant, self.path) if has_ephemeral else None
             if buffer is not None:
-                buffer.end_commit()
-            self._ephemeral_inflight = self._ephemeral_inflight and not has_ephemeral
-            failure = exc if isinstance(exc, Exception) else errors.RuntimeClosed()
-            for request in group:
-                _fail(request, failure)
-            if not isinstance(exc, Exception):
-                raise
-            log.error("append to %s %s failed: %r", self.tenant, self.path, exc)
-            return
+                buffer.begin_commit()
+            now = now_ms()
+            try:
+                result = await service.store.commit(
+                    self.tenant, self.path, events, batch_of, now, new_stream_id()
+                )
+                break
+            except BaseException as exc:
+                if buffer is not None:
+                    buffer.end_commit()
+                self._ephemeral_inflight = self._ephemeral_inflight and not has_ephemeral
+                failure = exc if isinstance(exc, Exception) else errors.RuntimeClosed()
+                if isinstance(exc, errors.Unavailable) and not service.closing:
+                    # The commit may or may not have happened. Only callers
+                    # whose every event carries an idempotency key can be
+                    # committed again safely (a repeat returns the original
+                    # offsets); the others learn that the outcome is unknown.
+                    retry = [r for r in group if _keyed(r) and not r.future.done()]
+                    kept = {id(r) for r in retry}
+                    for request in group:
+                        if id(request) not in kept:
+                            _fail(request, failure)
+                    group = retry
+                    backoff = backoff or Backoff(APPEND_RETRY_S)
+                    try:
+                        again = bool(group) and await backoff.wait()
+                    except BaseException:
+                        for request in group:
+                            _fail(request, errors.RuntimeClosed())
+                        raise
+                    if again:
+                        log.info("append to %s %s: %s; committing the keyed calls again",
+                                 self.tenant, self.path, exc.message)
+                        continue
+                for request in group:
+                    _fail(request, failure)
+                if not isinstance(exc, Exception):
+                    raise
+                if isinstance(exc, errors.Unavailable):
+                    log.warning("append to %s %s failed: %s", self.tenant, self.path, exc.message)
+                else:
+                    log.error("append to %s %s failed: %r", self.tenant, self.path, exc)
+                return
         self._settle(group, events, result, now, buffer)
         if has_ephemeral:
             self._ephemeral_inflight = False

@@ -95,6 +95,15 @@ async def follow(
                 raise errors.RuntimeClosed("the runtime is shutting down")
             try:
                 events = await runtime.shared_reads.read(stream, cursor, include_ephemeral, fresh_since)
+            except errors.Unavailable as exc:
+                # The database is away (the read already retried for a few
+                # seconds): keep the cursor and read again at the next
+                # wake-up, at the latest the hub's sweep, or the listener's
+                # resync once it has reconnected.
+                log.warning("tail of %s %s: %s; retrying", stream.tenant, stream.path, exc.message)
+                await waiter.wait()
+                fresh_since = hub.clock
+                continue
             except errors.YokeError:
                 raise
             except Exception as exc:  # a transient store failure: retry from the cursor

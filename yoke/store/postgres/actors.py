@@ -63,10 +63,6 @@ class PgActorStore:
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
 
-    @property
-    def _pool(self) -> asyncpg.Pool:
-        return self._store.pool
-
     def _tx(self, tenant: str):  # noqa: ANN202 - an async context manager
         return self._store._tx(tenant)
 
@@ -184,7 +180,7 @@ class PgActorStore:
         self, tenant: str, path: str, expected: int, through: int, routing_version: int,
         items: Sequence[QueueItem], worker_id: str | None, now: int,
     ) -> Literal["ok", "moved", "stale"]:
-        return await self._pool.fetchval(
+        return await self._store._fetchval(
             "SELECT yoke_fanout($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)",
             tenant, path, expected, through, routing_version, worker_id, now,
             [i.instance_id for i in items], [i.actor for i in items], [i.key for i in items],
@@ -222,7 +218,7 @@ class PgActorStore:
         done: Sequence[tuple[int, int]] = (),
         shard: tuple[int, int] = (0, 1),
     ) -> list[QueueRow]:
-        rows = await self._pool.fetch(
+        rows = await self._store._fetch(
             CLAIM, tenant, worker_id,
             [p.actor for p in policies], [p.concurrency for p in policies],
             [p.lease_ms for p in policies], now, limit,
@@ -307,31 +303,31 @@ class PgActorStore:
     # --- workers -------------------------------------------------------------
 
     async def register_worker(self, worker_id: str, now: int, info: dict[str, Any]) -> None:
-        await self._pool.execute(
+        await self._store._execute(
             "INSERT INTO runtime_workers VALUES ($1, $2, $2, $3::jsonb)"
             " ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = $2",
             worker_id, now, orjson.dumps(info).decode(),
         )
 
     async def heartbeat(self, worker_id: str, now: int) -> bool:
-        result = await self._pool.execute(
+        result = await self._store._execute(
             "UPDATE runtime_workers SET heartbeat_at=$2 WHERE worker_id=$1", worker_id, now
         )
         return result != "UPDATE 0"
 
     async def unregister_worker(self, worker_id: str) -> None:
-        await self._pool.execute("DELETE FROM runtime_workers WHERE worker_id=$1", worker_id)
+        await self._store._execute("DELETE FROM runtime_workers WHERE worker_id=$1", worker_id)
         for tenant in await self.tenants():
             await self.release_instances(tenant, [worker_id])
 
     async def reap_workers(self, stale_before: int) -> list[str]:
-        rows = await self._pool.fetch(
+        rows = await self._store._fetch(
             "DELETE FROM runtime_workers WHERE heartbeat_at < $1 RETURNING worker_id", stale_before
         )
         return [r[0] for r in rows]
 
     async def live_workers(self) -> list[str]:
-        return [r[0] for r in await self._pool.fetch("SELECT worker_id FROM runtime_workers")]
+        return [r[0] for r in await self._store._fetch("SELECT worker_id FROM runtime_workers")]
 
     async def release_instances(self, tenant: str, worker_ids: Sequence[str]) -> int:
         async with self._tx(tenant) as conn:

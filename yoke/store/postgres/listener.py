@@ -107,7 +107,7 @@ class Listener:
             return False
         try:
             await asyncio.wait_for(conn.fetchval("SELECT 1"), HEALTH_TIMEOUT_S)
-        except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        except Exception:  # any failure: reconnect (see faults.py for the odd ones)
             return False
         return True
 
@@ -127,8 +127,11 @@ class Listener:
                 try:
                     await self._connect()
                     break
-                except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                    log.warning("LISTEN reconnect failed: %s; retrying in %.2fs", exc, delay)
+                except Exception as exc:
+                    # Whatever failed (a refused connection, or one cut again
+                    # while LISTENing: asyncpg may then raise its
+                    # InternalClientError, see faults.py), this task must live on.
+                    log.warning("LISTEN reconnect failed: %r; retrying in %.2fs", exc, delay)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 5.0)
             # We were deaf for a while: make every tail reread the store.

@@ -8,6 +8,7 @@ SQL functions defined in the migrations.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -19,6 +20,7 @@ import orjson
 
 from ... import errors
 from ...events import PreparedEvent
+from ..faults import retry_reads, unavailable
 from ..contract import (
     CommitResult,
     ConsumerInfo,
@@ -46,12 +48,14 @@ from ..rows import (
     token_from_row,
 )
 from .actors import PgActorStore
+from .faults import connection_lost, is_closed, refused_before_send
 from .subscriptions import PgSubscriptionStore
 from .listener import Listener
 from .migrate import migrate, pending
 
 log = logging.getLogger("yoke.store.postgres")
 MAX_OFFSET = 2**63 - 1
+LOST = "the database connection was lost; retry later"
 
 
 def with_user(dsn: str, user: str) -> str:
@@ -76,6 +80,11 @@ async def _keep_session(_conn: asyncpg.Connection) -> None:
     """Pool release hook. The default one costs a round trip per use to reset
     session state; Yoke keeps none (the tenant setting is transaction-local,
     and asyncpg still rolls back any open transaction itself)."""
+
+
+def _connect_failed(exc: BaseException) -> errors.Unavailable:
+    log.warning("could not connect to the database: %r", exc)
+    return unavailable("could not connect to the database; retry later", "connect_failed")
 
 
 APPEND = "SELECT * FROM yoke_append($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19)"
@@ -144,7 +153,10 @@ class PostgresStore:
     # --- lifecycle ----------------------------------------------------------
 
     async def start(self, on_wakeup: WakeupCallback, on_resync: Callable[[], None]) -> None:
-        conn = await asyncpg.connect(self.dsn)
+        try:
+            conn = await asyncpg.connect(self.dsn)
+        except Exception as exc:
+            raise _connect_failed(exc) from exc
         try:
             await migrate(conn)
             privileged = await _bypasses_rls(conn)
@@ -154,14 +166,17 @@ class PostgresStore:
         # to. A privileged migration login hands over to the runtime role
         # (same server and database, YOKE_PG_RUNTIME_URL to set credentials).
         pool_dsn = self.runtime_dsn or (with_user(self.dsn, self.role) if privileged else self.dsn)
-        self._pool = await asyncpg.create_pool(
-            pool_dsn,
-            min_size=self._pool_min,
-            max_size=self._pool_max,
-            reset=_keep_session,
-            init=self._note_pid,
-        )
-        async with self._pool.acquire() as check:
+        try:
+            self._pool = await asyncpg.create_pool(
+                pool_dsn,
+                min_size=self._pool_min,
+                max_size=self._pool_max,
+                reset=_keep_session,
+                init=self._note_pid,
+            )
+        except Exception as exc:
+            raise _connect_failed(exc) from exc
+        async with self._connection() as check:
             if await _bypasses_rls(check):
                 await self._pool.close()
                 raise errors.YokeError(
@@ -169,7 +184,11 @@ class PostgresStore:
                     " use a role without SUPERUSER or BYPASSRLS (YOKE_PG_RUNTIME_URL)"
                 )
         self.listener = Listener(pool_dsn, on_wakeup, on_resync, own_pids=self._own_pids)
-        await self.listener.start()
+        try:
+            await self.listener.start()
+        except Exception as exc:
+            await self._pool.close()
+            raise _connect_failed(exc) from exc
 
     async def _note_pid(self, conn: asyncpg.Connection) -> None:
         self._own_pids.add(conn.get_server_pid())
@@ -183,7 +202,7 @@ class PostgresStore:
             self._pool = None
 
     async def ready(self) -> None:
-        async with self.pool.acquire() as conn:
+        async with self._connection() as conn:
             missing = await pending(conn)
         if missing:
             raise errors.YokeError(f"migrations not applied: {', '.join(missing)}")
@@ -193,11 +212,116 @@ class PostgresStore:
         assert self._pool is not None, "store not started"
         return self._pool
 
+    # --- connections ------------------------------------------------------------
+    #
+    # Every statement runs through _run (one statement on its own) or _tx
+    # (a transaction under a tenant); _connection is for the few units that
+    # need neither. They release the connection whatever happens and turn a
+    # lost connection into errors.Unavailable (see faults.py); any other
+    # failure (a SQL error: a bug) passes through unchanged.
+
+    async def _acquire(self) -> asyncpg.Connection:
+        try:
+            return await self.pool.acquire()
+        except asyncpg.InterfaceError as exc:
+            if self.pool.is_closing():
+                raise errors.RuntimeClosed("the store is closed") from exc
+            raise _connect_failed(exc) from exc
+        except Exception as exc:  # refused, unreachable, too many connections, starting up
+            raise _connect_failed(exc) from exc
+
+    async def _release(self, conn: asyncpg.Connection) -> None:
+        try:
+            await self.pool.release(conn)
+        except Exception as exc:  # the pool terminated it: nothing of ours depends on it
+            log.debug("releasing a connection failed: %r", exc)
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[asyncpg.Connection]:
+        conn = await self._acquire()
+        try:
+            yield conn
+        except Exception as exc:
+            if isinstance(exc, errors.YokeError) or not await connection_lost(conn, exc):
+                raise
+            raise unavailable(LOST, "connection_lost") from exc
+        finally:
+            await self._release(conn)
+
+    async def _run(self, method: str, sql: str, *args: object) -> object:
+        """``conn.<method>(sql, *args)`` as a statement of its own. Run again
+        on another connection only when it provably never left this one (a
+        connection the server had already cut, see faults.py): otherwise its
+        outcome is unknown and the caller decides."""
+        for attempt in itertools.count():
+            conn = await self._acquire()
+            try:
+                return await getattr(conn, method)(sql, *args)
+            except Exception as exc:
+                if isinstance(exc, errors.YokeError) or not await connection_lost(conn, exc):
+                    raise
+                if not refused_before_send(exc) or attempt >= self._pool_max:
+                    raise unavailable(LOST, "connection_lost") from exc
+                log.info("a pooled connection had been cut; running the statement on another")
+            finally:
+                await self._release(conn)
+        raise AssertionError("unreachable")
+
+    async def _fetch(self, sql: str, *args: object) -> list[asyncpg.Record]:
+        return await self._run("fetch", sql, *args)  # type: ignore[return-value]
+
+    async def _fetchrow(self, sql: str, *args: object) -> asyncpg.Record | None:
+        return await self._run("fetchrow", sql, *args)  # type: ignore[return-value]
+
+    async def _fetchval(self, sql: str, *args: object) -> object:
+        return await self._run("fetchval", sql, *args)
+
+    async def _execute(self, sql: str, *args: object) -> str:
+        return await self._run("execute", sql, *args)  # type: ignore[return-value]
+
+    async def _begin(self, tenant: str) -> tuple[asyncpg.Connection, asyncpg.transaction.Transaction]:
+        """A connection in a transaction with ``yoke.tenant`` set. BEGIN and
+        set_config change nothing, so a connection lost on them is simply
+        replaced by another one."""
+        for attempt in itertools.count():
+            conn = await self._acquire()
+            tx = conn.transaction()
+            try:
+                await tx.start()
+                await conn.execute("SELECT set_config('yoke.tenant', $1, true)", tenant)
+                return conn, tx
+            except BaseException as exc:
+                lost = isinstance(exc, Exception) and await connection_lost(conn, exc)
+                await self._release(conn)
+                if not lost:
+                    raise
+                if attempt >= self._pool_max:
+                    raise unavailable(LOST, "connection_lost") from exc
+        raise AssertionError("unreachable")
+
     @asynccontextmanager
     async def _tx(self, tenant: str) -> AsyncIterator[asyncpg.Connection]:
-        async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute("SELECT set_config('yoke.tenant', $1, true)", tenant)
-            yield conn
+        """One transaction under ``tenant``: committed when the block ends,
+        rolled back when it raises. A connection lost on the way is
+        ``Unavailable``; a lost COMMIT leaves the outcome unknown."""
+        conn, tx = await self._begin(tenant)
+        try:
+            try:
+                yield conn
+            except BaseException:
+                if not is_closed(conn):
+                    try:
+                        await tx.rollback()
+                    except Exception:  # the session ends, and its transaction with it
+                        conn.terminate()
+                raise
+            await tx.commit()
+        except Exception as exc:
+            if isinstance(exc, errors.YokeError) or not await connection_lost(conn, exc):
+                raise
+            raise unavailable(LOST, "connection_lost") from exc
+        finally:
+            await self._release(conn)
 
     # --- writes --------------------------------------------------------------
 
@@ -210,7 +334,7 @@ class PostgresStore:
         now: int,
         new_stream_id: str,
     ) -> CommitResult:
-        rows = await self.pool.fetch(APPEND, *_append_args(tenant, path, events, batch_of, now, new_stream_id))
+        rows = await self._fetch(APPEND, *_append_args(tenant, path, events, batch_of, now, new_stream_id))
         return _commit_result(rows, events)
 
     async def _commit_in(
@@ -310,7 +434,7 @@ class PostgresStore:
         return removed
 
     async def _tenants(self) -> list[str]:
-        return [r[0] for r in await self.pool.fetch("SELECT tenant_id FROM yoke_tenants")]
+        return [r[0] for r in await self._fetch("SELECT tenant_id FROM yoke_tenants")]
 
     async def _prune_stream(self, tenant: str, sid: int, now: int) -> int:
         async with self._tx(tenant) as conn:
@@ -419,6 +543,7 @@ class PostgresStore:
             tenant, sid, new, events, size,
         )
 
+    @retry_reads
     async def consumers(self, tenant: str, path: str) -> list[ConsumerInfo]:
         async with self._tx(tenant) as conn:
             rows = await conn.fetch(
@@ -501,11 +626,13 @@ class PostgresStore:
             )
         return replace(info, state="uploaded")
 
+    @retry_reads
     async def object_info(self, tenant: str, path: str, object_id: str) -> ObjectInfo | None:
         async with self._tx(tenant) as conn:
             row = await conn.fetchrow(self._OBJECT_SELECT, tenant, path, object_id)
         return object_from_row(path, row) if row else None
 
+    @retry_reads
     async def object_data(self, tenant: str, path: str, object_id: str) -> bytes | None:
         async with self._tx(tenant) as conn:
             return await conn.fetchval(
@@ -553,12 +680,14 @@ class PostgresStore:
                 token.created_at, token.revoked_at,
             )
 
+    @retry_reads
     async def find_token(self, token_id: str) -> TokenInfo | None:
-        async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute("SELECT set_config('yoke.token_id', $1, true)", token_id)
-            row = await conn.fetchrow(f"SELECT {TOKEN_COLUMNS} FROM tokens WHERE token_id=$1", token_id)
+        # The one read across tenants: a SECURITY DEFINER function returning
+        # the row of this id (migration 0006); the table's policy is tenant-bound.
+        row = await self._fetchrow("SELECT * FROM yoke_find_token($1)", token_id)
         return token_from_row(row) if row else None
 
+    @retry_reads
     async def list_tokens(self, tenant: str) -> list[TokenInfo]:
         async with self._tx(tenant) as conn:
             rows = await conn.fetch(
@@ -577,14 +706,16 @@ class PostgresStore:
 
     # --- reads ---------------------------------------------------------------
 
+    @retry_reads
     async def read(self, tenant: str, path: str, after: int, limit: int) -> ReadPage:
         return await self._read(tenant, path, after, MAX_OFFSET, limit)
 
+    @retry_reads
     async def read_one(self, tenant: str, path: str, offset: int) -> ReadPage:
         return await self._read(tenant, path, offset - 1, offset, 1)
 
     async def _read(self, tenant: str, path: str, after: int, upto: int, limit: int) -> ReadPage:
-        rows = await self.pool.fetch(
+        rows = await self._fetch(
             "SELECT * FROM yoke_read($1, $2, $3, $4, $5)", tenant, path, after, upto, limit
         )
         if not rows:
@@ -593,6 +724,7 @@ class PostgresStore:
         events = [event_from_row(tenant, path, r[2:]) for r in rows if r[2] is not None]
         return ReadPage(exists=True, head=head, pruned_through=pruned_through, events=events)
 
+    @retry_reads
     async def info(self, tenant: str, path: str) -> StreamInfo | None:
         async with self._tx(tenant) as conn:
             row = await conn.fetchrow(
@@ -600,6 +732,7 @@ class PostgresStore:
             )
         return stream_from_row(row) if row else None
 
+    @retry_reads
     async def list_streams(
         self, tenant: str, prefix: str, limit: int, after_path: str | None
     ) -> list[StreamInfo]:

@@ -160,7 +160,7 @@ class PgSubscriptionStore:
         return held
 
     async def _tenants(self) -> list[str]:
-        return [r[0] for r in await self._store.pool.fetch("SELECT tenant_id FROM subscription_tenants")]
+        return [r[0] for r in await self._store._fetch("SELECT tenant_id FROM subscription_tenants")]
 
     async def release(self, owner: str) -> None:
         for tenant in await self._tenants():

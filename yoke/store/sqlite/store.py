@@ -54,6 +54,7 @@ from ..rows import (
     token_from_row,
 )
 
+from ..faults import retry_reads, unavailable
 from .actors import SqliteActorStore
 from .subscriptions import SqliteSubscriptionStore
 
@@ -73,6 +74,30 @@ OBJECT_SELECT = (
     " FROM objects o JOIN streams s ON s.tenant_id = o.tenant_id AND s.sid = o.sid"
     " WHERE s.tenant_id=? AND s.path=? AND o.object_id=?"
 )
+
+
+# SQLite result codes (the primary code is the low byte of an extended one)
+# that say the database file cannot be used right now, not that the
+# statement is wrong: still locked when the busy timeout ran out, an I/O
+# error, a full disk, a file that cannot be opened.
+_FAULTS = {
+    sqlite3.SQLITE_BUSY: ("the database is locked; retry later", "database_locked"),
+    sqlite3.SQLITE_LOCKED: ("the database is locked; retry later", "database_locked"),
+    sqlite3.SQLITE_IOERR: ("the database file could not be read or written; retry later", "io_error"),
+    sqlite3.SQLITE_CANTOPEN: ("the database file could not be opened; retry later", "io_error"),
+    sqlite3.SQLITE_FULL: ("the disk holding the database is full", "disk_full"),
+}
+
+
+def _fault(exc: sqlite3.Error) -> errors.Unavailable | None:
+    """``Unavailable`` for a fault of the database file; None for a real SQL error."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    found = _FAULTS.get(code & 0xFF) if isinstance(code, int) else None
+    if found is None:
+        return None
+    fault = unavailable(*found)
+    fault.__cause__ = exc
+    return fault
 
 
 def path_from_url(url: str) -> Path:
@@ -168,12 +193,18 @@ class SqliteStore:
     async def _write(self, fn: Callable[..., T], *args: Any) -> T:
         if self._writer is None:
             raise errors.RuntimeClosed("the store is closed")
-        return await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
+        except sqlite3.Error as exc:
+            raise _fault(exc) or exc
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         if self._reader_pool is None:
             raise errors.RuntimeClosed("the store is closed")
-        return await asyncio.get_running_loop().run_in_executor(self._reader_pool, fn, *args)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._reader_pool, fn, *args)
+        except sqlite3.Error as exc:
+            raise _fault(exc) or exc
 
     def _rconn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -541,6 +572,7 @@ class SqliteStore:
             (new, events, size, tenant, sid),
         )
 
+    @retry_reads
     async def consumers(self, tenant: str, path: str) -> list[ConsumerInfo]:
         def run() -> list[ConsumerInfo]:
             rows = self._rconn().execute(
@@ -639,6 +671,7 @@ class SqliteStore:
 
         return await self._write(run)
 
+    @retry_reads
     async def object_info(self, tenant: str, path: str, object_id: str) -> ObjectInfo | None:
         def run() -> ObjectInfo | None:
             row = self._object_row(self._rconn(), tenant, path, object_id)
@@ -646,6 +679,7 @@ class SqliteStore:
 
         return await self._read(run)
 
+    @retry_reads
     async def object_data(self, tenant: str, path: str, object_id: str) -> bytes | None:
         def run() -> bytes | None:
             row = self._object_row(self._rconn(), tenant, path, object_id)
@@ -710,6 +744,7 @@ class SqliteStore:
 
         await self._write(run)
 
+    @retry_reads
     async def find_token(self, token_id: str) -> TokenInfo | None:
         def run() -> TokenInfo | None:
             row = self._rconn().execute(
@@ -719,6 +754,7 @@ class SqliteStore:
 
         return await self._read(run)
 
+    @retry_reads
     async def list_tokens(self, tenant: str) -> list[TokenInfo]:
         def run() -> list[TokenInfo]:
             rows = self._rconn().execute(
@@ -748,12 +784,15 @@ class SqliteStore:
         ).fetchone()
         return stream_from_row(row) if row else None
 
+    @retry_reads
     async def info(self, tenant: str, path: str) -> StreamInfo | None:
         return await self._read(lambda: self._info(self._rconn(), tenant, path))
 
+    @retry_reads
     async def read(self, tenant: str, path: str, after: int, limit: int) -> ReadPage:
         return await self._read(self._read_page, tenant, path, "seq > ? ORDER BY seq LIMIT ?", (after, limit))
 
+    @retry_reads
     async def read_one(self, tenant: str, path: str, offset: int) -> ReadPage:
         return await self._read(self._read_page, tenant, path, "seq = ?", (offset,))
 
@@ -782,6 +821,7 @@ class SqliteStore:
             events=[event_from_row(tenant, path, r) for r in rows],
         )
 
+    @retry_reads
     async def list_streams(
         self, tenant: str, prefix: str, limit: int, after_path: str | None
     ) -> list[StreamInfo]:

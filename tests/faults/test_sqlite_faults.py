@@ -1,0 +1,57 @@
+"""SQLite: a database file that cannot be used right now is ``unavailable``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+
+import pytest
+
+import yoke
+from yoke import errors
+
+from .common import is_driver_error, wait_until
+
+TENANT = "faults"
+
+
+async def test_a_write_lock_held_beyond_the_busy_timeout_is_unavailable(tmp_path, caplog) -> None:
+    """Another process holds the write lock longer than the busy timeout:
+    an append without a key fails with ``unavailable`` (database_locked),
+    reads go on (WAL), and an append with a key commits once the lock is
+    released while it is still retrying."""
+    caplog.set_level(logging.INFO, logger="yoke.streams.append")
+    path = tmp_path / "yoke.db"
+    async with yoke.open(f"sqlite:///{path}", executor=False) as y:
+        stream = y.stream("/locked", tenant=TENANT)
+        await stream.append({"type": "before"})
+        store = y.store
+        # The default busy timeout is 10 s; a test needs it short.
+        await store._write(lambda: store._wconn.execute("PRAGMA busy_timeout=100"))
+        other = sqlite3.connect(path, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # another writer, holding the lock
+            with pytest.raises(errors.Unavailable) as caught:
+                await stream.append({"type": "during"})
+            assert caught.value.details == {"reason": "database_locked", "retry_after": 1}
+            assert caught.value.http_status == 503 and not is_driver_error(caught.value)
+            assert [e.type for e in await stream.read()] == ["before"]
+
+            keyed = asyncio.create_task(stream.append({"type": "keyed", "idempotency_key": "k"}))
+            await wait_until(lambda: "committing the keyed calls again" in caplog.text, 10, "a retry")
+            other.execute("ROLLBACK")
+            result = await keyed
+        finally:
+            other.close()
+        assert result.offset == 2
+        assert [(e.offset, e.type) for e in await stream.read()] == [(1, "before"), (2, "keyed")]
+
+
+async def test_a_sql_error_is_not_translated(tmp_path) -> None:
+    """Only faults of the file become ``unavailable``: a broken statement
+    stays the bug it is."""
+    async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
+        store = y.store
+        with pytest.raises(sqlite3.OperationalError, match="no such table"):
+            await store._read(lambda: store._rconn().execute("SELECT * FROM no_such_table").fetchall())

@@ -1,0 +1,114 @@
+"""Which asyncpg failures mean "the connection is gone", and one that
+provably happened before a statement left.
+
+The store runs every statement through ``PostgresStore._run`` or
+``PostgresStore._tx``; they ask ``connection_lost`` about each failure and
+turn a lost connection into ``errors.Unavailable`` (see ``yoke/store/faults.py``).
+
+The idle-connection trap. ``pg_terminate_backend`` (or a server shutdown)
+makes the server send a FATAL ErrorResponse on every connection it ends,
+idle ones included, then close the socket. asyncpg parses that message on a
+connection sitting idle in the pool as an unexpected message: its protocol
+state becomes "error consume", waiting for a ReadyForQuery that never comes,
+while ``is_closed()`` still says False until the end of the stream is read,
+one or two event-loop turns later. A task that takes the connection from the
+pool in that window gets ``InternalClientError('cannot switch to state N;
+another operation (2) is in progress')``: not two operations on one
+connection, but the server's goodbye still sitting in the protocol state.
+asyncpg raises it from its state switch, before it writes anything, so the
+statement never reached the server and may be run again on another
+connection (``refused_before_send``); and the connection is closed a moment
+later (``connection_lost`` waits for that, to tell this from a real bug).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import asyncpg
+from asyncpg import exceptions as pgx
+
+# How long a connection that failed oddly gets to show it was cut.
+CLOSE_WAIT_S = 1.0
+
+# Failures of the connection rather than of the statement: SQLSTATE class 08
+# (but not a protocol violation, which would be a driver bug), the server
+# ending or refusing sessions (57P01 terminate/shutdown, 57P02 crash, 57P03
+# starting up, 57P04 database dropped, 57P05 idle session timeout, 53300 too
+# many connections, 25P03 idle-in-transaction timeout), and the network.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    pgx.PostgresConnectionError,
+    pgx.AdminShutdownError,
+    pgx.CrashShutdownError,
+    pgx.CannotConnectNowError,
+    pgx.DatabaseDroppedError,
+    pgx.IdleSessionTimeoutError,
+    pgx.TooManyConnectionsError,
+    pgx.IdleInTransactionSessionTimeoutError,
+    OSError,
+)
+NOT_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (pgx.ProtocolViolationError,)
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    return isinstance(exc, CONNECTION_ERRORS) and not isinstance(exc, NOT_CONNECTION_ERRORS)
+
+
+def is_closed(conn: asyncpg.Connection) -> bool:
+    """Whether a connection we still hold was closed under us. The pool takes
+    a pool connection back as soon as it closes (its proxy then refuses
+    every call), which also means closed."""
+    try:
+        return conn.is_closed()
+    except asyncpg.InterfaceError:
+        return True
+
+
+async def wait_closed(conn: asyncpg.Connection, timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for the connection to close; whether it did."""
+    if is_closed(conn):
+        return True
+    closed = asyncio.get_running_loop().create_future()
+
+    def on_close(_conn: object) -> None:
+        if not closed.done():
+            closed.set_result(None)
+
+    try:
+        conn.add_termination_listener(on_close)
+    except asyncpg.InterfaceError:
+        return True
+    try:
+        async with asyncio.timeout(timeout_s):
+            await closed
+    except TimeoutError:
+        pass
+    finally:
+        with contextlib.suppress(asyncpg.InterfaceError):
+            conn.remove_termination_listener(on_close)
+    return is_closed(conn)
+
+
+async def connection_lost(conn: asyncpg.Connection, exc: BaseException) -> bool:
+    """Whether ``exc``, raised while using ``conn``, means the connection is
+    gone. A connection whose client state machine failed and that does not
+    close is terminated (it must not be reused) and the failure is a bug."""
+    if is_closed(conn):
+        return True
+    if is_connection_error(exc):
+        conn.terminate()
+        return True
+    # Only the plain classes: their subclasses (DataError for a bad
+    # argument, OutdatedSchemaCacheError, ...) are about the statement.
+    if type(exc) in (asyncpg.InternalClientError, asyncpg.InterfaceError):
+        if await wait_closed(conn, CLOSE_WAIT_S):
+            return True
+        conn.terminate()
+    return False
+
+
+def refused_before_send(exc: BaseException) -> bool:
+    """asyncpg refused to start the statement (its state switch failed):
+    nothing was written to the server."""
+    return isinstance(exc, asyncpg.InternalClientError) and str(exc).startswith("cannot switch to state")
