@@ -1,0 +1,260 @@
+"""Bounded memory: ephemeral buffers under per-stream, per-tenant and
+per-process caps."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import defaultdict
+
+import pytest
+
+import yoke
+from yoke import errors
+from yoke.events import prepare
+from yoke.streams.ephemeral import EVENT_OVERHEAD, STREAM_OVERHEAD, EphemeralBuffers
+
+KIB = 1024
+
+
+def presence(i: int, pad: int = 200) -> dict:
+    return {"type": "presence", "payload": {"user": f"u{i}", "pad": "x" * pad}, "ephemeral": True}
+
+
+async def ephemeral_offsets(y: yoke.Runtime, tenant: str, path: str) -> list[int]:
+    """The ephemeral offsets a reader of the stream still gets."""
+    events = await y.stream(path, tenant=tenant).read(include_ephemeral=True, limit=10_000)
+    return [e.offset for e in events if e.ephemeral]
+
+
+def check_accounting(buffers: EphemeralBuffers) -> None:
+    """The charged totals add up, no empty buffer is kept, the heaps hold
+    every stream with events and not much else."""
+    per_tenant: dict[str, int] = defaultdict(int)
+    for (tenant, _), buffer in buffers._buffers.items():
+        assert len(buffer) > 0, "an empty buffer was kept"
+        per_tenant[tenant] += buffer.bytes + STREAM_OVERHEAD
+        assert buffer.bytes <= buffers.stream_bytes
+    assert buffers.tenants() == dict(per_tenant)
+    assert buffers.bytes == sum(per_tenant.values()) <= buffers.process_bytes
+    assert all(b <= buffers.tenant_bytes for b in per_tenant.values())
+    assert buffers.events == sum(len(b) for b in buffers._buffers.values())
+    assert len(buffers._heap) <= 2 * len(buffers) + 64
+    assert {id(b) for _, b in buffers._heap} >= {id(b) for b in buffers._buffers.values()}
+
+
+# --- the caps, through the public API on both backends ------------------------
+
+
+async def test_process_cap_evicts_the_oldest_across_streams_and_tenants(db_url, tenant):
+    cap = 96 * KIB
+    async with yoke.open(
+        db_url, ephemeral_buffer_bytes=64 * KIB, ephemeral_tenant_bytes=1 << 30, ephemeral_process_bytes=cap
+    ) as y:
+        tenants = [f"{tenant}{i}" for i in range(3)]
+        order: list[tuple[str, str, int]] = []
+        for i in range(450):
+            t, path = tenants[i % 3], f"/room/{i % 40}"
+            result = await y.stream(path, tenant=t).append(presence(i))
+            order.append((t, path, result.offset))
+            assert y.buffers.bytes <= cap
+        check_accounting(y.buffers)
+        survivors = {
+            (t, f"/room/{r}", offset)
+            for t in tenants
+            for r in range(40)
+            for offset in await ephemeral_offsets(y, t, f"/room/{r}")
+        }
+        # Exactly the newest survive: everything evicted is older than
+        # everything kept, whichever stream or tenant it belonged to.
+        assert 20 < len(survivors) < 200
+        assert survivors == set(order[-len(survivors):])
+        assert y.buffers.evicted["process"] == 450 - len(survivors)
+        assert y.buffers.evicted["tenant"] == y.buffers.evicted["stream"] == 0
+        t, path, offset = order[-1]
+        assert (await y.stream(path, tenant=t).get(offset)).payload["user"] == "u449"
+
+
+async def test_tenant_cap_evicts_only_that_tenants_oldest(db_url, tenant):
+    cap = 48 * KIB
+    async with yoke.open(
+        db_url, ephemeral_buffer_bytes=32 * KIB, ephemeral_tenant_bytes=cap, ephemeral_process_bytes=1 << 30
+    ) as y:
+        quiet, noisy = tenant + "q", tenant + "n"
+        # The quiet tenant's events are the oldest in the process.
+        for i in range(10):
+            await y.stream(f"/q/{i % 2}", tenant=quiet).append(presence(i))
+        quiet_usage = y.buffers.tenant_usage(quiet)
+        order = []
+        for i in range(300):
+            path = f"/n/{i % 30}"
+            order.append((path, (await y.stream(path, tenant=noisy).append(presence(i))).offset))
+            assert y.buffers.tenant_usage(noisy) <= cap
+        check_accounting(y.buffers)
+        assert y.buffers.tenant_usage(quiet) == quiet_usage
+        assert [len(await ephemeral_offsets(y, quiet, f"/q/{i}")) for i in range(2)] == [5, 5]
+        kept = {(f"/n/{r}", o) for r in range(30) for o in await ephemeral_offsets(y, noisy, f"/n/{r}")}
+        assert 10 < len(kept) < 100 and kept == set(order[-len(kept):])
+        assert y.buffers.evicted["tenant"] == 300 - len(kept)
+
+
+async def test_every_cap_holds_under_mixed_pressure(db_url, tenant):
+    # All three caps bind at some point: one hot stream, a noisy tenant and
+    # many small ones sharing a process cap below the sum of the tenant caps.
+    caps = dict(ephemeral_buffer_bytes=8 * KIB, ephemeral_tenant_bytes=24 * KIB, ephemeral_process_bytes=40 * KIB)
+    async with yoke.open(db_url, **caps) as y:
+        rng = random.Random(7)
+        order: dict[tuple[str, str], list[int]] = defaultdict(list)
+        t = path = ""
+        for i in range(400):
+            roll = rng.random()
+            if roll < 0.3:
+                t, path = tenant + "hot", "/hot"
+            elif roll < 0.6:
+                t, path = tenant + "hot", f"/s/{rng.randrange(20)}"
+            else:
+                t, path = f"{tenant}{rng.randrange(6)}", f"/s/{rng.randrange(5)}"
+            result = await y.stream(path, tenant=t).append(presence(i, pad=rng.randrange(10, 900)))
+            order[(t, path)].append(result.offset)
+            assert y.buffers.bytes <= caps["ephemeral_process_bytes"]
+            assert max(y.buffers.tenants().values()) <= caps["ephemeral_tenant_bytes"]
+        check_accounting(y.buffers)
+        assert all(y.buffers.evicted[cap] > 0 for cap in ("stream", "tenant", "process"))
+        # The newest event of the process is always readable.
+        assert (await ephemeral_offsets(y, t, path))[-1] == order[(t, path)][-1]
+        for (t, path), offsets in order.items():
+            kept = await ephemeral_offsets(y, t, path)
+            assert kept == offsets[len(offsets) - len(kept):]  # a stream keeps its newest
+
+
+async def test_emptied_buffers_are_freed(db_url, tenant):
+    async with yoke.open(db_url, ephemeral_process_bytes=24 * KIB, ephemeral_tenant_bytes=24 * KIB) as y:
+        for i in range(300):
+            await y.stream(f"/p/{i}", tenant=tenant).append(presence(i))
+        check_accounting(y.buffers)
+        assert 5 < len(y.buffers) < 30  # only the streams still holding events
+        assert all(y.buffers.get(tenant, f"/p/{i}") is None for i in range(200))
+        # A refused ephemeral append leaves nothing behind.
+        closed = y.stream("/closed", tenant=tenant + "c")
+        await closed.append({"type": "x"})
+        await closed.close()
+        with pytest.raises(errors.StreamClosed):
+            await closed.append(presence(0))
+        assert y.buffers.get(tenant + "c", "/closed") is None
+        assert tenant + "c" not in y.buffers.tenants() and y.buffers.tenant_usage(tenant + "c") == 0
+
+
+async def test_a_tail_passes_over_evicted_events(db_url, tenant):
+    async with yoke.open(db_url, ephemeral_buffer_bytes=4 * KIB) as y:
+        s = y.stream("/gap", tenant=tenant)
+        await s.append({"type": "durable"})
+        tail = s.tail(after=0)
+        assert (await anext(tail)).offset == 1
+        # The tail is suspended while 2..41 arrive and most are evicted.
+        for i in range(40):
+            await s.append(presence(i))
+        await s.append({"type": "durable"})
+        kept = await ephemeral_offsets(y, tenant, "/gap")
+        assert 1 < len(kept) < 10 and kept[-1] == 41
+        got = []
+        while not got or got[-1] != 42:
+            got.append((await asyncio.wait_for(anext(tail), 20)).offset)
+        assert got == kept + [42]
+        await tail.aclose()
+
+
+async def test_oversized_for_the_tenant_cap_is_refused_before_an_offset(db_url, tenant):
+    async with yoke.open(db_url, ephemeral_tenant_bytes=4 * KIB, ephemeral_process_bytes=1 << 20) as y:
+        s = y.stream("/big", tenant=tenant)
+        await s.append({"type": "durable"})
+        assert y.buffers.max_event_size == 4 * KIB - EVENT_OVERHEAD - STREAM_OVERHEAD
+        with pytest.raises(errors.EphemeralTooLarge) as exc:
+            await s.append(presence(0, pad=4 * KIB))
+        assert exc.value.http_status == 413 and exc.value.to_dict()["limit"] == y.buffers.max_event_size
+        assert (await s.info()).head == 1
+        await s.append(presence(0, pad=1 * KIB))
+        assert (await s.info()).head == 2
+
+
+def test_caps_too_small_for_any_event_are_refused():
+    with pytest.raises(errors.InvalidInput):
+        EphemeralBuffers(EVENT_OVERHEAD, 1 << 20, 1 << 20)
+    with pytest.raises(errors.InvalidInput):
+        EphemeralBuffers(1 << 20, STREAM_OVERHEAD + EVENT_OVERHEAD, 1 << 20)
+
+
+# --- the eviction structure against a plain model ------------------------------
+
+
+class Model:
+    """The caps done the slow, obvious way: every live event in one list,
+    in the order they were added."""
+
+    def __init__(self, stream: int, tenant: int, process: int) -> None:
+        self.caps = (stream, tenant, process)
+        self.live: list[tuple[int, str, str, int]] = []  # (seq, tenant, path, charge)
+
+    def add(self, seq: int, tenant: str, path: str, charge: int) -> None:
+        self.live.append((seq, tenant, path, charge))
+        stream_cap, tenant_cap, process_cap = self.caps
+        self._evict(lambda e: e[1] == tenant and e[2] == path, stream_cap, overhead=False)
+        self._evict(lambda e: e[1] == tenant, tenant_cap, overhead=True)
+        self._evict(lambda e: True, process_cap, overhead=True)
+
+    def _evict(self, scope, cap: int, *, overhead: bool) -> None:  # noqa: ANN001
+        while True:
+            events = [e for e in self.live if scope(e)]
+            streams = {(e[1], e[2]) for e in events}
+            total = sum(e[3] for e in events) + (STREAM_OVERHEAD * len(streams) if overhead else 0)
+            if total <= cap:
+                return
+            self.live.remove(events[0])
+
+
+def test_eviction_matches_the_model_across_many_streams_and_tenants():
+    rng = random.Random(10)
+    caps = (6 * KIB, 20 * KIB, 64 * KIB)
+    buffers = EphemeralBuffers(*caps)
+    model = Model(*caps)
+    offsets: dict[tuple[str, str], int] = defaultdict(int)
+    seq_of: dict[tuple[str, str, int], int] = {}
+    pool = [prepare(presence(i, pad=rng.randrange(0, 1500))) for i in range(50)]
+
+    async def run() -> None:  # begin/end_commit need a running loop
+        for seq in range(1, 6001):
+            tenant = f"t{min(rng.randrange(12), rng.randrange(12), rng.randrange(12))}"  # t0 busiest
+            path = f"/s/{rng.randrange(3 if seq < 3000 else 400)}"  # few streams, then many
+            p = pool[rng.randrange(len(pool))]
+            offsets[(tenant, path)] += 1
+            buffer = buffers.ensure(tenant, path)
+            if rng.random() < 0.1:  # the appender's way: inside a commit
+                buffer.begin_commit()
+                buffer.add(p, offsets[(tenant, path)], 0)
+                buffer.end_commit()
+            else:
+                buffer.add(p, offsets[(tenant, path)], 0)
+            seq_of[(tenant, path, offsets[(tenant, path)])] = seq
+            model.add(seq, tenant, path, p.size + EVENT_OVERHEAD)
+            if seq % 500 == 0:
+                check_accounting(buffers)
+                have = {
+                    seq_of[(t, path, offset)]
+                    for (t, path), b in buffers._buffers.items()
+                    for offset in b.offsets()
+                }
+                assert have == {e[0] for e in model.live}
+
+    asyncio.run(run())
+    assert all(buffers.evicted[cap] > 0 for cap in ("stream", "tenant", "process")), buffers.evicted
+
+
+def test_heaps_shed_forgotten_streams():
+    # A tenant cycling through ever new streams under the tenant cap leaves
+    # forgotten streams in the process heap; the heap does not keep them.
+    buffers = EphemeralBuffers(64 * KIB, 8 * KIB, 1 << 30)
+    p = prepare(presence(0))
+    for i in range(20_000):
+        buffers.ensure("t", f"/s/{i}").add(p, 1, 0)
+        assert len(buffers._heap) <= 2 * len(buffers) + 64
+    check_accounting(buffers)
+    assert len(buffers) < 10
