@@ -1,10 +1,12 @@
 """Bounded memory: ephemeral buffers under per-stream, per-tenant and
-per-process caps."""
+per-process caps, and a real server's gauges. docs/memory.md describes them."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import time
 from collections import defaultdict
 
 import pytest
@@ -258,3 +260,101 @@ def test_heaps_shed_forgotten_streams():
         assert len(buffers._heap) <= 2 * len(buffers) + 64
     check_accounting(buffers)
     assert len(buffers) < 10
+
+
+# --- a real `yoke serve` -------------------------------------------------------------
+
+
+def metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} is not exported")
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_server_keeps_ephemeral_memory_under_its_caps(db_url, tenant, tmp_path):
+    # The issue's report: 30 streams x 10 MiB took `yoke serve` from 68 to
+    # 378 MiB. Here ~57 MiB of ephemeral events over 100 streams and two
+    # tenants, with a 4 MiB process cap and a 3 MiB tenant cap.
+    from tests.http.conftest import start_server, stop_server
+
+    process_cap, tenant_cap = 4 << 20, 3 << 20
+    server = start_server(
+        db_url, tmp_path / ".yoke",
+        YOKE_EPHEMERAL_PROCESS_BYTES=str(process_cap), YOKE_EPHEMERAL_TENANT_BYTES=str(tenant_cap),
+    )
+    try:
+        other = server.new_token(tenant, "read,append")
+        with server.client() as admin, server.client(other) as client:
+            def batch(i: int) -> list[dict]:
+                return [{"type": "p", "payload": {"n": i, "k": k, "pad": "x" * 8000}, "ephemeral": True}
+                        for k in range(12)]
+
+            prefix = f"/mem/{tenant}"
+            admin.post(f"/v1/streams{prefix}/warm/-/events", json=batch(0))
+            before = rss_bytes(server.process.pid)
+            for round_ in range(6):
+                for s in range(100):
+                    http = client if s % 4 == 0 else admin  # the admin's tenant is the busier
+                    r = http.post(f"/v1/streams{prefix}/room/{s}/-/events", json=batch(round_ * 100 + s))
+                    assert r.status_code == 201, r.text
+                scrape = admin.get("/metrics").text
+                assert 0 < metric(scrape, "yoke_ephemeral_bytes") <= process_cap
+                assert metric(scrape, "yoke_ephemeral_tenant_bytes_max") <= tenant_cap
+            grown = rss_bytes(server.process.pid) - before
+            assert metric(scrape, 'yoke_ephemeral_evicted_total{cap="tenant"}') > 0
+            assert metric(scrape, 'yoke_ephemeral_evicted_total{cap="process"}') > 0
+            assert metric(scrape, 'yoke_ephemeral_limit_bytes{scope="process"}') == process_cap
+            assert metric(scrape, "yoke_ephemeral_streams") < 100
+            # Before the caps this run kept every event: RSS grew by ~40 MiB
+            # for 40 MiB sent. Now it holds at most 4 MiB of them.
+            assert grown < 24 << 20, f"RSS grew {grown >> 20} MiB"
+            # The newest are readable; the oldest are gone.
+            newest = admin.get(f"/v1/streams{prefix}/room/99/-/events", params={"include_ephemeral": "true"})
+            assert newest.json()["events"][-1]["payload"] == {"n": 599, "k": 11, "pad": "x" * 8000}
+            oldest = admin.get(f"/v1/streams{prefix}/room/1/-/events", params={"include_ephemeral": "true"})
+            assert all(e["payload"]["n"] > 1 for e in oldest.json()["events"])
+    finally:
+        stop_server(server)
+
+
+def test_server_frees_the_tails_of_clients_that_disconnect(db_url, tenant, tmp_path):
+    from tests.http.conftest import start_server, stop_server
+
+    server = start_server(db_url, tmp_path / ".yoke")
+    try:
+        with server.client() as admin:
+            idle = admin.get("/metrics").text
+            baseline = metric(idle, "yoke_wakeup_waiters")
+            with contextlib.ExitStack() as open_tails:
+                readers = []  # a reader dropped closes its connection: keep them
+                for s in range(30):
+                    url = f"/v1/streams/sse/{tenant}/{s}/-/"
+                    admin.post(url + "events", json={"type": "x"})
+                    response = open_tails.enter_context(admin.stream("GET", url + "tail"))
+                    lines = (line for line in response.iter_lines() if line)
+                    assert next(lines) == ": tailing"
+                    assert next(lines) == "id: 1"  # following: subscribed and read
+                    readers.append(lines)
+                scrape = admin.get("/metrics").text
+                assert metric(scrape, "yoke_wakeup_waiters") == baseline + 30
+                assert metric(scrape, "yoke_open_tails") == 30
+            # Every connection is closed mid-tail here.
+            deadline = time.monotonic() + 20
+            while True:
+                scrape = admin.get("/metrics").text
+                if (metric(scrape, "yoke_wakeup_waiters"), metric(scrape, "yoke_open_tails")) == (baseline, 0):
+                    break
+                assert time.monotonic() < deadline, "tails of gone clients are still subscribed"
+                time.sleep(0.05)  # the poll interval
+            assert metric(scrape, "yoke_appenders") == 0
+    finally:
+        stop_server(server)

@@ -292,6 +292,11 @@ class AppendService:
         # goes on (and may still write its events).
         return appender.submit(events)
 
+    @property
+    def appenders(self) -> int:
+        """Streams with appends queued or committing (an idle stream has none)."""
+        return len(self._appenders)
+
     def stop_blocking(self) -> None:
         """Shutdown: appends waiting for credit fail with RuntimeClosed now."""
         self.stop_waiting = True
