@@ -1,5 +1,6 @@
 """Bounded memory: ephemeral buffers under per-stream, per-tenant and
-per-process caps, and a real server's gauges. docs/memory.md describes them."""
+per-process caps, and the other per-stream / per-connection structures
+(the token cache, the SSE frame cache) capped. docs/memory.md describes them."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import asyncio
 import contextlib
 import random
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 
 import pytest
 
 import yoke
 from yoke import errors
 from yoke.events import prepare
+from yoke.http.auth import TokenCache
+from yoke.http.sse import FrameCache
+from yoke.store.contract import TokenInfo
 from yoke.streams.ephemeral import EVENT_OVERHEAD, STREAM_OVERHEAD, EphemeralBuffers
 
 KIB = 1024
@@ -358,3 +362,47 @@ def test_server_frees_the_tails_of_clients_that_disconnect(db_url, tenant, tmp_p
             assert metric(scrape, "yoke_appenders") == 0
     finally:
         stop_server(server)
+
+
+# --- caches -----------------------------------------------------------------------
+
+
+def token(i: int) -> TokenInfo:
+    return TokenInfo(f"tok_{i:016x}", "t", "", ("read",), "hash", 0, None)
+
+
+def test_token_cache_is_bounded():
+    cache = TokenCache(max_entries=100)
+    for i in range(1000):
+        cache.put(f"key{i}", token(i))
+        assert len(cache) <= 100
+    assert cache.get("key999") == token(999) and cache.get("key0") is None
+    for i in range(1000):
+        cache.forget(token(i).token_id)
+        assert cache.revocations <= 100
+    assert len(cache) == 0 and cache.revoked(token(999).token_id)
+    cache.put("key999", token(999))
+    assert cache.get("key999") is None  # revoked here: not cached again
+
+
+def test_token_cache_drops_expired_entries():
+    cache = TokenCache(ttl_s=0.0, revoked_keep_s=0.0)
+    for i in range(500):
+        cache.put(f"key{i}", token(i))
+        assert len(cache) <= 1  # every earlier entry has expired
+    assert cache.get("key499") is None and len(cache) == 0
+    cache.forget(token(1).token_id)
+    cache.forget(token(2).token_id)
+    assert cache.revocations <= 1 and not cache.revoked(token(1).token_id)
+
+
+def test_sse_frame_cache_is_bounded_in_bytes():
+    frames = FrameCache(size=4096, max_bytes=256 * KIB)
+    big = prepare({"type": "x", "payload": "y" * 60_000})
+    recent: deque[bytes] = deque(maxlen=3)
+    for offset in range(1, 101):
+        frame = frames.frame(big.to_event("t", "/big", offset, 0))
+        assert frame.startswith(b"id: %d\n" % offset)
+        recent.append(frame)
+        assert frames.bytes <= 256 * KIB and frames.bytes == sum(len(f) for f in frames._frames.values())
+    assert 1 < len(frames) <= 5
