@@ -1,6 +1,8 @@
 """Bounded memory: ephemeral buffers under per-stream, per-tenant and
 per-process caps, and the other per-stream / per-connection structures
-(the token cache, the SSE frame cache) capped. docs/memory.md describes them."""
+(appenders, wake-up waiters, shared reads, blocked producers, the token
+cache, the SSE frame cache, the fan-out cursor and instance caches) freed
+or capped. docs/memory.md describes them."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from yoke import errors
 from yoke.events import prepare
 from yoke.http.auth import TokenCache
 from yoke.http.sse import FrameCache
-from yoke.store.contract import TokenInfo
+from yoke.store.contract import Limits, TokenInfo
 from yoke.streams.ephemeral import EVENT_OVERHEAD, STREAM_OVERHEAD, EphemeralBuffers
 
 KIB = 1024
@@ -364,6 +366,85 @@ def test_server_frees_the_tails_of_clients_that_disconnect(db_url, tenant, tmp_p
         stop_server(server)
 
 
+# --- other per-stream structures: freed when done ---------------------------------
+# The runtime may also be delivering other tests' subscriptions (PostgreSQL
+# shares one database): count only this test's tenant.
+
+
+def waiters(y: yoke.Runtime, tenant: str) -> tuple[int, int]:
+    """(waiters, streams with waiters) of ``tenant`` on the wake-up hub."""
+    mine = [w for (t, _), w in y.hub._waiters.items() if t == tenant]
+    return sum(len(w) for w in mine), len(mine)
+
+
+def appenders(y: yoke.Runtime, tenant: str) -> int:
+    return sum(1 for t, _ in y.appends._appenders if t == tenant)
+
+
+async def test_appenders_are_freed_when_idle(y, tenant):
+    await asyncio.gather(*(y.stream(f"/a/{i}", tenant=tenant).append({"type": "x"}) for i in range(200)))
+    # A caller that goes away, and a refused call, leave nothing either.
+    s = y.stream("/a/closed", tenant=tenant)
+    await s.append({"type": "x"})
+    await s.close()
+    with pytest.raises(errors.StreamClosed):
+        await s.append({"type": "y"})
+    gone = asyncio.ensure_future(y.stream("/a/cancelled", tenant=tenant).append({"type": "x"}))
+    await asyncio.sleep(0)  # let it queue (any point before or after would do)
+    gone.cancel()
+    await asyncio.wait_for(y.appends.drain(), 20)
+    assert appenders(y, tenant) == 0
+
+
+async def test_tails_free_their_waiters_and_shared_reads(y, tenant):
+    streams = [y.stream(f"/w/{i}", tenant=tenant) for i in range(60)]
+    await asyncio.gather(*(s.append({"type": "x"}) for s in streams))
+    tails = [s.tail(after=0) for s in streams]
+    for tail in tails:
+        assert (await anext(tail)).offset == 1  # subscribed, backfilled
+    assert waiters(y, tenant) == (60, 60)
+
+    async def follow(tail):  # noqa: ANN001
+        async for _ in tail:
+            pass
+
+    # A third end normally, a third is cancelled mid-wait (a client that
+    # disconnects), a third both ways on one stream.
+    for tail in tails[:20]:
+        await tail.aclose()
+    tasks = [asyncio.create_task(follow(tail)) for tail in tails[20:]]
+    await asyncio.gather(*(s.append({"type": "x"}) for s in streams[20:40]))  # some mid-read
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert waiters(y, tenant) == (0, 0)
+    # A read a cancelled tail had joined finishes for the others, then goes.
+    reads = [future for key, (_, future) in y.shared_reads._inflight.items() if key[0] == tenant]
+    await asyncio.gather(*reads, return_exceptions=True)
+    assert not [key for key in y.shared_reads._inflight if key[0] == tenant]
+
+
+async def test_blocked_producers_free_their_waiters(y, tenant):
+    s = y.stream("/credit", tenant=tenant)
+    await s.create(limits=Limits(max_unread_events=1, overflow="block", block_timeout_s=60))
+    await s.ack("r", 0)
+    await s.append({"type": "e"})
+    blocked = [asyncio.create_task(s.append({"type": "e"})) for _ in range(20)]
+    while waiters(y, tenant)[0] < 20:  # each subscribes once it met backpressure
+        await asyncio.wait(blocked, timeout=0.05)
+    for task in blocked:
+        task.cancel()  # the client went away
+    await asyncio.gather(*blocked, return_exceptions=True)
+    assert waiters(y, tenant) == (0, 0)
+    # One that runs out of time frees its waiter too.
+    await s.set_limits(Limits(max_unread_events=1, overflow="block", block_timeout_s=0.2))
+    with pytest.raises(errors.Backpressure):
+        await s.append({"type": "e"})
+    assert waiters(y, tenant) == (0, 0)
+    await asyncio.wait_for(y.appends.drain(), 20)
+    assert appenders(y, tenant) == 0
+
+
 # --- caches -----------------------------------------------------------------------
 
 
@@ -406,3 +487,34 @@ def test_sse_frame_cache_is_bounded_in_bytes():
         recent.append(frame)
         assert frames.bytes <= 256 * KIB and frames.bytes == sum(len(f) for f in frames._frames.values())
     assert 1 < len(frames) <= 5
+
+
+# --- actor caches keyed by stream paths and event data ------------------------------
+
+
+async def test_fan_out_and_scheduler_caches_are_bounded(fresh_url, tmp_path):
+    app = yoke.App()
+    seen: list[tuple[str, str, int]] = []
+
+    @app.actor("per-user", filter=yoke.Filter(types=["seen"], key="payload.user"))
+    async def per_user(ctx, event):  # noqa: ANN001
+        seen.append((ctx.instance.key, event.path, event.offset))
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        assert y.executor is not None
+        fanout, scheduler = y.executor.fanout, y.executor.scheduler
+        fanout.max_cursors, scheduler.max_instances = 8, 12
+        # Client-chosen stream paths and keys: 40 streams, 60 instances.
+        for i in range(40):
+            await y.stream(f"/visits/{i}", "acme").append_many(
+                [{"type": "seen", "payload": {"user": f"u{(i * 3 + k) % 60}"}} for k in range(3)]
+            )
+        await y.wait_idle(timeout_s=30)
+        assert len(seen) == len(set(seen)) == 120  # every event reached its instance, once
+        assert len({key for key, _, _ in seen}) == 60
+        assert len(fanout._cursors) <= 8
+        assert len(scheduler._instances) <= 12
+        # A forgotten cursor is read again from its row: nothing is routed twice.
+        await y.stream("/visits/0", "acme").append({"type": "seen", "payload": {"user": "u0"}})
+        await y.wait_idle(timeout_s=30)
+        assert len(seen) == len(set(seen)) == 121 and len(fanout._cursors) <= 8
