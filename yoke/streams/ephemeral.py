@@ -285,15 +285,17 @@ class EphemeralBuffers:
     # --- adding and evicting ------------------------------------------------------
 
     def _add(self, buffer: EphemeralBuffer, prepared: PreparedEvent, offset: int, at: int) -> None:
-        self._seq += 1
-        entry = _Entry(self._seq, prepared, offset, at)
+        self._seq = seq = self._seq + 1
+        entry = _Entry(seq, prepared, offset, at)
         share = buffer._share
+        entries = buffer._entries
         charge = entry.charge
-        if not buffer._entries:
+        filled = not entries
+        entries.append(entry)
+        buffer._bytes += charge
+        if filled:
             charge += STREAM_OVERHEAD
-            self._filled(buffer, share, entry.seq)
-        buffer._entries.append(entry)
-        buffer._bytes += entry.charge
+            self._filled(buffer, share, seq)
         share.bytes += charge
         self.bytes += charge
         self.events += 1
@@ -305,11 +307,14 @@ class EphemeralBuffers:
             self._evict_oldest(share.heap, tenant=True)
         while self.bytes > self.process_bytes:
             self._evict_oldest(self._heap, tenant=False)
-        # Shed the entries of forgotten streams once they are the majority.
-        if len(self._heap) > _SLACK * len(self._buffers) + _SLACK_MIN:
-            self._heap = self._rebuilt(self._heap, tenant=False)
-        if len(share.heap) > _SLACK * share.buffers + _SLACK_MIN:
-            share.heap = self._rebuilt(share.heap, tenant=True)
+        if filled:
+            # The heaps grew: shed the entries of forgotten streams once
+            # they are the majority (so a heap never holds more than about
+            # twice the streams it had at its last push).
+            if len(self._heap) > _SLACK * len(self._buffers) + _SLACK_MIN:
+                self._heap = self._rebuilt(self._heap, tenant=False)
+            if len(share.heap) > _SLACK * share.buffers + _SLACK_MIN:
+                share.heap = self._rebuilt(share.heap, tenant=True)
 
     def _filled(self, buffer: EphemeralBuffer, share: _Tenant, seq: int) -> None:
         """``buffer`` gets its first event (sequence ``seq``): enter the heaps.
