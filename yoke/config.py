@@ -21,8 +21,12 @@ class Settings:
     pg_runtime_url: str = ""
     pg_pool_min: int = 2
     pg_pool_max: int = 10
-    # Per-stream in-memory budget for ephemeral events, oldest evicted first.
+    # In-memory budgets for ephemeral events (docs/memory.md): per stream,
+    # per tenant and per process. Past any of them the oldest event under it
+    # is evicted (the stream's, the tenant's or the process's oldest).
     ephemeral_buffer_bytes: int = 10 * 1024 * 1024
+    ephemeral_tenant_bytes: int = 16 * 1024 * 1024
+    ephemeral_process_bytes: int = 64 * 1024 * 1024
     max_event_bytes: int = 64 * 1024
     # Most events one group commit writes in one transaction.
     max_group_events: int = 10_000

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import weakref
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -24,6 +26,50 @@ HTTP_LATENCY = Histogram(
     "yoke_http_request_seconds", "HTTP request duration by route template", ["route"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
 )
+
+# --- memory (docs/memory.md; sampled at scrape) ------------------------------
+# No per-tenant labels: tenants are unbounded, so the largest tenant's share
+# stands for them all.
+
+EPHEMERAL_BYTES = Gauge(
+    "yoke_ephemeral_bytes", "Bytes charged for the ephemeral events buffered in this process"
+)
+EPHEMERAL_EVENTS = Gauge("yoke_ephemeral_events", "Ephemeral events buffered in this process")
+EPHEMERAL_STREAMS = Gauge("yoke_ephemeral_streams", "Streams with ephemeral events buffered in this process")
+EPHEMERAL_TENANT_MAX = Gauge(
+    "yoke_ephemeral_tenant_bytes_max", "Bytes charged for the ephemeral events of the tenant holding most"
+)
+EPHEMERAL_LIMIT = Gauge(
+    "yoke_ephemeral_limit_bytes", "The ephemeral buffer caps (per stream, per tenant, per process)", ["scope"]
+)
+EPHEMERAL_EVICTED = Counter(
+    "yoke_ephemeral_evicted_total", "Ephemeral events evicted, by the cap that evicted them", ["cap"]
+)
+WAKEUP_WAITERS = Gauge(
+    "yoke_wakeup_waiters", "Waiters on stream wake-ups (tails, producers blocked on credit, deliveries)"
+)
+APPENDERS = Gauge("yoke_appenders", "Streams with appends queued or committing in this process")
+
+_evictions_reported: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
+
+
+def sample_memory(runtime: Any) -> None:  # a Runtime
+    """Refresh the memory gauges from the runtime's in-process structures."""
+    buffers = runtime.buffers
+    EPHEMERAL_BYTES.set(buffers.bytes)
+    EPHEMERAL_EVENTS.set(buffers.events)
+    EPHEMERAL_STREAMS.set(len(buffers))
+    EPHEMERAL_TENANT_MAX.set(max(buffers.tenants().values(), default=0))
+    EPHEMERAL_LIMIT.labels("stream").set(buffers.stream_bytes)
+    EPHEMERAL_LIMIT.labels("tenant").set(buffers.tenant_bytes)
+    EPHEMERAL_LIMIT.labels("process").set(buffers.process_bytes)
+    reported = _evictions_reported.setdefault(buffers, {})
+    for cap, count in buffers.evicted.items():
+        EPHEMERAL_EVICTED.labels(cap).inc(count - reported.get(cap, 0))
+        reported[cap] = count
+    WAKEUP_WAITERS.set(runtime.hub.waiters)
+    APPENDERS.set(runtime.appends.appenders)
+
 
 # --- actors -------------------------------------------------------------------
 

@@ -44,7 +44,7 @@ class Runtime:
         self._state_dbs: StateDatabases | None = None
         self._store: Store = connect_store(settings)
         self.hub = WakeupHub()
-        self.buffers = EphemeralBuffers(settings.ephemeral_buffer_bytes)
+        self.buffers = EphemeralBuffers.from_settings(settings)
         self.shared_reads = SharedReads(self.hub)
         self.appends = AppendService(
             self._store, self.hub, self.buffers, max_group_events=settings.max_group_events

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("yoke.actors.fanout")
 
 PAGE = 1000  # events per fan-out transaction
+MAX_CURSORS = 100_000  # streams whose fan-out cursor is cached
 
 
 class Fanout:
@@ -53,7 +54,11 @@ class Fanout:
             for d in app.actors.values()
             if d.keyed and d.filter is not None
         ]
+        # Fan-out cursors as this process last left them, by stream: a cache
+        # (a miss reads the cursor row), keyed by client-chosen paths, so
+        # bounded; the oldest remembered go first.
         self._cursors: dict[tuple[str, str], int] = {}
+        self.max_cursors = MAX_CURSORS
         self.idle = asyncio.Event()  # set while nothing is known to be pending
 
     # --- triggers ------------------------------------------------------------
@@ -71,6 +76,12 @@ class Fanout:
 
     def routing_changed(self, tenant: str) -> None:
         self._indexes.pop(tenant, None)
+
+    def _remember(self, tenant: str, path: str, through: int) -> None:
+        cursors = self._cursors
+        if (tenant, path) not in cursors and len(cursors) >= self.max_cursors:
+            del cursors[next(iter(cursors))]
+        cursors[(tenant, path)] = through
 
     # --- the loop ------------------------------------------------------------
 
@@ -150,7 +161,7 @@ class Fanout:
         while True:
             page = await self._runtime.store.read(tenant, path, through, PAGE)
             if not page.events and page.head <= through:
-                self._cursors[(tenant, path)] = through
+                self._remember(tenant, path, through)
                 return
             full = len(page.events) == PAGE
             new_through = page.events[-1].offset if full else page.head
@@ -183,7 +194,7 @@ class Fanout:
                 through = moved
                 continue
             through = new_through
-            self._cursors[(tenant, path)] = through
+            self._remember(tenant, path, through)
             if items:
                 self._on_enqueued(tenant)
             if not full:

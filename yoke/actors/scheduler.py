@@ -40,6 +40,7 @@ LEASE_MARGIN_MS = 500  # a run is cancelled this long before its lease ends
 class LeaseLost(Exception):
     """The row's lease ended before its run could start."""
 MAX_ERROR_CHARS = 4096
+MAX_INSTANCES = 100_000  # instances whose row is cached
 
 
 def backoff_s(definition: ActorDef, attempt: int) -> float:
@@ -175,7 +176,11 @@ class Scheduler:
             for d in app.actors.values()
         ]
         self.running: set[asyncio.Task[None]] = set()
+        # Instances of claimed rows: a cache (a miss reads the row), bounded
+        # because instances are made from event data (keyed actors); the
+        # oldest remembered go first.
         self._instances: dict[tuple[str, str], InstanceInfo] = {}
+        self.max_instances = MAX_INSTANCES
         self.loops = [_ClaimLoop(self, shard) for shard in range(max(shards, 1))]
         self.stopping = False
         self.on_run = None  # test hook: (row, started, finished, ok) -> None
@@ -213,7 +218,7 @@ class Scheduler:
         missing = {r.instance_id for r in rows if (tenant, r.instance_id) not in self._instances}
         if missing:
             for info in await self.runtime.store.actors.get_instances(tenant, sorted(missing)):
-                self._instances[(tenant, info.instance_id)] = info
+                self._remember(info)
 
     async def _instance(self, tenant: str, instance_id: str) -> InstanceInfo | None:
         key = (tenant, instance_id)
@@ -221,8 +226,15 @@ class Scheduler:
         if info is None:
             info = await self.runtime.store.actors.get_instance(tenant, instance_id)
             if info is not None:
-                self._instances[key] = info
+                self._remember(info)
         return info
+
+    def _remember(self, info: InstanceInfo) -> None:
+        instances = self._instances
+        key = (info.tenant, info.instance_id)
+        if key not in instances and len(instances) >= self.max_instances:
+            del instances[next(iter(instances))]
+        instances[key] = info
 
     async def run_row(self, row: QueueRow, loop: _ClaimLoop) -> None:
         definition = self._app.actors[row.actor]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,11 @@ from ..store.contract import TokenInfo
 # Authenticated tokens are remembered this long, so most requests skip the
 # token lookup; a revocation reaches other processes within this time.
 TOKEN_CACHE_S = 2.0
+# At most this many are remembered (the oldest go first).
+TOKEN_CACHE_MAX = 10_000
+# A token revoked through this process is not cached again for this long:
+# longer than any lookup that started before the revocation can take.
+REVOKED_KEEP_S = 60.0
 
 bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer yk_tok_...`")
 
@@ -36,31 +42,68 @@ class Principal:
 
 
 class TokenCache:
-    def __init__(self) -> None:
-        self._entries: dict[str, tuple[float, TokenInfo]] = {}
-        self._revoked: set[str] = set()  # revoked here: never cache them again
+    """Authenticated tokens by the hash of their secret, each for ``ttl_s``
+    and at most ``max_entries`` of them. Entries are kept in the order they
+    expire (one TTL for all), so expired ones are dropped from the front."""
+
+    def __init__(
+        self, max_entries: int = TOKEN_CACHE_MAX, ttl_s: float = TOKEN_CACHE_S,
+        revoked_keep_s: float = REVOKED_KEEP_S,
+    ) -> None:
+        self.max_entries = max_entries
+        self.ttl_s = ttl_s
+        self.revoked_keep_s = revoked_keep_s
+        self._entries: OrderedDict[str, tuple[float, TokenInfo]] = OrderedDict()
+        # Token ids revoked here, until when they must not be cached again.
+        self._revoked: OrderedDict[str, float] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def revocations(self) -> int:
+        return len(self._revoked)
 
     def get(self, key: str) -> TokenInfo | None:
         entry = self._entries.get(key)
-        if entry is None or entry[0] < time.monotonic():
+        if entry is None:
+            return None
+        if entry[0] <= time.monotonic():
+            del self._entries[key]
             return None
         return entry[1]
 
     def put(self, key: str, info: TokenInfo) -> None:
+        now = time.monotonic()
+        self._expire(now)
         if info.token_id in self._revoked:
             return
-        if len(self._entries) > 10_000:
-            self._entries.clear()
-        self._entries[key] = (time.monotonic() + TOKEN_CACHE_S, info)
+        self._entries.pop(key, None)  # to the back: the order stays the expiry order
+        self._entries[key] = (now + self.ttl_s, info)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
 
     def revoked(self, token_id: str) -> bool:
-        return token_id in self._revoked
+        until = self._revoked.get(token_id)
+        return until is not None and until > time.monotonic()
 
     def forget(self, token_id: str) -> None:
-        self._revoked.add(token_id)
+        now = time.monotonic()
+        self._expire(now)
+        self._revoked.pop(token_id, None)
+        self._revoked[token_id] = now + self.revoked_keep_s
+        while len(self._revoked) > self.max_entries:
+            self._revoked.popitem(last=False)
         for key, (_, info) in list(self._entries.items()):
             if info.token_id == token_id:
                 del self._entries[key]
+
+    def _expire(self, now: float) -> None:
+        entries, revoked = self._entries, self._revoked
+        while entries and next(iter(entries.values()))[0] <= now:
+            entries.popitem(last=False)
+        while revoked and next(iter(revoked.values())) <= now:
+            revoked.popitem(last=False)
 
 
 def runtime_of(request: Request) -> Runtime:

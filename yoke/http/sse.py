@@ -30,11 +30,17 @@ HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 class FrameCache:
     """Recently encoded events: with many tails on one stream, each event is
-    serialized once rather than once per tail."""
+    serialized once rather than once per tail. Holds at most ``size`` frames
+    and ``max_bytes`` bytes of them (events may be large), oldest out first."""
 
-    def __init__(self, size: int = 4096) -> None:
+    def __init__(self, size: int = 4096, max_bytes: int = 8 * 1024 * 1024) -> None:
         self._frames: OrderedDict[tuple[str, str, int], bytes] = OrderedDict()
         self._size = size
+        self._max_bytes = max_bytes
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._frames)
 
     def frame(self, event: Event) -> bytes:
         key = (event.tenant, event.path, event.offset)
@@ -42,8 +48,10 @@ class FrameCache:
         if frame is None:
             frame = b"id: %d\ndata: %s\n\n" % (event.offset, orjson.dumps(event.to_dict()))
             self._frames[key] = frame
-            if len(self._frames) > self._size:
-                self._frames.popitem(last=False)
+            self.bytes += len(frame)
+            while len(self._frames) > self._size or self.bytes > self._max_bytes:
+                _, old = self._frames.popitem(last=False)
+                self.bytes -= len(old)
         return frame
 
 

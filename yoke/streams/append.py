@@ -238,7 +238,7 @@ class Appender:
             for e, o in zip(prepared, outcomes):
                 if e.ephemeral and o.status == "ok" and buffer is not None:
                     assert o.offset is not None
-                    buffer.add(e.to_event(self.tenant, self.path, o.offset, now), e.size)
+                    buffer.add(e, o.offset, now)
             if not request.future.done():
                 request.future.set_result([AppendResult(o.offset, o.id) for o in outcomes])  # type: ignore[arg-type]
         if buffer is not None:
@@ -276,13 +276,15 @@ class AppendService:
         keys = [e.idempotency_key for e in events if e.idempotency_key is not None]
         if len(keys) != len(set(keys)):
             raise errors.InvalidIdempotencyKey("an idempotency key appears twice in one batch")
+        limit = self.buffers.max_event_size
         for e in events:
-            if e.ephemeral and e.size > self.buffers.budget:
+            if e.ephemeral and e.size > limit:
                 # Rejected before an offset is taken.
                 raise errors.EphemeralTooLarge(
-                    f"ephemeral event of {e.size} bytes exceeds the {self.buffers.budget}-byte buffer",
+                    f"ephemeral event of {e.size} bytes exceeds the {limit} bytes the ephemeral"
+                    " buffer caps admit for one event",
                     size=e.size,
-                    limit=self.buffers.budget,
+                    limit=limit,
                 )
         deadline: float | None = None
         waiter = None
@@ -330,6 +332,11 @@ class AppendService:
         # A cancelled caller cancels only its own future: the shared commit
         # goes on (and may still write its events).
         return appender.submit(events)
+
+    @property
+    def appenders(self) -> int:
+        """Streams with appends queued or committing (an idle stream has none)."""
+        return len(self._appenders)
 
     def stop_blocking(self) -> None:
         """Shutdown: appends waiting for credit fail with RuntimeClosed now."""

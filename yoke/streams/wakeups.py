@@ -56,6 +56,16 @@ class WakeupHub:
         self._waiters[(tenant, path)].add(waiter)
         return waiter
 
+    @property
+    def waiters(self) -> int:
+        """Waiters subscribed now (each tail, blocked producer, delivery)."""
+        return sum(len(waiters) for waiters in self._waiters.values())
+
+    @property
+    def streams(self) -> int:
+        """Streams with at least one waiter."""
+        return len(self._waiters)
+
     def wake(self, tenant: str, path: str) -> None:
         self.clock += 1
         for waiter in self._waiters.get((tenant, path), ()):
