@@ -19,7 +19,7 @@ from .actors.executor import Executor
 from .actors.instances import Instances
 from .actors.state import StateDatabases, make_storage
 from .config import Settings
-from .events import validate_path, validate_tenant
+from .events import MAX_PATH_CHARS, validate_path, validate_tenant
 from .store import Store, StreamInfo, connect_store
 from .streams.append import AppendService
 from .streams.ephemeral import EphemeralBuffers
@@ -125,8 +125,13 @@ class Runtime:
     ) -> list[StreamInfo]:
         """Streams of ``tenant`` whose path starts with ``prefix``, by path."""
         validate_tenant(tenant)
-        if not isinstance(prefix, str) or not prefix.startswith("/"):
-            raise errors.InvalidPath("a prefix starts with '/'", path=str(prefix)[:80])
+        if (
+            not isinstance(prefix, str) or not prefix.startswith("/") or "\x00" in prefix
+            or len(prefix) > MAX_PATH_CHARS
+        ):
+            raise errors.InvalidPath(
+                "a prefix starts with '/', has no NUL and at most 512 characters", path=str(prefix)[:80]
+            )
         if not isinstance(limit, int) or not 1 <= limit <= 10_000:
             raise errors.InvalidInput("limit must be 1-10000", field="limit")
         if after is not None:

@@ -213,6 +213,13 @@ async def test_list_streams_by_prefix(y, tenant):
     assert await y.streams(tenant="someone-else-" + tenant[:8]) == []
 
 
+@pytest.mark.parametrize("prefix", ["/a\x00", "/\x00", "/" + "a" * 512, "a", 5])
+async def test_list_streams_refuses_a_prefix_no_path_can_have(y, tenant, prefix):
+    # PostgreSQL text cannot hold NUL: both backends refuse it the same way.
+    with pytest.raises(errors.InvalidPath):
+        await y.streams(tenant=tenant, prefix=prefix)
+
+
 async def test_trusted_appends_may_use_kernel_types(y, tenant):
     s = y.stream("/k", tenant=tenant)
     (r,) = await s._append([{"type": "yoke.audit", "source": {"copied_from": [1]}}], trusted=True)

@@ -154,9 +154,9 @@ def test_workflow_streams_surface(server, http):
     ("method", "url", "body", "status", "code"),
     [
         ("POST", "/v1/tokens", {"scopes": ["read"], "name": "n\u0000"}, 400, "invalid_input"),
-        ("DELETE", "/v1/tokens/a%00b", None, 404, "token_not_found"),
-        ("GET", "/v1/streams/nul/-/objects/obj%00x", None, 404, "object_not_found"),
-        ("POST", "/v1/streams/nul/-/objects/obj%00x/abort", None, 404, "object_not_found"),
+        ("DELETE", "/v1/tokens/a%00b", None, 400, "invalid_input"),
+        ("GET", "/v1/streams/nul/-/objects/obj%00x", None, 400, "invalid_input"),
+        ("POST", "/v1/streams/nul/-/objects/obj%00x/abort", None, 400, "invalid_input"),
         ("POST", "/v1/streams/nul/-/objects", {"idempotency_key": "k\u0000", "sha256": DIGEST, "size": 1}, 400, "invalid_idempotency_key"),
         ("POST", "/v1/streams/nul/-/objects", {"idempotency_key": "k", "sha256": DIGEST, "size": 1, "content_type": "a\u0000"}, 400, "invalid_input"),
         ("PUT", "/v1/streams/nul-meta", {"metadata": {"x": "\u0000"}}, 400, "invalid_input"),

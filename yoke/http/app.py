@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .. import __version__, errors, metrics
 from . import actors, health, objects, portals, streams, subscriptions, tokens, workflow
 from .auth import TokenCache
+from .guard import RequestGuard
 from .hotpath import HotPath
 from .responses import http_error_handler, validation_error_handler, yoke_error_handler
 
@@ -62,9 +63,9 @@ def create_app(
 
 
 def asgi_app(app: FastAPI) -> ASGIApp:
-    """What the server runs: request metrics around the append hot path
-    around FastAPI (lifespan events pass straight through)."""
-    return RequestMetrics(HotPath(app, app.state))
+    """What the server runs: request metrics around the URL guard around the
+    append hot path around FastAPI (lifespan events pass straight through)."""
+    return RequestMetrics(RequestGuard(HotPath(app, app.state)))
 
 
 class RequestMetrics:
