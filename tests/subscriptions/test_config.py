@@ -119,6 +119,23 @@ async def test_at_most_64_copy_subscriptions_into_one_stream(fresh_url: str) -> 
         assert replaced.created
 
 
+async def test_concurrent_configures_never_pass_64_copies_into_one_stream(fresh_url: str) -> None:
+    # The limit is counted in the configure's transaction, under a lock on the
+    # target: concurrent configures from different sources cannot all see room.
+    async with yoke.open(fresh_url, executor=False) as y:
+        for i in range(60):
+            await y.stream(f"/src/{i}").subscribe("fan-in", yoke.copy_to_stream("/sink"))
+        racers = [y.stream(f"/racer/{i}") for i in range(12)]
+        results = await asyncio.gather(
+            *(r.subscribe("fan-in", yoke.copy_to_stream("/sink")) for r in racers), return_exceptions=True
+        )
+        refused = [r for r in results if isinstance(r, errors.InvalidSubscription)]
+        assert len(refused) == 8 and all(r.details["limit"] == 64 for r in refused)
+        assert all(not isinstance(r, BaseException) for r in results if r not in refused)
+        copies = [s for src in (*[y.stream(f"/src/{i}") for i in range(60)], *racers) for s in await src.subscriptions()]
+        assert len(copies) == 64
+
+
 async def test_operator_commands_on_a_missing_name_append_nothing(fresh_url: str) -> None:
     async with yoke.open(fresh_url, **FAST) as y:
         a = y.stream("/a")

@@ -52,6 +52,9 @@ class SourceState:
     stream_id: str
     created_at: int
     head: int
+    # With control(copies_into=target): how many other subscriptions (not the
+    # one being decided) copy into target, counted under a lock on target.
+    copies_into: int = 0
 
     @property
     def next_offset(self) -> int:
@@ -143,20 +146,24 @@ class Checkpoint:
 
 class SubscriptionStore(Protocol):
     async def control(
-        self, tenant: str, path: str, name: str, decide: Decide, now: int, new_stream_id: str
+        self, tenant: str, path: str, name: str, decide: Decide, now: int, new_stream_id: str,
+        *, copies_into: str | None = None,
     ) -> tuple[Change, list[Outcome]]:
         """One transaction: create the source stream if missing, lock its row,
         read the subscription row, call ``decide``, append its events (all
         must be accepted, else nothing is written and the outcomes say why)
-        and write or delete the row."""
+        and write or delete the row.
+
+        ``copies_into`` (a stream path): also take a lock on that target
+        stream's copy count (held to the end of the transaction, so two
+        configures into one target never both see room for one more) and
+        give ``decide`` the number of other subscriptions copying into it as
+        ``source.copies_into``."""
 
     async def get(self, tenant: str, path: str, name: str) -> SubscriptionRow | None: ...
 
     async def list(self, tenant: str, path: str) -> list[SubscriptionRow]:
         """The subscriptions of one source stream, by name."""
-
-    async def copies_into(self, tenant: str, target: str) -> int:
-        """How many copy subscriptions deliver into the stream ``target``."""
 
     async def claim(
         self, owner: str, version: str, now: int, lease_ms: int, can: Deliverable

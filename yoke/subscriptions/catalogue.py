@@ -30,6 +30,7 @@ CONTROL_TYPES = frozenset({CONFIGURED, REMOVED, HALTED, RESUMED, CURSOR_SET})
 AUDIT = "yoke.error"  # kernel audit lines (skips, dropped copies): never copied onward
 
 GENERATED_PREFIX = "subscription:"
+MAX_COPIES_INTO = 64  # copy subscriptions into one stream (per tenant)
 MAX_NAME_CHARS = 500
 MAX_ERROR_CHARS = 4096
 
@@ -68,6 +69,13 @@ def decide_configure(
     def decide(row: SubscriptionRow | None, source: SourceState) -> Change:
         if row is not None and row.config == config:
             return Change(reply=(row, False))  # identical: the original configure event stands
+        # Counted under the lock on the target (control(copies_into=...)),
+        # leaving out this subscription: replacing one of the 64 is no 65th.
+        if config["kind"] == "copy" and source.copies_into >= MAX_COPIES_INTO:
+            raise errors.InvalidSubscription(
+                f"{config['target']} already receives {MAX_COPIES_INTO} copy subscriptions",
+                field="receiver", limit=MAX_COPIES_INTO,
+            )
         offset = source.next_offset
         chosen = name if name is not None else f"{GENERATED_PREFIX}{offset}"
         event = _event(CONFIGURED, {"name": chosen, "config": config})

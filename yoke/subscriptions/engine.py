@@ -160,11 +160,14 @@ class Deliveries:
         return await control(self.runtime, row.tenant, row.path, row.name, decide)
 
 
-async def control(runtime: Runtime, tenant: str, path: str, name: str, decide: Decide) -> Any:
+async def control(
+    runtime: Runtime, tenant: str, path: str, name: str, decide: Decide, *, copies_into: str | None = None
+) -> Any:
     """Run a control decision; raise if the stream refused its events; wake
-    readers of the source. Returns the decision's reply (None: no change)."""
+    readers of the source. Returns the decision's reply (None: no change).
+    ``copies_into``: see ``SubscriptionStore.control``."""
     change, outcomes = await runtime.store.subscriptions.control(
-        tenant, path, name, decide, now_ms(), new_stream_id()
+        tenant, path, name, decide, now_ms(), new_stream_id(), copies_into=copies_into
     )
     refused = next((o for o in outcomes if o.status not in ("ok", "duplicate")), None)
     if refused is not None:

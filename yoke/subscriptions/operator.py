@@ -34,7 +34,6 @@ from .receivers import CopyToStream, Processor, Receiver, Webhook, validated
 if TYPE_CHECKING:
     from ..streams.handle import Stream
 
-MAX_COPIES_INTO = 64
 WAIT_POLL_S = 0.1  # deliveries in other processes are seen at least this often
 REBUILD_PAGE = 1000
 REBUILD_TRIES = 5  # a rebuild retries when the stream moved under it
@@ -94,8 +93,8 @@ class Subscriptions:
         self.tenant = stream.tenant
         self.path = stream.path
 
-    async def _control(self, name: str, decide: Any) -> Any:
-        reply = await control(self.runtime, self.tenant, self.path, name, decide)
+    async def _control(self, name: str, decide: Any, *, copies_into: str | None = None) -> Any:
+        reply = await control(self.runtime, self.tenant, self.path, name, decide, copies_into=copies_into)
         deliveries = self.runtime.deliveries
         if deliveries is not None:
             deliveries.changed(self.tenant, self.path, name)
@@ -140,7 +139,6 @@ class Subscriptions:
                 )
             if receiver.path == self.path:
                 raise errors.InvalidSubscription("a stream cannot subscribe to itself", field="receiver")
-            await self._check_copy_limit(name, receiver.path)
         config = {
             **receiver.config(),
             "filter": None if parsed is None else parsed.to_dict(),
@@ -150,22 +148,14 @@ class Subscriptions:
         }
         secret = receiver.secret if isinstance(receiver, Webhook) else None
         decide = decide_configure(self.tenant, self.path, name, config, secret)
-        row, created = await self._control(name if name is not None else GENERATED_PREFIX, decide)
+        target = receiver.path if isinstance(receiver, CopyToStream) else None
+        row, created = await self._control(
+            name if name is not None else GENERATED_PREFIX, decide, copies_into=target
+        )
         generated = (
             secret if created and isinstance(receiver, Webhook) and receiver.generated else None
         )
         return Subscribed(row.name, row.configured_at, row.configured_id, created, generated)
-
-    async def _check_copy_limit(self, name: str | None, target: str) -> None:
-        store = self.runtime.store.subscriptions
-        existing = None if name is None else await store.get(self.tenant, self.path, name)
-        if existing is not None and existing.config.get("target") == target:
-            return  # a replacement does not add a copy into target
-        if await store.copies_into(self.tenant, target) >= MAX_COPIES_INTO:
-            raise errors.InvalidSubscription(
-                f"{target} already receives {MAX_COPIES_INTO} copy subscriptions",
-                field="receiver", limit=MAX_COPIES_INTO,
-            )
 
     async def unsubscribe(self, name: str) -> None:
         await self._control(check_name(name), decide_remove(name, self.path))

@@ -41,6 +41,9 @@ if TYPE_CHECKING:
     from .store import PostgresStore
 
 KEY = "tenant_id=$1 AND path=$2 AND name=$3"
+# The first key of the two-key advisory locks on a copy target (the second is
+# a hash of tenant and target); two-key locks never meet single-key ones.
+COPIES_INTO_LOCK = 0x5E0C
 _PLACES = ", ".join(
     f"${i}::jsonb" if c in ("config", "halted") else f"${i}"
     for i, c in enumerate(SUBSCRIPTION_WRITE_COLUMNS, 1)
@@ -77,12 +80,28 @@ class PgSubscriptionStore:
         )
 
     async def control(
-        self, tenant: str, path: str, name: str, decide: Decide, now: int, new_stream_id: str
+        self, tenant: str, path: str, name: str, decide: Decide, now: int, new_stream_id: str,
+        *, copies_into: str | None = None,
     ) -> tuple[Change, list[Outcome]]:
         try:
             async with self._tx(tenant) as conn:
                 s = await self._lock_stream(conn, tenant, path, now, new_stream_id)
-                source = SourceState(s["stream_id"], s["created_at"], s["head"])
+                copies = 0
+                if copies_into is not None:
+                    # The target may not exist yet (no row to lock): a
+                    # transaction-scoped advisory lock on (tenant, target)
+                    # serializes the configures into it; taken after the
+                    # source row, and held by nothing else, so no deadlock.
+                    await conn.execute(
+                        "SELECT pg_advisory_xact_lock($1, hashtext($2::text || '|' || $3::text))",
+                        COPIES_INTO_LOCK, tenant, copies_into,
+                    )
+                    copies = await conn.fetchval(
+                        "SELECT count(*) FROM subscriptions WHERE tenant_id=$1 AND config->>'target'=$2"
+                        " AND NOT (path=$3 AND name=$4)",
+                        tenant, copies_into, path, name,
+                    )
+                source = SourceState(s["stream_id"], s["created_at"], s["head"], copies)
                 # Locks in one order everywhere: stream row, subscription row,
                 # checkpoint (ack takes the last two in the same order).
                 found = await conn.fetchrow(
@@ -132,13 +151,6 @@ class PgSubscriptionStore:
                 tenant, path,
             )
         return [subscription_from_row(r[:-1], r[-1]) for r in rows]
-
-    async def copies_into(self, tenant: str, target: str) -> int:
-        async with self._tx(tenant) as conn:
-            return await conn.fetchval(
-                "SELECT count(*) FROM subscriptions WHERE tenant_id=$1 AND config->>'target'=$2",
-                tenant, target,
-            )
 
     async def claim(
         self, owner: str, version: str, now: int, lease_ms: int, can: Deliverable

@@ -61,7 +61,8 @@ class SqliteSubscriptionStore:
         return await self._store._read(lambda: self._store._rconn().execute(sql, params).fetchall())
 
     async def control(
-        self, tenant: str, path: str, name: str, decide: Decide, now: int, new_stream_id: str
+        self, tenant: str, path: str, name: str, decide: Decide, now: int, new_stream_id: str,
+        *, copies_into: str | None = None,
     ) -> tuple[Change, list[Outcome]]:
         store = self._store
 
@@ -69,7 +70,14 @@ class SqliteSubscriptionStore:
             try:
                 with store._transaction() as conn:
                     s, _ = store._ensure_stream(conn, tenant, path, new_stream_id, now)
-                    source = SourceState(s["stream_id"], s["created_at"], s["head"])
+                    copies = 0
+                    if copies_into is not None:  # the writer thread is the lock
+                        copies = conn.execute(
+                            "SELECT count(*) FROM subscriptions WHERE tenant_id=?"
+                            " AND json_extract(config, '$.target')=? AND NOT (path=? AND name=?)",
+                            (tenant, copies_into, path, name),
+                        ).fetchone()[0]
+                    source = SourceState(s["stream_id"], s["created_at"], s["head"], copies)
                     found = conn.execute(
                         f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE {KEY}",
                         (tenant, path, name),
@@ -111,14 +119,6 @@ class SqliteSubscriptionStore:
             (tenant, path),
         )
         return [subscription_from_row(r[:-1], r[-1]) for r in rows]
-
-    async def copies_into(self, tenant: str, target: str) -> int:
-        rows = await self._read(
-            "SELECT count(*) FROM subscriptions WHERE tenant_id=?"
-            " AND json_extract(config, '$.target')=?",
-            (tenant, target),
-        )
-        return int(rows[0][0])
 
     async def claim(
         self, owner: str, version: str, now: int, lease_ms: int, can: Deliverable
