@@ -363,13 +363,13 @@ def read(client: Client, as_json: bool, path: str, after: int, limit: int) -> No
 @click.option("--after", default=0, show_default=True, type=int)
 @http_command
 def tail(client: Client, as_json: bool, path: str, after: int) -> None:
-    """Print events after --after, then follow live ones (Ctrl-C to stop)."""
+    """Print events after --after, then follow live ones until the stream is
+    closed (Ctrl-C to stop)."""
     try:
         for event in client.tail(path, after):
             emit(event, as_json, event_line)
     except KeyboardInterrupt:
         return
-    fail("the server ended the tail (is it shutting down?)")
 
 
 @main.command()

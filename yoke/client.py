@@ -189,7 +189,10 @@ class Client:
         return self.request("POST", instance_url(instance_id, "dlq/drop"), json=_qids_body(qids))
 
     def tail(self, path: str, after: int = 0) -> Iterator[dict[str, Any]]:
-        """Events as they arrive, forever (reconnecting is the caller's choice)."""
+        """Events as they arrive, until the stream is closed (the server's final
+        ``closed`` event ends the iteration); an end without it (a server
+        shutting down) is ``ClientError`` ``tail_ended`` (reconnecting with
+        the last offset is the caller's choice)."""
         with connect_sse(
             self.http, "GET", stream_url(path, "tail"), params={"after": after}, timeout=None
         ) as source:
@@ -204,5 +207,10 @@ class Client:
                 if sse.event == "error":
                     data = orjson.loads(sse.data)
                     raise ClientError(0, data)
+                if sse.event == "closed":
+                    return
                 if sse.data:
                     yield orjson.loads(sse.data)
+        raise ClientError(
+            0, {"error": {"code": "tail_ended", "message": "the server ended the tail (is it shutting down?)"}}
+        )

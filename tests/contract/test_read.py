@@ -25,10 +25,24 @@ async def test_cursor_rule(y, tenant):
 
 
 async def test_missing_stream_reads_empty_but_rejects_future_cursor(y, tenant):
+    # Python reads a stream never created as an empty one (a reader or a tail
+    # may start before the first append); read_page says it does not exist,
+    # which HTTP answers with 404 stream_not_found. get and info raise.
     s = y.stream("/nothing", tenant=tenant)
     assert await s.read() == []
     with pytest.raises(errors.InvalidCursor):
         await s.read(after=1)
+    page = await s.read_page(after=5)
+    assert (page.exists, page.events, page.head, page.closed) == (False, [], 0, False)
+    with pytest.raises(errors.StreamNotFound):
+        await s.get(1)
+    with pytest.raises(errors.StreamNotFound):
+        await s.info()
+    await s.append({"type": "x"})
+    page = await s.read_page()
+    assert (page.exists, [e.offset for e in page.events], page.head, page.closed) == (True, [1], 1, False)
+    await s.close()
+    assert (await s.read_page(after=1)).closed
 
 
 @pytest.mark.parametrize(

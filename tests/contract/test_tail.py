@@ -134,3 +134,56 @@ async def test_closing_the_runtime_ends_tails_cleanly(db_url, tenant):
     for call in (s.read(), s.info(), s.set_legal_hold(True), s.get(1)):
         with pytest.raises(errors.RuntimeClosed):
             await call
+
+
+# --- closed streams: a tail delivers everything up to the head, then ends --------
+
+
+async def _all(tail, timeout: float = 20) -> list[yoke.Event]:
+    """Every event of a tail that must end by itself."""
+    async def run():
+        return [e async for e in tail]
+
+    return await asyncio.wait_for(run(), timeout)
+
+
+async def test_tail_of_a_closed_stream_delivers_everything_then_ends(y, tenant):
+    s = y.stream("/done", tenant=tenant)
+    await s.append_many([{"type": "x", "payload": i} for i in range(2500)])  # more than a page
+    await s.close()
+    assert [e.payload for e in await _all(s.tail())] == list(range(2500))
+    assert [e.offset for e in await _all(s.tail(after=2400))] == list(range(2401, 2501))
+    assert await _all(s.tail(after=2500)) == []  # already at the head
+    only_odd = s.tail(filter={"types": ["x"], "where": "payload % 2 = 1"})
+    assert len(await _all(only_odd)) == 1250  # a filtered tail ends too
+
+
+async def test_closing_a_stream_ends_its_live_tails(y, tenant):
+    s = y.stream("/live", tenant=tenant)
+    await s.append({"type": "x"})
+    got: list[int] = []
+    first = asyncio.Event()
+
+    async def follow(tail):
+        async for e in tail:
+            got.append(e.offset)
+            first.set()
+        return "ended"
+
+    tails = [asyncio.create_task(follow(s.tail())), asyncio.create_task(follow(s.tail(include_ephemeral=False)))]
+    await asyncio.wait_for(first.wait(), 20)
+    await s.append({"type": "x"})
+    await s.append({"type": "e", "ephemeral": True})
+    await s.close()
+    assert await asyncio.wait_for(asyncio.gather(*tails), 20) == ["ended", "ended"]
+    assert sorted(got) == [1, 1, 2, 2, 3]  # the ephemeral event only to the tail that asked for it
+
+
+async def test_a_close_in_another_runtime_ends_the_tail(db_url, tenant):
+    # Another process's close reaches a tail at its next sweep at the latest.
+    async with yoke.open(db_url, tail_sweep_s=0.2) as a, yoke.open(db_url) as b:
+        await b.stream("/elsewhere", tenant=tenant).append({"type": "x"})
+        tail = asyncio.create_task(_all(a.stream("/elsewhere", tenant=tenant).tail()))
+        await b.stream("/elsewhere", tenant=tenant).append({"type": "x"})
+        await b.stream("/elsewhere", tenant=tenant).close()
+        assert [e.offset for e in await tail] == [1, 2]

@@ -4,7 +4,11 @@ streams (see docs/http.md)."""
 
 from __future__ import annotations
 
+import time
+
+import orjson
 import pytest
+from httpx_sse import connect_sse
 
 from .conftest import events_url
 
@@ -54,3 +58,93 @@ def test_a_nul_anywhere_in_the_url_is_invalid_input(http, method, url, field):
     r = http.request(method, url, json={"type": "x", "offset": 0} if method in ("POST", "PUT") else None)
     assert error_of(r) == (400, "invalid_input")
     assert r.json()["error"]["field"] == field
+
+
+# --- missing streams --------------------------------------------------------------
+
+
+def test_reading_a_stream_never_created_is_404_like_its_info(http, path):
+    assert error_of(http.get(f"/v1/streams{path}")) == (404, "stream_not_found")
+    assert error_of(http.get(events_url(path))) == (404, "stream_not_found")
+    assert error_of(http.get(events_url(path), params={"after": 3})) == (404, "stream_not_found")
+    assert error_of(http.get(f"{events_url(path)}/1")) == (404, "stream_not_found")
+    run = "/api/workflow-streams/runs/r" + path.rsplit("/", 1)[1] + "/streams/missing"
+    assert error_of(http.get(run)) == (404, "stream_not_found")
+    assert error_of(http.get(f"{run}/records")) == (404, "stream_not_found")
+    # Once created (here by its first append), the same reads answer.
+    http.post(events_url(path), json={"type": "x"})
+    assert [e["offset"] for e in http.get(events_url(path)).json()["events"]] == [1]
+    assert error_of(http.get(f"{events_url(path)}/2")) == (404, "event_not_found")
+
+
+def test_a_tail_of_a_stream_never_created_waits_for_it(server, http, path):
+    # A tail may start before the producer's first append (and a browser's
+    # EventSource gives up for good on a 404), so it waits instead.
+    with server.client() as c, connect_sse(c, "GET", events_url(path, "tail")) as source:
+        assert source.response.status_code == 200
+        http.post(events_url(path), json={"type": "born"})
+        first = next(sse for sse in source.iter_sse() if sse.data)
+        assert orjson.loads(first.data)["type"] == "born"
+
+
+# --- tails of closed streams ------------------------------------------------------
+
+
+def until_the_end(frames, within_s: float = 20) -> list:
+    """The rest of a tail's SSE events (heartbeats left out), which must end
+    by itself: the server's heartbeats keep the loop turning to notice."""
+    deadline = time.monotonic() + within_s
+    rest = []
+    for sse in frames:
+        if sse.data or sse.event != "message":
+            rest.append(sse)
+        if time.monotonic() > deadline:
+            pytest.fail(f"the tail did not end within {within_s} s")
+    return rest
+
+
+def sse_frames(client, url: str, **kwargs) -> list:
+    """Every SSE event of a tail that must end by itself."""
+    with connect_sse(client, "GET", url, **kwargs) as source:
+        assert source.response.status_code == 200
+        return until_the_end(source.iter_sse())
+
+
+def test_a_tail_of_a_closed_stream_sends_everything_then_a_closed_event_and_ends(server, http, path):
+    http.post(events_url(path), json=[{"type": "x", "payload": i} for i in range(3)])
+    http.post(f"/v1/streams{path}/-/close")
+    with server.client() as c:
+        frames = sse_frames(c, events_url(path, "tail"))
+        assert [(f.event, f.id) for f in frames] == [("message", "1"), ("message", "2"), ("message", "3"), ("closed", "3")]
+        assert orjson.loads(frames[-1].data) == {"path": path, "closed": True}
+        resumed = sse_frames(c, events_url(path, "tail"), headers={"Last-Event-ID": "2"})
+        assert [(f.event, f.id) for f in resumed] == [("message", "3"), ("closed", "3")]
+        at_head = sse_frames(c, events_url(path, "tail"), params={"after": 3})
+        assert [f.event for f in at_head] == ["closed"]
+        filtered = sse_frames(c, events_url(path, "tail"), params={"where": "payload = 1"})
+        assert [(f.event, f.id) for f in filtered] == [("message", "2"), ("closed", "2")]
+
+
+def test_closing_a_stream_ends_its_live_sse_tails(server, http, path):
+    http.post(events_url(path), json={"type": "x"})
+    run = "r" + path.rsplit("/", 1)[1]
+    base = f"/api/workflow-streams/runs/{run}/streams"
+    assert http.post(base, json={"stream_id": "out"}).status_code == 201
+    http.post(f"{base}/out/records", json={"type": "x"})
+    with server.client() as c, server.client() as w:
+        with connect_sse(c, "GET", events_url(path, "tail")) as v1, connect_sse(w, "GET", f"{base}/out/subscribe") as wf:
+            for source, close in ((v1, f"/v1/streams{path}/-/close"), (wf, f"{base}/out/close")):
+                frames = source.iter_sse()
+                assert next(f for f in frames if f.data).id == "1"
+                http.post(events_url(path) if source is v1 else f"{base}/out/records", json={"type": "y"})
+                assert next(f for f in frames if f.data).id == "2"
+                assert http.post(close).status_code == 200
+                rest = until_the_end(frames)  # ends: the server finishes the response
+                assert [(f.event, orjson.loads(f.data).get("closed")) for f in rest] == [("closed", True)]
+
+
+def test_cli_tail_ends_when_the_stream_is_closed(server, http, path):
+    http.post(events_url(path), json=[{"type": "a"}, {"type": "b"}])
+    http.post(f"/v1/streams{path}/-/close")
+    out = server.cli("tail", path, "--json", "--url", server.url)
+    assert [orjson.loads(line)["type"] for line in out.stdout.splitlines()] == ["a", "b"]

@@ -7,7 +7,10 @@ tail itself follows the continuity loop (``streams.tail.follow``); events
 that arrive together are written together, each encoded once for all the
 tails that send it. A filter (``?types=``, ``?where=``) keeps only the
 events it matches. A failure such as ``cursor_gone`` or ``filter_failed``
-is sent as an ``error`` event before the stream ends.
+is sent as an ``error`` event before the stream ends. A tail of a closed
+stream ends once it has sent everything up to the head, with a final
+``event: closed`` (``data: {"path", "closed": true}``); a server shutting
+down ends tails without it (reconnect elsewhere with ``Last-Event-ID``).
 """
 
 from __future__ import annotations
@@ -62,6 +65,10 @@ def encode_error(error: errors.YokeError) -> bytes:
     return b"event: error\ndata: %s\n\n" % orjson.dumps({"error": error.to_dict()})
 
 
+def encode_closed(stream: Stream) -> bytes:
+    return b"event: closed\ndata: %s\n\n" % orjson.dumps({"path": stream.path, "closed": True})
+
+
 async def resolve_cursor(stream: Stream, after: int | None, last_event_id: str | None) -> int:
     """``Last-Event-ID`` (a reconnect) wins over ``?after=``; the cursor is
     checked before the response starts, so a bad one is a plain 400/410."""
@@ -112,6 +119,9 @@ async def _events(
                 yield b"".join(FRAMES.frame(e) for e in batch) if batch else b": ping\n\n"
         except errors.YokeError as exc:  # cursor_gone, runtime_closed, filter_failed
             yield encode_error(exc)
+        else:
+            if not shutdown.is_set():  # follow ended: the stream is closed and read through
+                yield encode_closed(stream)
     finally:
         metrics.OPEN_TAILS.dec()
         await batches.aclose()

@@ -153,7 +153,12 @@ async def append_body(stream: Stream, body: Any, idempotency_key: str | None) ->
 
 
 async def read_page(stream: Stream, after: int, limit: int, include_ephemeral: bool) -> Response:
-    events = await stream.read(after=after, limit=limit, include_ephemeral=include_ephemeral)
+    """A page of events; 404 ``stream_not_found`` for a stream never created
+    (as its info), where Python's ``Stream.read`` returns ``[]``."""
+    page = await stream.read_page(after=after, limit=limit, include_ephemeral=include_ephemeral)
+    if not page.exists:
+        raise errors.StreamNotFound(f"stream {stream.path} does not exist", path=stream.path)
+    events = page.events
     return json_response(
         {
             "events": [e.to_dict() for e in events],

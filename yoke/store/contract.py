@@ -139,6 +139,7 @@ class ReadPage:
     head: int
     pruned_through: int
     events: list[Event]
+    closed: bool = False  # read with head, from the same row version
 
 
 WakeupCallback = Callable[[str, str], None]  # (tenant, path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
@@ -113,26 +114,48 @@ class Stream:
         """Events with offset > after, ascending, at most ``limit``.
 
         A cursor beyond the head is ``InvalidCursor``; a cursor whose next
-        event was removed by retention is ``CursorGone``.
+        event was removed by retention is ``CursorGone``. A stream that was
+        never created reads like an empty one (``[]``, and any cursor past 0
+        is beyond its head): streams are created by their first append, and
+        a reader may start first. ``read_page`` says whether it exists.
         """
+        page = await self.read_page(after, limit, include_ephemeral=include_ephemeral)
+        if not page.exists:
+            self._check_cursor(page, after)  # as an empty stream: a cursor past 0 is beyond its head
+        return page.events
+
+    async def read_page(
+        self, after: int = 0, limit: int = 1000, *, include_ephemeral: bool = False
+    ) -> ReadPage:
+        """``read``, with what the read saw of the stream in the same snapshot:
+        ``exists`` (False: never created), ``head``, ``pruned_through`` and
+        ``closed``. The cursor is checked against an existing stream only (a
+        missing one is an empty page with ``exists`` False, whatever the
+        cursor). The HTTP API answers 404 ``stream_not_found`` when the
+        stream does not exist; tails end when it is closed and read through."""
         check_offset(after, "after")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_READ_LIMIT:
             raise errors.InvalidInput(f"limit must be 1-{MAX_READ_LIMIT}", field="limit")
         page = await self.runtime.store.read(self.tenant, self.path, after, limit)
+        if not page.exists:
+            return page
         self._check_cursor(page, after)
         if include_ephemeral:
             buffer = self.runtime.buffers.get(self.tenant, self.path)
             if buffer is not None:
                 await buffer.settled()
-                return buffer.merge(page.events, page.head, after, limit)
-        return page.events
+                return replace(page, events=buffer.merge(page.events, page.head, after, limit))
+        return page
 
     async def get(self, offset: int) -> Event:
-        """The event at ``offset`` (an ephemeral one while it is still buffered)."""
+        """The event at ``offset`` (an ephemeral one while it is still buffered);
+        ``StreamNotFound`` if the stream was never created, as ``info``."""
         check_offset(offset, "offset")
         if offset == 0:
             raise errors.InvalidInput("offsets start at 1", field="offset")
         page = await self.runtime.store.read_one(self.tenant, self.path, offset)
+        if not page.exists:
+            raise errors.StreamNotFound(f"stream {self.path} does not exist", path=self.path)
         if page.events:
             return page.events[0]
         buffer = self.runtime.buffers.get(self.tenant, self.path)
@@ -156,7 +179,9 @@ class Stream:
         include_ephemeral: bool = True,
         filter: Filter | Mapping[str, Any] | None = None,  # noqa: A002
     ) -> AsyncIterator[Event]:
-        """Every event with offset > after, then live ones as they commit, forever.
+        """Every event with offset > after, then live ones as they commit, until
+        the stream is closed: once a tail has read through the head of a
+        closed stream (a close while it runs included), it ends.
 
         ``filter`` (``Filter(types=..., where=...)``) keeps only the events it
         matches; an expression that fails to evaluate on an event ends the
@@ -284,8 +309,11 @@ class Stream:
         return info
 
     async def close(self) -> StreamInfo:
-        """Close the stream: later appends fail with ``StreamClosed``; reads still work."""
-        return await self._update(closed=True)
+        """Close the stream: later appends fail with ``StreamClosed``; reads still
+        work; tails end once they have delivered everything up to the head."""
+        info = await self._update(closed=True)
+        self.runtime.hub.wake(self.tenant, self.path)  # live tails read through and end
+        return info
 
     async def set_retention(
         self, *, max_age_s: float | None = None, max_events: int | None = None

@@ -1,4 +1,5 @@
-"""Tail: backfill, then live, forever, following the continuity loop.
+"""Tail: backfill, then live, following the continuity loop, until the
+stream is closed.
 
 1. Subscribe to wake-ups before reading anything.
 2. Backfill: read events with offset > cursor from the store.
@@ -6,6 +7,10 @@
    cursor; boundary duplicates (offset <= cursor) are dropped.
 4. Repair: because every read starts at the cursor in the store, a missed
    or coalesced wake-up can delay an event but never skip it.
+5. End: a read that reaches the head of a closed stream (closed and head
+   come from the read's own snapshot) ends the tail once its events are
+   delivered. A close wakes this process's tails; other processes' tails
+   see it at their next sweep.
 
 Tails at the same cursor share their reads (``SharedReads``), so a wake-up
 costs one store read per stream and cursor, not one per tail.
@@ -21,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from .. import errors
 from ..events import Event
 from ..routing.filters import Filter
+from ..store.contract import ReadPage
 from .wakeups import WakeupHub
 
 if TYPE_CHECKING:
@@ -41,23 +47,25 @@ class SharedReads:
 
     def __init__(self, hub: WakeupHub) -> None:
         self._hub = hub
-        self._inflight: dict[tuple[Any, ...], tuple[int, asyncio.Future[list[Event]]]] = {}
+        self._inflight: dict[tuple[Any, ...], tuple[int, asyncio.Future[ReadPage]]] = {}
 
     async def read(
         self, stream: Stream, after: int, include_ephemeral: bool, fresh_since: int
-    ) -> list[Event]:
+    ) -> ReadPage:
         key = (stream.tenant, stream.path, after, include_ephemeral)
         entry = self._inflight.get(key)
         if entry is None or entry[0] < fresh_since:
             # The read runs as its own task: a tail that goes away while
             # waiting cancels only its wait, never the others' read.
-            task = asyncio.ensure_future(stream.read(after=after, limit=PAGE, include_ephemeral=include_ephemeral))
+            task = asyncio.ensure_future(
+                stream.read_page(after=after, limit=PAGE, include_ephemeral=include_ephemeral)
+            )
             task.add_done_callback(_consume)
             entry = self._inflight[key] = (self._hub.clock, task)
             task.add_done_callback(lambda _: self._forget(key, entry))
         return await asyncio.shield(entry[1])
 
-    def _forget(self, key: tuple[Any, ...], entry: tuple[int, asyncio.Future[list[Event]]]) -> None:
+    def _forget(self, key: tuple[Any, ...], entry: tuple[int, asyncio.Future[ReadPage]]) -> None:
         if self._inflight.get(key) is entry:
             del self._inflight[key]
 
@@ -77,11 +85,12 @@ async def follow(
     stop: asyncio.Event | None = None,
     event_filter: Filter | None = None,
 ) -> AsyncIterator[list[Event]]:
-    """The continuity loop, yielding each new batch of events in order. When
-    ``idle_s`` is given, an empty batch is yielded after that long without
-    events (a chance to send a heartbeat); ``stop`` ends the loop early;
-    ``event_filter`` keeps only the events it matches (the cursor still moves
-    past the others)."""
+    """The continuity loop, yielding each new batch of events in order; it
+    returns once it has yielded everything up to the head of a closed
+    stream. When ``idle_s`` is given, an empty batch is yielded after that
+    long without events (a chance to send a heartbeat); ``stop`` ends the
+    loop early; ``event_filter`` keeps only the events it matches (the
+    cursor still moves past the others)."""
     runtime = stream.runtime
     hub = runtime.hub
     waiter = hub.subscribe(stream.tenant, stream.path)
@@ -94,7 +103,7 @@ async def follow(
             if runtime.closed:
                 raise errors.RuntimeClosed("the runtime is shutting down")
             try:
-                events = await runtime.shared_reads.read(stream, cursor, include_ephemeral, fresh_since)
+                page = await runtime.shared_reads.read(stream, cursor, include_ephemeral, fresh_since)
             except errors.Unavailable as exc:
                 # The database is away (the read already retried for a few
                 # seconds): keep the cursor and read again at the next
@@ -110,6 +119,9 @@ async def follow(
                 log.warning("tail of %s %s: read failed (%r); retrying", stream.tenant, stream.path, exc)
                 await asyncio.sleep(min(sweep_s, 1.0))
                 continue
+            if not page.exists:  # not created yet: wait for it as for an empty stream
+                stream._check_cursor(page, cursor)
+            events = page.events
             fresh = [e for e in events if e.offset > cursor]  # drop boundary duplicates
             if fresh:
                 cursor = fresh[-1].offset
@@ -121,7 +133,9 @@ async def follow(
             elif idle_s is not None and loop.time() - quiet_since >= idle_s:
                 quiet_since = loop.time()
                 yield []
-            if len(events) < PAGE:
+            if len(events) < PAGE:  # read through the head
+                if page.closed:
+                    return
                 await waiter.wait()  # an append, or the hub's sweep
             fresh_since = hub.clock
     finally:

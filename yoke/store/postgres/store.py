@@ -720,9 +720,9 @@ class PostgresStore:
         )
         if not rows:
             return ReadPage(exists=False, head=0, pruned_through=0, events=[])
-        head, pruned_through = rows[0][0], rows[0][1]
-        events = [event_from_row(tenant, path, r[2:]) for r in rows if r[2] is not None]
-        return ReadPage(exists=True, head=head, pruned_through=pruned_through, events=events)
+        head, pruned_through, closed = rows[0][0], rows[0][1], rows[0][2]
+        events = [event_from_row(tenant, path, r[3:]) for r in rows if r[3] is not None]
+        return ReadPage(exists=True, head=head, pruned_through=pruned_through, events=events, closed=closed)
 
     @retry_reads
     async def info(self, tenant: str, path: str) -> StreamInfo | None:

@@ -802,12 +802,12 @@ class SqliteStore:
         conn.execute("BEGIN")
         try:
             row = conn.execute(
-                "SELECT sid, head, pruned_through FROM streams WHERE tenant_id=? AND path=?",
+                "SELECT sid, head, pruned_through, closed FROM streams WHERE tenant_id=? AND path=?",
                 (tenant, path),
             ).fetchone()
             if row is None:
                 return ReadPage(exists=False, head=0, pruned_through=0, events=[])
-            sid, head, pruned_through = row
+            sid, head, pruned_through, closed = row
             rows = conn.execute(
                 f"SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id=? AND sid=? AND {where}",
                 (tenant, sid, *params),
@@ -819,6 +819,7 @@ class SqliteStore:
             head=head,
             pruned_through=pruned_through,
             events=[event_from_row(tenant, path, r) for r in rows],
+            closed=bool(closed),
         )
 
     @retry_reads
