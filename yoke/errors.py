@@ -226,6 +226,13 @@ class IdempotencyConflict(YokeError):
     http_status = 409
 
 
+class StreamExists(YokeError):
+    """The stream already exists with another definition (retention, limits, metadata)."""
+
+    code = "stream_exists"
+    http_status = 409
+
+
 class StreamPinned(YokeError):
     """The stream is a pinned definition: its retention, limits and metadata never change."""
 

@@ -148,3 +148,56 @@ def test_cli_tail_ends_when_the_stream_is_closed(server, http, path):
     http.post(f"/v1/streams{path}/-/close")
     out = server.cli("tail", path, "--json", "--url", server.url)
     assert [orjson.loads(line)["type"] for line in out.stdout.splitlines()] == ["a", "b"]
+
+
+# --- PUT: one rule for definitions ------------------------------------------------
+
+
+def test_put_creates_then_accepts_the_same_definition_and_refuses_another(http, path):
+    definition = {"retention": {"max_age_s": 60, "max_events": 10}, "limits": {"max_unread_events": 5},
+                  "metadata": {"kind": "a", "n": 1}}
+    assert http.put(f"/v1/streams{path}", json=definition).status_code == 201
+    assert http.put(f"/v1/streams{path}", json=definition).status_code == 200
+    spelled_out = {**definition, "retention": {"max_age_s": 60.0, "max_events": 10},
+                   "limits": {"max_unread_events": 5, "overflow": "reject", "block_timeout_s": 5},
+                   "metadata": {"n": 1, "kind": "a"}}
+    assert http.put(f"/v1/streams{path}", json=spelled_out).status_code == 200  # the same, spelled out
+    for changed in (
+        {**definition, "retention": {"max_age_s": 60, "max_events": 11}},
+        {**definition, "limits": {}},
+        {**definition, "metadata": {"kind": "a", "n": True}},
+        {"retention": definition["retention"], "limits": definition["limits"]},
+        {},
+    ):
+        r = http.put(f"/v1/streams{path}", json=changed)
+        assert error_of(r) == (409, "stream_exists"), changed
+        assert r.json()["error"]["existing"]["metadata"] == {"kind": "a", "n": 1}
+    info = http.get(f"/v1/streams{path}").json()
+    assert (info["retention"]["max_events"], info["metadata"]) == (10, {"kind": "a", "n": 1})  # unchanged
+    # Settings change through their own routes.
+    assert http.put(f"/v1/streams{path}/-/retention", json={"max_age_s": 60, "max_events": 11}).status_code == 200
+    assert http.put(f"/v1/streams{path}", json={**definition, "retention": {"max_age_s": 60, "max_events": 11}}).status_code == 200
+
+
+def test_put_on_a_stream_created_by_its_first_append(http, path):
+    http.post(events_url(path), json={"type": "x"})
+    assert http.put(f"/v1/streams{path}").status_code == 200  # no body: the defaults it has
+    assert http.put(f"/v1/streams{path}", json={}).status_code == 200
+    assert error_of(http.put(f"/v1/streams{path}", json={"retention": {"max_events": 5}})) == (409, "stream_exists")
+
+
+def test_the_workflow_surface_follows_the_same_rule(http, path):
+    run = "r" + path.rsplit("/", 1)[1]
+    base = f"/api/workflow-streams/runs/{run}/streams"
+    definition = {"stream_id": "s", "retention": {"max_events": 10}, "metadata": {"k": 1}}
+    assert http.post(base, json=definition).status_code == 201
+    assert http.post(base, json=definition).status_code == 200
+    assert error_of(http.post(base, json={**definition, "metadata": {"k": 2}})) == (409, "stream_exists")
+    # The generic PUT of the same definition matches it (pinned is not part of
+    # what PUT defines); a different one is refused the same way.
+    same = {"retention": {"max_events": 10}, "metadata": {"k": 1}}
+    assert http.put(f"/v1/streams/runs/{run}/s", json=same).status_code == 200
+    assert error_of(http.put(f"/v1/streams/runs/{run}/s", json={})) == (409, "stream_exists")
+    # A workflow definition is pinned: an existing stream that is not is another definition.
+    http.post(f"/v1/streams/runs/{run}/plain/-/events", json={"type": "x"})
+    assert error_of(http.post(base, json={"stream_id": "plain"})) == (409, "stream_exists")

@@ -115,7 +115,7 @@ def test_workflow_streams_surface(server, http):
     assert r.json()["lifetime_id"].startswith("str_")
     assert http.post(base, json=definition).status_code == 200  # same definition: a no-op
     changed = {**definition, "retention": {"max_events": 5}}
-    assert code(http.post(base, json=changed)) == (409, "stream_pinned")
+    assert code(http.post(base, json=changed)) == (409, "stream_exists")
     got = http.get(f"{base}/output").json()
     assert got["metadata"] == {"kind": "llm-output"} and got["retention"]["max_events"] == 1000
     # Pinned: the generic API cannot change retention either.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Header, Path, Query, Request
 from starlette.responses import Response
 
@@ -21,7 +22,15 @@ from ..runtime import Runtime
 from ..store.contract import Limits, StreamInfo
 from ..streams.handle import Stream
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
-from .responses import ERROR_RESPONSES, MAX_JSON_BODY_BYTES, json_body, json_response, limited_body, parse_json
+from .responses import (
+    ERROR_RESPONSES,
+    MAX_JSON_BODY_BYTES,
+    ErrorBody,
+    json_body,
+    json_response,
+    limited_body,
+    parse_json,
+)
 from .sse import resolve_cursor, tail_response
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"], responses=ERROR_RESPONSES)
@@ -314,15 +323,70 @@ async def list_streams(
     return json_response({"streams": [info_dict(i) for i in listed]})
 
 
-@router.put("{path:path}", summary="Create a stream with settings")
+@router.put(
+    "{path:path}", summary="Create a stream with a definition (201; 200 if it exists with the same one)",
+    responses={409: {"model": ErrorBody, "description": "It exists with another definition (stream_exists)"}},
+)
 async def create(request: Request, path: str = PATH_PARAM, principal: Principal = ADMIN) -> Response:
     raw = await limited_body(request, MAX_JSON_BODY_BYTES)
     body = object_body(parse_json(raw) if raw else {}, {"retention", "limits", "metadata"})
-    retention = object_body(body.get("retention") or {}, {"max_age_s", "max_events"}, "retention")
-    info, created = await stream_of(request, principal, path).create_if_missing(
-        **retention, limits=limits_from(body.get("limits")), metadata=body.get("metadata")
-    )
+    info, created = await ensure_definition(stream_of(request, principal, path), body, pinned=False)
     return json_response(info_dict(info), status_code=201 if created else 200)
+
+
+# --- definitions: one rule for PUT /v1/streams/{path} and the seed-004 surface ----
+
+
+async def ensure_definition(stream: Stream, body: dict[str, Any], *, pinned: bool) -> tuple[StreamInfo, bool]:
+    """Create ``stream`` with the definition in ``body`` (retention, limits,
+    metadata; omitted parts take their defaults): (info, True). If it already
+    exists with the same definition: (info, False), nothing changes; with
+    another one (or, for a pinned definition, a stream that is not pinned):
+    409 ``stream_exists``, nothing changes (settings change through their
+    own routes)."""
+    retention = object_body(body.get("retention") or {}, {"max_age_s", "max_events"}, "retention")
+    limits = limits_from(body.get("limits"))
+    metadata = body.get("metadata")
+    info, created = await stream.create_if_missing(**retention, limits=limits, metadata=metadata, pinned=pinned)
+    if not created:
+        existing = definition_of(info)
+        wanted = {
+            "retention": {
+                "max_age_s": _number(retention.get("max_age_s")), "max_events": retention.get("max_events"),
+            },
+            "limits": limits_dict(limits),
+            "metadata": metadata or {},
+        }
+        same = (
+            existing["retention"] == wanted["retention"]
+            and existing["limits"] == wanted["limits"]
+            and _canonical(existing["metadata"]) == _canonical(wanted["metadata"])
+            and (info.pinned or not pinned)
+        )
+        if not same:
+            raise errors.StreamExists(
+                f"stream {info.path} already exists with another definition", path=info.path,
+                existing={**existing, "pinned": info.pinned},
+            )
+    return info, created
+
+
+def definition_of(info: StreamInfo) -> dict[str, Any]:
+    """What a create request defines: retention, limits, metadata."""
+    return {
+        "retention": {"max_age_s": info.retention.max_age_s, "max_events": info.retention.max_events},
+        "limits": limits_dict(info.limits),
+        "metadata": info.metadata,
+    }
+
+
+def _number(value: Any) -> Any:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+def _canonical(value: Any) -> bytes:
+    """JSON compared as JSON (true is not 1), key order aside."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
 
 @router.get("{path:path}", summary="Stream info")

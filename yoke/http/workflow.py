@@ -2,8 +2,9 @@
 
 ``/runs/{runID}/streams/{streamID}`` is the stream ``/runs/{runID}/{streamID}``
 of the token's tenant. A definition pins its retention, limits and metadata
-at creation; creating it again with the same definition is a no-op, with a
-different one a ``stream_pinned`` conflict.
+at creation; creating it again with the same definition is a no-op (200),
+with a different one a ``stream_exists`` conflict (409): the same rule as
+``PUT /v1/streams/{path}`` (``streams.ensure_definition``).
 """
 
 from __future__ import annotations
@@ -20,16 +21,7 @@ from .auth import ADMIN, APPEND, READ, Principal, runtime_of
 from .objects import commit_body, object_dict, prepare_body, read_body
 from .responses import ERROR_RESPONSES, MAX_JSON_BODY_BYTES, json_body, json_response, limited_body
 from .sse import resolve_cursor, tail_response
-from .streams import (
-    APPEND_BODY,
-    ack_body,
-    append_body,
-    info_dict,
-    limits_dict,
-    limits_from,
-    object_body,
-    read_page,
-)
+from .streams import APPEND_BODY, ack_body, append_body, ensure_definition, info_dict, object_body, read_page
 
 router = APIRouter(
     prefix="/api/workflow-streams", tags=["workflow streams (seed 004)"], responses=ERROR_RESPONSES
@@ -56,43 +48,16 @@ def definition_response(run_id: str, stream_id: str, info_json: dict[str, Any]) 
     return {**info_json, "run_id": run_id, "stream_id": stream_id, "lifetime_id": info_json["stream_id"]}
 
 
-def definition(info_json: dict[str, Any]) -> dict[str, Any]:
-    return {k: info_json[k] for k in ("retention", "limits", "metadata")}
-
-
 @router.post("/runs/{runID}/streams", status_code=201, summary="Create a stream definition")
 async def create_definition(request: Request, run_id: str = RUN, principal: Principal = ADMIN) -> Response:
     body = object_body(await json_body(request), {"stream_id", "retention", "limits", "metadata"})
     stream_id = body.get("stream_id")
     if not isinstance(stream_id, str):
         raise errors.InvalidInput("stream_id is required", field="stream_id")
-    retention = object_body(body.get("retention") or {}, {"max_age_s", "max_events"}, "retention")
     stream = run_stream(request, principal, run_id, stream_id)
-    info, created = await stream.create_if_missing(
-        **retention, limits=limits_from(body.get("limits")), metadata=body.get("metadata"), pinned=True
-    )
+    info, created = await ensure_definition(stream, body, pinned=True)
     result = definition_response(run_id, stream_id, info_dict(info))
-    if not created:
-        wanted = _wanted_definition(body)
-        if not info.pinned or definition(result) != wanted:
-            raise errors.StreamPinned(
-                f"stream {stream_id} of run {run_id} already exists with another definition", path=info.path
-            )
     return json_response(result, status_code=201 if created else 200)
-
-
-def _wanted_definition(body: dict[str, Any]) -> dict[str, Any]:
-    retention = body.get("retention") or {}
-    limits = limits_from(body.get("limits"))
-    return {
-        "retention": {"max_age_s": _float(retention.get("max_age_s")), "max_events": retention.get("max_events")},
-        "limits": limits_dict(limits),
-        "metadata": body.get("metadata") or {},
-    }
-
-
-def _float(value: Any) -> Any:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
 
 @router.get("/runs/{runID}/streams/{streamID}", summary="Read a stream definition")
