@@ -201,3 +201,82 @@ def test_the_workflow_surface_follows_the_same_rule(http, path):
     # A workflow definition is pinned: an existing stream that is not is another definition.
     http.post(f"/v1/streams/runs/{run}/plain/-/events", json={"type": "x"})
     assert error_of(http.post(base, json={"stream_id": "plain"})) == (409, "stream_exists")
+
+
+# --- one error shape and code per kind of mistake ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "status", "code"),
+    [("abc", 400, "invalid_input"), ("-1", 400, "invalid_input"), ("+1", 400, "invalid_input"),
+     ("1.0", 400, "invalid_input"), ("١", 400, "invalid_input"), (str(2**63), 400, "invalid_input"),
+     ("99", 400, "invalid_cursor")],
+)
+def test_a_last_event_id_that_is_not_an_offset_is_invalid_input_like_after(http, path, value, status, code):
+    http.post(events_url(path), json={"type": "x"})
+    r = http.get(events_url(path, "tail"), headers={"Last-Event-ID": value.encode()})
+    assert error_of(r) == (status, code)
+    # The same kinds of mistake in ?after= get the same codes.
+    after = "-1" if code == "invalid_input" else value
+    assert error_of(http.get(events_url(path, "tail"), params={"after": after})) == (status, code)
+
+
+@pytest.mark.parametrize(
+    "content_type", ["application/x-www-form-urlencoded", "text/plain", "application/jsonx", "multipart/form-data"]
+)
+def test_a_json_route_refuses_another_content_type_with_415(http, path, content_type):
+    body = b'{"type": "x"}'
+    for method, url in (
+        ("POST", events_url(path)),  # the hot path
+        ("PUT", f"/v1/streams{path}"),
+        ("PUT", f"/v1/streams{path}/-/retention"),
+        ("POST", "/v1/tokens"),
+        ("POST", f"/v1/streams{path}/-/subscriptions"),
+        ("POST", f"/api/workflow-streams/runs/r/streams/s/records"),
+    ):
+        r = http.request(method, url, content=body, headers={"Content-Type": content_type})
+        assert error_of(r) == (415, "unsupported_media_type"), url
+        assert r.json()["error"]["expected"] == "application/json"
+    assert error_of(http.get(f"/v1/streams{path}")) == (404, "stream_not_found")  # nothing was created
+
+
+@pytest.mark.parametrize(
+    "content_type", [None, "application/json", "application/json; charset=utf-8", "Application/JSON;charset=UTF-8"]
+)
+def test_a_json_route_takes_json_declared_or_not(http, path, content_type):
+    headers = {} if content_type is None else {"Content-Type": content_type}
+    r = http.post(events_url(path), content=b'{"type": "x"}', headers=headers)
+    assert r.status_code == 201
+    r = http.put(f"/v1/streams{path}/-/retention", content=b'{"max_events": 5}', headers=headers)
+    assert r.status_code == 200
+    # A body-less request is not checked (curl -X POST sends no type).
+    assert http.post(f"/v1/streams{path}/-/close", headers={"Content-Type": "text/plain"}).status_code == 200
+
+
+def test_the_readme_curl_lines_send_json(server, http, path):
+    # What `yoke serve` prints to try (curl -d needs the JSON Content-Type).
+    import yoke.cli
+
+    text = open(yoke.cli.__file__).read()
+    append_line = next(line for line in text.splitlines() if "curl -s -X POST" in line and "/-/events" in line)
+    assert "-H 'Content-Type: application/json'" in append_line
+
+
+def test_an_unexpected_server_failure_is_json_too(tmp_path):
+    # A request reaching a route before the runtime is attached fails in an
+    # unplanned way: the answer is still the JSON error shape.
+    import asyncio
+    import contextlib
+
+    import httpx
+
+    from yoke.http.app import create_app
+
+    async def run() -> httpx.Response:
+        app = create_app(contextlib.nullcontext)  # no lifespan: no runtime
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://yoke") as c:
+            return await c.get("/v1/streams", headers={"Authorization": "Bearer yk_tok_x"})
+
+    r = asyncio.run(run())
+    assert error_of(r) == (500, "internal_error")

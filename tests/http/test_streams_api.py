@@ -102,7 +102,9 @@ def test_stream_settings(http, path):
     assert r.status_code == 201
     info = r.json()
     assert info["retention"]["max_events"] == 100 and info["metadata"] == {"team": "a"} and info["head"] == 0
-    assert http.put(f"/v1/streams{path}", json={}).status_code == 200  # exists already
+    same = {"retention": {"max_events": 100}, "metadata": {"team": "a"}}
+    assert http.put(f"/v1/streams{path}", json=same).status_code == 200  # exists already, same definition
+    assert http.put(f"/v1/streams{path}", json={}).json()["error"]["code"] == "stream_exists"  # another one
     listed = http.get("/v1/streams", params={"prefix": path}).json()["streams"]
     assert [s["path"] for s in listed] == [path]
 

@@ -17,7 +17,7 @@ from . import actors, health, objects, portals, streams, subscriptions, tokens, 
 from .auth import TokenCache
 from .guard import RequestGuard
 from .hotpath import HotPath
-from .responses import http_error_handler, validation_error_handler, yoke_error_handler
+from .responses import http_error_handler, internal_error_handler, validation_error_handler, yoke_error_handler
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]]], Awaitable[None]]
@@ -55,6 +55,7 @@ def create_app(
     app.add_exception_handler(errors.YokeError, yoke_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
+    app.add_exception_handler(Exception, internal_error_handler)  # a 500 is JSON too
     # Routers with ``{path:path}/-/...`` routes come before streams, whose
     # ``{path:path}`` catch-alls would otherwise match them.
     for module in (health, tokens, objects, subscriptions, streams, workflow, actors, portals):

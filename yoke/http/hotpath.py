@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from .. import errors
 from .auth import authorize, bearer_token
-from .responses import error_response, json_response, parse_json
+from .responses import check_json_content_type, error_response, json_response, parse_json
 from .streams import append_body, stream_of_principal
 
 log = logging.getLogger("yoke.http")
@@ -65,6 +65,7 @@ class HotPath:
             principal = await authorize(
                 self.state, bearer_token(headers.get("authorization")), query.get("tenant"), "append"
             )
+            check_json_content_type(headers)
             body = await read_body(receive)
             stream = stream_of_principal(self.state.runtime, principal, path)
             return await append_body(stream, parse_json(body), headers.get("idempotency-key"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -36,7 +37,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (401, "Missing or invalid bearer token (unauthorized)"),
         (403, "Missing scope, or another tenant (forbidden)"),
         (404, "Not found (stream_not_found, event_not_found, object_not_found, ...)"),
-        (409, "Conflict (stream_closed, idempotency_conflict, ack_regression, stream_pinned, object_state, object_not_committed)"),
+        (409, "Conflict (stream_closed, stream_exists, idempotency_conflict, ack_regression, stream_pinned, object_state,"
+              " object_not_committed)"),
         (410, "Events after the cursor were removed by retention (cursor_gone)"),
         (413, "Too large (event_too_large, object_too_large)"),
         (422, "Uploaded bytes do not match the prepared object (object_mismatch)"),
@@ -92,12 +94,46 @@ async def http_error_handler(_request: Request, exc: Exception) -> Response:
     return error_response(err)
 
 
+async def internal_error_handler(_request: Request, _exc: Exception) -> Response:
+    """An unexpected exception (logged by the server): 500 ``internal_error``."""
+    return json_response({"error": INTERNAL_ERROR}, 500)
+
+
+INTERNAL_ERROR = {"code": "internal_error", "message": "internal error"}
 MAX_JSON_BODY_BYTES = 64 * 1024 * 1024
+JSON_MEDIA_TYPE = "application/json"
 
 
 async def json_body(request: Request) -> Any:
     """The request's JSON body, refusing to buffer more than 64 MiB."""
-    return parse_json(await limited_body(request, MAX_JSON_BODY_BYTES))
+    return parse_json(await json_bytes(request))
+
+
+async def json_bytes(request: Request) -> bytes:
+    """The raw body of a JSON route (possibly empty), after the Content-Type rule."""
+    check_json_content_type(request.headers)
+    return await limited_body(request, MAX_JSON_BODY_BYTES)
+
+
+def check_json_content_type(headers: Mapping[str, str]) -> None:
+    """A JSON route's body is declared ``application/json`` (parameters such as
+    ``charset`` allowed, any case) or not declared at all (taken as JSON: many
+    HTTP libraries send none with a raw body). Any other declared type, e.g.
+    the ``application/x-www-form-urlencoded`` of ``curl -d``, is 415
+    ``unsupported_media_type``. A request without a body is not checked.
+    ``headers``: Starlette's, or a dict with lower-case names."""
+    declared = headers.get("content-type")
+    length = headers.get("content-length")
+    has_body = "transfer-encoding" in headers or (length is not None and length.strip() != "0")
+    if not declared or not has_body:
+        return
+    media_type = declared.split(";", 1)[0].strip().lower()
+    if media_type != JSON_MEDIA_TYPE:
+        raise errors.UnsupportedMediaType(
+            f"the body must be {JSON_MEDIA_TYPE}, not {media_type[:80]!r}"
+            " (curl: -H 'Content-Type: application/json')",
+            field="Content-Type", expected=JSON_MEDIA_TYPE,
+        )
 
 
 async def limited_body(

@@ -23,7 +23,7 @@ import orjson
 from starlette.responses import StreamingResponse
 
 from .. import errors, metrics
-from ..events import Event
+from ..events import MAX_OFFSET, Event
 from ..routing.filters import Filter
 from ..streams.handle import Stream
 from ..streams.tail import follow
@@ -71,13 +71,16 @@ def encode_closed(stream: Stream) -> bytes:
 
 async def resolve_cursor(stream: Stream, after: int | None, last_event_id: str | None) -> int:
     """``Last-Event-ID`` (a reconnect) wins over ``?after=``; the cursor is
-    checked before the response starts, so a bad one is a plain 400/410."""
+    checked before the response starts, so a bad one is a plain 400/410:
+    as for ``?after=``, a value that is not an offset (digits, below 2^63)
+    is ``invalid_input``, an offset beyond the head ``invalid_cursor``."""
     cursor = after or 0
     if last_event_id:
-        try:
-            cursor = int(last_event_id)
-        except ValueError:
-            raise errors.InvalidCursor("Last-Event-ID must be an offset", requested=last_event_id) from None
+        if not last_event_id.isascii() or not last_event_id.isdigit() or int(last_event_id) > MAX_OFFSET:
+            raise errors.InvalidInput(
+                "Last-Event-ID must be an offset: an integer in [0, 2^63)", field="Last-Event-ID"
+            )
+        cursor = int(last_event_id)
     await stream.read(after=cursor, limit=1)
     return cursor
 
