@@ -111,15 +111,31 @@ APP_OPTION_HELP = "module:attr of a Yoke App to run (imported with the current d
     "--no-executor", is_flag=True,
     help="Serve the API only: appends are stored without fan-out; `yoke worker` runs the actors",
 )
+@click.option(
+    "--max-connections", type=int, default=None,
+    help="Open connections at most, SSE tails included; past it 503 (default 1000, YOKE_HTTP_MAX_CONNECTIONS)",
+)
+@click.option(
+    "--header-timeout", type=float, default=None,
+    help="Seconds for a request's line and headers to arrive (default 10, YOKE_HTTP_HEADER_TIMEOUT_S)",
+)
+@click.option(
+    "--body-timeout", type=float, default=None,
+    help="Seconds for a request's body to arrive after its headers (default 60, YOKE_HTTP_BODY_TIMEOUT_S)",
+)
 def serve(
-    database_url: str | None, host: str | None, port: int | None, app_spec: str | None, no_executor: bool
+    database_url: str | None, host: str | None, port: int | None, app_spec: str | None, no_executor: bool,
+    max_connections: int | None, header_timeout: float | None, body_timeout: float | None,
 ) -> None:
     """Run the HTTP API (embedded SQLite under ./.yoke by default), and with
     --app the application's actors in the same process."""
     app = load_app_or_fail(app_spec) if app_spec is not None else None
     from .http.server import serve as run_server
 
-    settings = Settings.from_env(database_url=database_url, host=host, port=port)
+    settings = Settings.from_env(
+        database_url=database_url, host=host, port=port, http_max_connections=max_connections,
+        http_header_timeout_s=header_timeout, http_body_timeout_s=body_timeout,
+    )
 
     def on_ready(settings: Settings, token: str) -> None:
         print_banner(settings, token)

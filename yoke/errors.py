@@ -337,3 +337,41 @@ class RuntimeClosed(YokeError):
 
     code = "runtime_closed"
     http_status = 503
+
+
+# --- the HTTP connection (answered by yoke.http.protocol, before any route) ---
+
+
+class MalformedRequest(YokeError):
+    """The request is not valid HTTP/1.1."""
+
+    code = "malformed_request"
+    http_status = 400
+
+
+class RequestTimeout(YokeError):
+    """The request's head or body did not arrive in time; the connection is closed."""
+
+    code = "request_timeout"
+    http_status = 408
+
+
+class UriTooLong(YokeError):
+    """The request line (method, URL, version) is longer than the server accepts."""
+
+    code = "uri_too_long"
+    http_status = 414
+
+
+class HeadersTooLarge(YokeError):
+    """The request's head (request line and headers) is larger than the server accepts."""
+
+    code = "headers_too_large"
+    http_status = 431
+
+
+class TooManyConnections(YokeError):
+    """The server holds as many connections as it allows; retry later."""
+
+    code = "too_many_connections"
+    http_status = 503

@@ -22,6 +22,12 @@ OPEN_TAILS = Gauge("yoke_open_tails", "Live tails served over HTTP (SSE)")
 HTTP_REQUESTS = Counter(
     "yoke_http_requests_total", "HTTP requests by route template, method and status", ["route", "method", "status"]
 )
+HTTP_REFUSED = Counter(
+    "yoke_http_refused_total",
+    "Requests answered or connections closed before routing, by reason (malformed, head_timeout,"
+    " body_timeout, uri_too_long, headers_too_large, too_many_connections)",
+    ["reason"],
+)
 HTTP_LATENCY = Histogram(
     "yoke_http_request_seconds", "HTTP request duration by route template", ["route"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),

@@ -28,6 +28,7 @@ from ..actors.app import App
 from ..config import Settings
 from ..runtime import Runtime
 from .app import asgi_app, create_app
+from .protocol import ConnectionLimits, protocol_class
 
 
 class _Server(uvicorn.Server):
@@ -90,6 +91,12 @@ def serve(
         if runtime is not None:
             runtime.appends.stop_blocking()  # producers waiting for credit: 503 now
             runtime.hub.wake_all()  # idle tails notice the stop now
+    limits = ConnectionLimits(
+        header_timeout_s=settings.http_header_timeout_s,
+        body_timeout_s=settings.http_body_timeout_s,
+        max_connections=settings.http_max_connections,
+        max_head_bytes=settings.http_max_head_bytes,
+    )
     config = uvicorn.Config(
         asgi_app(api),
         host=settings.host,
@@ -99,6 +106,11 @@ def serve(
         proxy_headers=False,  # no proxy in front by default: skip the per-request layer
         timeout_graceful_shutdown=int(settings.shutdown_timeout_s),
         lifespan="on",
+        # Deadlines, the connection cap and JSON answers at the connection
+        # level (yoke/http/protocol.py); the cap is ours, not limit_concurrency.
+        http=protocol_class(limits),
+        timeout_keep_alive=settings.http_keep_alive_s,  # type: ignore[arg-type]
+        ws="none",  # no WebSocket routes
     )
     # run() picks uvloop when it is installed (uvicorn[standard] brings it).
     _Server(config, stop_tails).run()

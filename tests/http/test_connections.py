@@ -1,0 +1,217 @@
+"""The connection level of ``yoke serve`` (yoke/http/protocol.py), with raw
+sockets: head and body deadlines, the connection cap, oversized and
+malformed requests, all answered with the JSON error shape."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+from .conftest import Server, events_url, start_server, stop_server
+
+HEAD_TIMEOUT_S = 1.0
+BODY_TIMEOUT_S = 1.5
+MAX_CONNECTIONS = 3
+SLACK_S = 8.0  # a loaded 2-core machine
+
+
+@pytest.fixture(scope="module")
+def edgy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server with short deadlines and a small cap. The connection level is
+    the same for both backends: SQLite only."""
+    base = tmp_path_factory.mktemp("edgy")
+    srv = start_server(
+        f"sqlite:///{base}/yoke.db", base / ".yoke",
+        YOKE_HTTP_HEADER_TIMEOUT_S=str(HEAD_TIMEOUT_S), YOKE_HTTP_BODY_TIMEOUT_S=str(BODY_TIMEOUT_S),
+        YOKE_HTTP_MAX_CONNECTIONS=str(MAX_CONNECTIONS), YOKE_HTTP_KEEP_ALIVE_S="60",
+    )
+    try:
+        yield srv
+    finally:
+        stop_server(srv)
+
+
+def connect(server: Server) -> socket.socket:
+    host, port = server.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    sock.settimeout(HEAD_TIMEOUT_S + BODY_TIMEOUT_S + SLACK_S)  # a hang fails, it does not block the suite
+    return sock
+
+
+def until_closed(sock: socket.socket) -> tuple[bytes, float]:
+    """Everything the server sends until it closes the connection, and how long that took."""
+    started = time.monotonic()
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    sock.close()
+    return received, time.monotonic() - started
+
+
+def read_response(sock: socket.socket) -> tuple[int, dict[bytes, bytes], bytes]:
+    """One response with a Content-Length from a kept-alive connection."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536) or pytest.fail("closed before a response")
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    headers = dict(line.lower().split(b": ", 1) for line in lines[1:])
+    while len(body) < int(headers[b"content-length"]):
+        body += sock.recv(65536) or pytest.fail("closed inside a response")
+    return int(lines[0].split()[1]), headers, body
+
+
+def error_answer(received: bytes) -> tuple[int, str, dict[bytes, bytes]]:
+    """The status and error code of a whole answer (the connection closed after it)."""
+    head, _, body = received.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    headers = dict(line.lower().split(b": ", 1) for line in lines[1:])
+    assert headers[b"content-type"] == b"application/json"
+    assert headers[b"connection"] == b"close"
+    error = orjson.loads(body)["error"]
+    assert error["message"]
+    return int(lines[0].split()[1]), error["code"], headers
+
+
+def request(method: str, path: str, token: str, body: bytes = b"", *, close: bool = False) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: yoke", f"Authorization: Bearer {token}"]
+    if body:
+        lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    if close:
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+# --- deadlines --------------------------------------------------------------------
+
+
+def test_half_a_head_is_answered_408_and_closed_after_the_head_deadline(edgy):
+    sock = connect(edgy)
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: yoke\r\nX-Slow: ")
+    received, took = until_closed(sock)
+    assert error_answer(received)[:2] == (408, "request_timeout")
+    assert HEAD_TIMEOUT_S * 0.9 <= took < HEAD_TIMEOUT_S + SLACK_S
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_the_head_deadline(edgy):
+    received, took = until_closed(connect(edgy))
+    assert received == b""  # nothing of a request arrived: nothing to answer
+    assert HEAD_TIMEOUT_S * 0.9 <= took < HEAD_TIMEOUT_S + SLACK_S
+
+
+def test_the_head_deadline_applies_to_each_request_of_a_kept_alive_connection(edgy):
+    sock = connect(edgy)
+    for _ in range(2):
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: yoke\r\n\r\n")
+        assert read_response(sock)[0] == 200
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHo")
+    received, took = until_closed(sock)
+    assert error_answer(received)[:2] == (408, "request_timeout")
+    assert HEAD_TIMEOUT_S * 0.9 <= took < HEAD_TIMEOUT_S + SLACK_S
+
+
+def test_half_a_body_is_answered_408_and_closed_after_the_body_deadline(edgy):
+    sock = connect(edgy)
+    body = b'{"type": "never-complete", "payload": "' + b"x" * 100 + b'"}'
+    sock.sendall(request("POST", events_url("/slow"), edgy.token, body)[: -len(body) // 2])  # the hot path
+    received, took = until_closed(sock)
+    assert error_answer(received)[:2] == (408, "request_timeout")
+    assert BODY_TIMEOUT_S * 0.9 <= took < BODY_TIMEOUT_S + SLACK_S
+    sock = connect(edgy)
+    sock.sendall(request("PUT", "/v1/streams/slow/-/retention", edgy.token, body)[:-10])  # a FastAPI route
+    assert error_answer(until_closed(sock)[0])[:2] == (408, "request_timeout")
+    sock = connect(edgy)
+    sock.sendall(request("GET", "/v1/streams/slow", edgy.token, close=True))
+    assert until_closed(sock)[0].startswith(b"HTTP/1.1 404")  # nothing was appended or created
+
+
+def test_a_body_still_trickling_after_the_answer_is_cut_at_the_body_deadline(edgy):
+    # The route answers without reading the body (401); the rest of the body,
+    # sent a byte at a time (a slow client, which also keeps the keep-alive
+    # timer from ever firing), may not hold the connection past the deadline.
+    sock = connect(edgy)
+    sock.sendall(request("POST", events_url("/slow"), "not-a-token", b'{"type": "x"}' + b" " * 1000)[:-500])
+    status, _, body = read_response(sock)
+    assert (status, orjson.loads(body)["error"]["code"]) == (401, "unauthorized")
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.wait(0.1):
+            try:
+                sock.send(b" ")
+            except OSError:  # closed by the server
+                return
+
+    slow_client = threading.Thread(target=trickle)
+    slow_client.start()
+    try:
+        received, took = until_closed(sock)
+    finally:
+        stop.set()
+        slow_client.join()
+    assert received == b"" and took < BODY_TIMEOUT_S + SLACK_S
+
+
+# --- the connection cap -----------------------------------------------------------
+
+
+def test_connections_past_the_cap_get_a_503_answer_and_tails_count(edgy):
+    admin = connect(edgy)  # one kept-alive connection for the test's own requests
+    admin.sendall(request("POST", events_url("/capped"), edgy.token, b'{"type": "x"}'))
+    assert read_response(admin)[0] == 201
+    tails = []
+    for _ in range(MAX_CONNECTIONS - 1):  # SSE tails hold their connections
+        tail = connect(edgy)
+        tail.sendall(request("GET", events_url("/capped", "tail"), edgy.token, close=True))
+        received = b""
+        while b": tailing" not in received:
+            received += tail.recv(65536) or pytest.fail("tail closed")
+        tails.append(tail)
+    for _ in range(2):
+        extra = connect(edgy)
+        extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: yoke\r\n\r\n")
+        received, took = until_closed(extra)
+        status, code, headers = error_answer(received)
+        assert (status, code, headers[b"retry-after"]) == (503, "too_many_connections", b"1")
+        assert took < SLACK_S
+    # The tails end (their stream is closed), their connections close, and
+    # the cap has room again.
+    admin.sendall(request("POST", "/v1/streams/capped/-/close", edgy.token))
+    assert read_response(admin)[0] == 200
+    for tail in tails:
+        assert b"event: closed" in until_closed(tail)[0]
+    extra = connect(edgy)
+    extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: yoke\r\nConnection: close\r\n\r\n")
+    assert until_closed(extra)[0].startswith(b"HTTP/1.1 200")
+    admin.close()
+
+
+# --- oversized and malformed requests: JSON, not uvicorn's plain text ------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "code"),
+    [
+        (b"GET /v1/streams/" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: yoke\r\n\r\n", 414, "uri_too_long"),
+        (b"GET /v1/streams/" + b"a" * 100_000, 414, "uri_too_long"),  # still arriving
+        (b"GET /healthz HTTP/1.1\r\nHost: yoke\r\nX-Big: " + b"a" * 40_000 + b"\r\n\r\n", 431, "headers_too_large"),
+        (b"GET /healthz HTTP/1.1\r\nHost: yoke\r\n" + b"X-Many: a\r\n" * 4000 + b"\r\n", 431, "headers_too_large"),
+        (b"GET /healthz HTTP/1.1\r\nHost: yoke\r\nX-Nul: a\x00b\r\n\r\n", 400, "malformed_request"),
+        (b"NOT HTTP AT ALL\r\n\r\n", 400, "malformed_request"),
+    ],
+)
+def test_oversized_and_malformed_requests_get_the_json_error_shape(server, raw, status, code):
+    sock = connect(server)
+    sock.sendall(raw)
+    assert error_answer(until_closed(sock)[0])[:2] == (status, code)
+
+
+def test_a_head_just_under_the_limit_is_served(server):
+    sock = connect(server)
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: yoke\r\nConnection: close\r\nX-Big: " + b"a" * 30_000 + b"\r\n\r\n")
+    assert until_closed(sock)[0].startswith(b"HTTP/1.1 200")
