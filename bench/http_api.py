@@ -99,6 +99,9 @@ def start_server(db_url: str, workdir: Path) -> Server:
         "YOKE_DATA_DIR": str(data_dir),
         "YOKE_PORT": str(port),
         "YOKE_ACCESS_LOG": "0",
+        # Every tail holds a connection: the cap (default 1000) must not be
+        # what a run with --tails in the thousands measures.
+        "YOKE_HTTP_MAX_CONNECTIONS": os.environ.get("YOKE_HTTP_MAX_CONNECTIONS", "100000"),
     }
     with log_path.open("w") as log:
         process = subprocess.Popen(
