@@ -19,7 +19,7 @@ from ..actors.ops import instance_dict
 from ..events import check_text, json_text
 from ..store.actors import InstanceInfo, QueueRow
 from .auth import ADMIN, READ, Principal, runtime_of
-from .responses import ERROR_RESPONSES, json_body, json_bytes, json_response, parse_json
+from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_response, parse_json
 from .streams import object_body
 
 router = APIRouter(prefix="/v1/instances", tags=["actors"], responses=ERROR_RESPONSES)
@@ -120,7 +120,7 @@ def qids_of(body: Any) -> list[int] | None:
 
 async def optional_json_body(request: Request) -> Any:
     """The JSON body, or ``{}`` when there is none."""
-    raw = await json_bytes(request)
+    raw = await json_body_bytes(request)
     return parse_json(raw) if raw else {}
 
 

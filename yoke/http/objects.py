@@ -17,7 +17,7 @@ from ..store.contract import ObjectInfo
 from ..streams.handle import Stream
 from ..streams.objects import MAX_OBJECT_BYTES
 from .auth import APPEND, READ, Principal
-from .responses import ERROR_RESPONSES, json_body, json_bytes, json_response, limited_body, parse_json
+from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_response, limited_body, parse_json
 from .streams import PATH_PARAM, object_body, stream_of
 
 router = APIRouter(prefix="/v1/streams", tags=["objects"], responses=ERROR_RESPONSES)
@@ -76,7 +76,7 @@ async def upload(
 async def commit(
     request: Request, path: str = PATH_PARAM, object_id: str = Path(), principal: Principal = APPEND
 ) -> Response:
-    return await commit_body(stream_of(request, principal, path), object_id, await json_bytes(request))
+    return await commit_body(stream_of(request, principal, path), object_id, await json_body_bytes(request))
 
 
 @router.post("{path:path}/-/objects/{object_id}/abort", summary="Abort an upload")

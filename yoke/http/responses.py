@@ -106,10 +106,10 @@ JSON_MEDIA_TYPE = "application/json"
 
 async def json_body(request: Request) -> Any:
     """The request's JSON body, refusing to buffer more than 64 MiB."""
-    return parse_json(await json_bytes(request))
+    return parse_json(await json_body_bytes(request))
 
 
-async def json_bytes(request: Request) -> bytes:
+async def json_body_bytes(request: Request) -> bytes:
     """The raw body of a JSON route (possibly empty), after the Content-Type rule."""
     check_json_content_type(request.headers)
     return await limited_body(request, MAX_JSON_BODY_BYTES)

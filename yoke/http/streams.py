@@ -22,7 +22,7 @@ from ..runtime import Runtime
 from ..store.contract import Limits, StreamInfo
 from ..streams.handle import Stream
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
-from .responses import ERROR_RESPONSES, ErrorBody, json_body, json_bytes, json_response, parse_json
+from .responses import ERROR_RESPONSES, ErrorBody, json_body, json_body_bytes, json_response, parse_json
 from .sse import resolve_cursor, tail_response
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"], responses=ERROR_RESPONSES)
@@ -320,7 +320,7 @@ async def list_streams(
     responses={409: {"model": ErrorBody, "description": "It exists with another definition (stream_exists)"}},
 )
 async def create(request: Request, path: str = PATH_PARAM, principal: Principal = ADMIN) -> Response:
-    raw = await json_bytes(request)
+    raw = await json_body_bytes(request)
     body = object_body(parse_json(raw) if raw else {}, {"retention", "limits", "metadata"})
     info, created = await ensure_definition(stream_of(request, principal, path), body, pinned=False)
     return json_response(info_dict(info), status_code=201 if created else 200)

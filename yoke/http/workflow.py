@@ -19,7 +19,7 @@ from ..events import PATH_SEGMENT_RE
 from ..streams.handle import Stream
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
 from .objects import commit_body, object_dict, prepare_body, read_body
-from .responses import ERROR_RESPONSES, json_body, json_bytes, json_response
+from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_response
 from .sse import resolve_cursor, tail_response
 from .streams import APPEND_BODY, ack_body, append_body, ensure_definition, info_dict, object_body, read_page
 
@@ -165,7 +165,7 @@ async def commit_object(
     object_id: str = Path(alias="objectID"),
     principal: Principal = APPEND,
 ) -> Response:
-    return await commit_body(run_stream(request, principal, run_id, stream_id), object_id, await json_bytes(request))
+    return await commit_body(run_stream(request, principal, run_id, stream_id), object_id, await json_body_bytes(request))
 
 
 @router.post("/runs/{runID}/streams/{streamID}/objects/{objectID}/abort", summary="Abort an object")
