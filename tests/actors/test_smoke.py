@@ -17,8 +17,11 @@ async def test_event_reaches_instance_and_state(fresh_url: str, tmp_path) -> Non
     async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
         inst = await y.instances("acme").create("coder", key="alice")
         s = y.stream("/", "acme")
-        await s.append({"type": "work.assigned", "payload": {"role": "coder"}})
-        await s.append({"type": "work.assigned", "payload": {"role": "tester"}})
+        # One batch: the actor's work.done must not land between the two.
+        await s.append_many([
+            {"type": "work.assigned", "payload": {"role": "coder"}},
+            {"type": "work.assigned", "payload": {"role": "tester"}},
+        ])
         await y.wait_idle(timeout_s=10)
         assert seen == [("alice", 1)]
         state, version = await y.instances("acme").state(inst.instance_id)
