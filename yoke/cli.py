@@ -4,8 +4,8 @@ Server and operator commands (``serve``, ``worker``, ``migrate``,
 ``tokens``) work on the database directly. Stream, subscription and actor
 commands (``append``, ``read``, ``tail``, ``streams``, ``stream ...``,
 ``subscriptions ...``, ``instances ...``, ``dlq ...``) talk HTTP to
-``--url`` with ``--token`` (default: ``YOKE_TOKEN``, else ``./.yoke/token``
-written by ``yoke serve``).
+``--url`` with ``--token`` (default: ``YOKE_TOKEN``, else ``./.yoke/token-PORT``
+written by ``yoke serve`` on the port of ``--url``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import click
 import orjson
 
-from .client import DEFAULT_URL, Client, ClientError, default_token
+from .client import DEFAULT_URL, Client, ClientError, default_token, url_port
 from .config import Settings
 
 DB_OPTION = click.option(
@@ -57,11 +57,11 @@ def http_command(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Adds --url/--token/--json and turns server errors into one clear line."""
 
     @click.option("--url", envvar="YOKE_URL", default=DEFAULT_URL, show_default=True, help="Yoke server")
-    @click.option("--token", default=None, help="Bearer token (default: $YOKE_TOKEN or ./.yoke/token)")
+    @click.option("--token", default=None, help="Bearer token (default: $YOKE_TOKEN or ./.yoke/token-PORT)")
     @click.option("--json", "as_json", is_flag=True, help="Machine-readable output")
     @wraps(fn)
     def wrapper(url: str, token: str | None, as_json: bool, **kwargs: Any) -> None:
-        token = token or default_token()
+        token = token or default_token(port=url_port(url))
         if not token:
             fail("no token: pass --token, set YOKE_TOKEN, or run `yoke serve` here first")
         try:
@@ -199,12 +199,13 @@ async def _work(settings: Settings, app: Any, app_spec: str) -> None:
 
 def print_banner(settings: Settings, token: str) -> None:
     url = f"http://{settings.host}:{settings.port}"
-    auth = f'-H "Authorization: Bearer $(cat {settings.data_dir}/token)"'
+    token_file = f"{settings.data_dir}/token-{settings.port}"
+    auth = f'-H "Authorization: Bearer $(cat {token_file})"'
     click.echo(
         f"""
 Yoke is serving {settings.database_url}
   URL:          {url}   (API docs: {url}/docs)
-  admin token:  {token}   (saved in {settings.data_dir}/token)
+  admin token:  {token}   (saved in {token_file})
 
 Try it (in another terminal, in this directory):
   curl -s -X POST {url}/v1/streams/demo/-/events {auth} -H 'Content-Type: application/json' -d '{{"type":"hello","payload":{{"n":1}}}}'

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 import orjson
@@ -33,13 +32,21 @@ class ClientError(Exception):
         super().__init__(f"{self.code} ({status}): {error.get('message', body)}")
 
 
-def default_token(data_dir: str = ".yoke") -> str | None:
-    """``YOKE_TOKEN``, else the admin token ``yoke serve`` wrote locally."""
+def default_token(data_dir: str | None = None, port: int = 8080) -> str | None:
+    """``YOKE_TOKEN``, else the admin token ``yoke serve --port <port>`` wrote
+    in ``data_dir`` (default: ``YOKE_DATA_DIR`` or ``.yoke``)."""
+    from . import tokenfile
+
     token = os.environ.get("YOKE_TOKEN")
     if token:
         return token
-    path = Path(data_dir) / "token"
-    return path.read_text().strip() if path.exists() else None
+    return tokenfile.read_token(tokenfile.token_file(data_dir or tokenfile.data_dir(), port))
+
+
+def url_port(url: str) -> int:
+    """The port ``url`` names (80 / 443 by default)."""
+    parts = urlsplit(url)
+    return parts.port or (443 if parts.scheme == "https" else 80)
 
 
 def stream_url(path: str, action: str = "") -> str:
