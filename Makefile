@@ -39,6 +39,7 @@ bench: $(DEV_STAMP)
 	$(PY) bench/http_api.py
 	$(PY) bench/actors.py
 	$(PY) bench/subscriptions.py
+	$(PY) bench/cli_startup.py
 
 clean:
 	rm -rf $(VENV) .yoke .pytest_cache
