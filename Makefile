@@ -1,28 +1,45 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# What `make run` needs (pip install -e .) and what `make test` needs on top
+# (the dev extra); installing the second also satisfies the first.
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
+# pip -qq: errors only (pip's own warnings and notices would bury the one
+# progress line).
+PIP := $(PY) -m pip install -qq --disable-pip-version-check
+# make run PORT=9000 (default: YOKE_PORT, else 8080)
+PORT ?=
 
 .PHONY: install test run bench clean
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+$(PY):
+	@echo "creating $(VENV) (Python virtual environment)…"
+	@python3 -m venv $(VENV)
 
-install: $(STAMP)
+$(RUN_STAMP): pyproject.toml | $(PY)
+	@echo "installing Yoke into $(VENV) (first run only)…"
+	@$(PIP) -e .
+	@touch $@
 
-test: $(STAMP)
+$(DEV_STAMP): pyproject.toml | $(PY)
+	@echo "installing Yoke and its test dependencies into $(VENV) (first time only)…"
+	@$(PIP) -e '.[dev]'
+	@touch $@ $(RUN_STAMP)
+
+install: $(DEV_STAMP)
+
+test: $(DEV_STAMP)
 	$(PY) -m pytest -q
 
-run: $(STAMP)
-	$(VENV)/bin/yoke serve --app examples.orders:app
+run: $(RUN_STAMP)
+	@$(VENV)/bin/yoke serve --app examples.orders:app $(if $(PORT),--port $(PORT))
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(PY) bench/append.py
 	$(PY) bench/http_api.py
 	$(PY) bench/actors.py
 	$(PY) bench/subscriptions.py
+	$(PY) bench/cli_startup.py
 
 clean:
 	rm -rf $(VENV) .yoke .pytest_cache

@@ -115,12 +115,12 @@ def start_server(db_url: str, workdir: Path) -> Server:
                 if process.poll() is not None:
                     raise RuntimeError(f"yoke serve exited ({process.returncode}):\n{log_path.read_text()[-4000:]}")
                 with contextlib.suppress(httpx.TransportError):
-                    if probe.get("/readyz").status_code == 200 and (data_dir / "token").exists():
+                    if probe.get("/readyz").status_code == 200 and (data_dir / f"token-{port}").exists():
                         break
                 if time.monotonic() > deadline:
                     raise RuntimeError("yoke serve did not become ready within 60 s")
                 time.sleep(0.05)
-        server.token = (data_dir / "token").read_text().strip()
+        server.token = (data_dir / f"token-{port}").read_text().strip()
     except BaseException:
         stop_server(server)
         raise

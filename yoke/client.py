@@ -5,19 +5,22 @@
         for event in c.tail("/orders", after=0): ...
         c.redrive(c.instances(actor="billing")["instances"][0]["id"])
         c.subscribe("/orders", {"kind": "copy", "target": "/audit"}, name="audit")
+
+Standard library only (``http.client`` and ``json``): every ``yoke`` command
+that talks to a server imports this module, and httpx alone takes 0.15-0.5 s
+to import on the development machine. One connection per request. JSON is
+parsed exactly (integers of any size stay integers; ``NaN`` and infinities,
+which JSON does not have, are refused both ways). Transport failures are
+``OSError``s (``ConnectionRefusedError`` when nothing listens at the URL).
 """
 
 from __future__ import annotations
 
-import os
+import http.client
+import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-from urllib.parse import quote
-
-import httpx
-import orjson
-from httpx_sse import connect_sse
+from urllib.parse import quote, urlencode, urlsplit
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -30,16 +33,41 @@ class ClientError(Exception):
         self.body = body
         error = body.get("error", {}) if isinstance(body, dict) else {}
         self.code = error.get("code", "http_error")
-        super().__init__(f"{self.code} ({status}): {error.get('message', body)}")
+        self.message = error.get("message", body)
+        super().__init__(f"{self.code} ({status}): {self.message}")
 
 
-def default_token(data_dir: str = ".yoke") -> str | None:
-    """``YOKE_TOKEN``, else the admin token ``yoke serve`` wrote locally."""
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads(data: str | bytes) -> Any:
+    """JSON as Yoke reads it: exact integers, no NaN or infinities."""
+    return json.loads(data, parse_constant=_no_constant)
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON (``{"id":7}``), UTF-8 kept as is; ``ValueError`` for NaN and infinities."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def default_token(data_dir: str | None = None, port: int = 8080) -> str | None:
+    """``YOKE_TOKEN``, else the admin token ``yoke serve --port <port>`` wrote
+    in ``data_dir`` (default: ``YOKE_DATA_DIR`` or ``.yoke``)."""
+    import os
+
+    from . import tokenfile
+
     token = os.environ.get("YOKE_TOKEN")
     if token:
         return token
-    path = Path(data_dir) / "token"
-    return path.read_text().strip() if path.exists() else None
+    return tokenfile.read_token(tokenfile.token_file(data_dir or tokenfile.data_dir(), port))
+
+
+def url_port(url: str) -> int:
+    """The port ``url`` names (80 / 443 by default)."""
+    parts = urlsplit(url)
+    return parts.port or (443 if parts.scheme == "https" else 80)
 
 
 def stream_url(path: str, action: str = "") -> str:
@@ -59,31 +87,110 @@ def _qids_body(qids: list[int] | None) -> dict[str, Any]:
     return {} if qids is None else {"qids": list(qids)}
 
 
+def _error_body(response: http.client.HTTPResponse, data: bytes) -> dict[str, Any]:
+    try:
+        body = loads(data)
+        if isinstance(body, dict) and isinstance(body.get("error"), dict):
+            return body
+    except ValueError:
+        pass
+    kind = response.getheader("Content-Type") or "no content type"
+    text = data.decode("utf-8", "replace").strip()[:200]
+    return {
+        "error": {
+            "code": "http_error",
+            "message": f"not a Yoke error answer ({kind}): {text or response.reason}",
+        }
+    }
+
+
+_UNSET: Any = object()
+
+
 class Client:
-    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=url, headers=headers, timeout=timeout)
+    """``tenant``, when set, is sent as ``?tenant=`` with every request: the
+    server refuses (403) a token of another tenant instead of answering for
+    the token's own."""
+
+    def __init__(
+        self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0, tenant: str | None = None
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http:// or https:// URL: {url!r}")
+        self.url = url
+        self.https = parts.scheme == "https"
+        self.host = parts.hostname
+        self.port = url_port(url)
+        self.prefix = parts.path.rstrip("/")
+        self.timeout = timeout
+        self.tenant = tenant
+        self.headers = {"Accept": "application/json", "User-Agent": "yoke-client"}
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
 
     def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.http.close()
+        pass
 
-    def request(self, method: str, url: str, **kwargs: Any) -> Any:
-        if "json" in kwargs:
-            kwargs["content"] = orjson.dumps(kwargs.pop("json"))
-            kwargs.setdefault("headers", {})["Content-Type"] = "application/json"
-        response = self.http.request(method, url, **kwargs)
-        if response.status_code >= 400:
-            try:
-                body = response.json()
-            except ValueError:
-                body = {"error": {"code": "http_error", "message": response.text[:500]}}
-            raise ClientError(response.status_code, body)
-        if response.status_code == 204 or not response.content:
+    def close(self) -> None:
+        pass
+
+    def _connect(self, timeout: float | None) -> http.client.HTTPConnection:
+        if self.https:
+            import ssl
+
+            return http.client.HTTPSConnection(
+                self.host, self.port, timeout=timeout, context=ssl.create_default_context()
+            )
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+    def _target(self, url: str, params: dict[str, Any] | None) -> str:
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        if self.tenant is not None:
+            query.setdefault("tenant", self.tenant)
+        for key, value in query.items():
+            if isinstance(value, bool):
+                query[key] = "true" if value else "false"
+        return self.prefix + url + (("?" + urlencode(query)) if query else "")
+
+    def _send(
+        self, method: str, url: str, params: dict[str, Any] | None, json_body: Any, timeout: float | None,
+        accept: str | None = None,
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        headers = dict(self.headers)
+        if accept is not None:
+            headers["Accept"] = accept
+        body = None
+        if json_body is not _UNSET:
+            body = dumps(json_body).encode()
+            headers["Content-Type"] = "application/json"
+        conn = self._connect(timeout)
+        try:
+            conn.request(method, self._target(url, params), body=body, headers=headers)
+            return conn, conn.getresponse()
+        except BaseException:
+            conn.close()
+            raise
+
+    def request(
+        self, method: str, url: str, *, params: dict[str, Any] | None = None, json: Any = _UNSET,
+        timeout: float | None = None,
+    ) -> Any:
+        """The parsed JSON answer (``None`` for an empty one); ``ClientError``
+        for an error status."""
+        conn, response = self._send(method, url, params, json, self.timeout if timeout is None else timeout)
+        try:
+            data = response.read()
+        finally:
+            conn.close()
+        if response.status >= 400:
+            raise ClientError(response.status, _error_body(response, data))
+        if response.status == 204 or not data:
             return None
-        return response.json()
+        return loads(data)
 
     def append(self, path: str, event: dict[str, Any] | list[dict[str, Any]]) -> Any:
         return self.request("POST", stream_url(path, "events"), json=event)
@@ -94,8 +201,8 @@ class Client:
     def info(self, path: str) -> Any:
         return self.request("GET", stream_url(path))
 
-    def streams(self, prefix: str = "/") -> Any:
-        return self.request("GET", "/v1/streams", params={"prefix": prefix})
+    def streams(self, prefix: str = "/", limit: int | None = None, after: str | None = None) -> Any:
+        return self.request("GET", "/v1/streams", params={"prefix": prefix, "limit": limit, "after": after})
 
     def close_stream(self, path: str) -> Any:
         return self.request("POST", stream_url(path, "close"))
@@ -137,9 +244,7 @@ class Client:
     def wait_subscription(self, path: str, name: str, offset: int | None = None, timeout_s: float = 20.0) -> Any:
         """The status once processed through ``offset`` (default: the head);
         ``ClientError`` ``not_processed`` (504) after ``timeout_s`` (at most 60)."""
-        params: dict[str, Any] = {"name": name, "timeout_s": timeout_s}
-        if offset is not None:
-            params["offset"] = offset
+        params: dict[str, Any] = {"name": name, "timeout_s": timeout_s, "offset": offset}
         return self.request(
             "GET", stream_url(path, "subscription/wait"), params=params, timeout=timeout_s + 30.0
         )
@@ -147,12 +252,7 @@ class Client:
     # --- actor instances and dead letters ---------------------------------
 
     def instances(self, actor: str | None = None, limit: int = 100, after: str | None = None) -> Any:
-        params: dict[str, Any] = {"limit": limit}
-        if actor is not None:
-            params["actor"] = actor
-        if after is not None:
-            params["after"] = after
-        return self.request("GET", "/v1/instances", params=params)
+        return self.request("GET", "/v1/instances", params={"limit": limit, "actor": actor, "after": after})
 
     def create_instance(
         self,
@@ -172,10 +272,7 @@ class Client:
         return self.request("GET", instance_url(instance_id))
 
     def queue(self, instance_id: str, status: str | None = None, limit: int = 100) -> Any:
-        params: dict[str, Any] = {"limit": limit}
-        if status is not None:
-            params["status"] = status
-        return self.request("GET", instance_url(instance_id, "queue"), params=params)
+        return self.request("GET", instance_url(instance_id, "queue"), params={"limit": limit, "status": status})
 
     def dead_letters(self, instance_id: str, limit: int = 100) -> Any:
         return self.request("GET", instance_url(instance_id, "dlq"), params={"limit": limit})
@@ -188,29 +285,47 @@ class Client:
         """Delete dead rows (all, or ``qids``): ``{"dropped": n}``."""
         return self.request("POST", instance_url(instance_id, "dlq/drop"), json=_qids_body(qids))
 
+    # --- tokens (the token's own tenant) -----------------------------------
+
+    def tokens(self) -> Any:
+        return self.request("GET", "/v1/tokens")
+
+    # --- tail ----------------------------------------------------------------
+
     def tail(self, path: str, after: int = 0) -> Iterator[dict[str, Any]]:
-        """Events as they arrive, until the stream is closed (the server's final
-        ``closed`` event ends the iteration); an end without it (a server
-        shutting down) is ``ClientError`` ``tail_ended`` (reconnecting with
-        the last offset is the caller's choice)."""
-        with connect_sse(
-            self.http, "GET", stream_url(path, "tail"), params={"after": after}, timeout=None
-        ) as source:
-            if source.response.status_code >= 400:
-                source.response.read()
-                try:
-                    body = source.response.json()
-                except ValueError:
-                    body = {"error": {"code": "http_error", "message": source.response.text[:500]}}
-                raise ClientError(source.response.status_code, body)
-            for sse in source.iter_sse():
-                if sse.event == "error":
-                    data = orjson.loads(sse.data)
-                    raise ClientError(0, data)
-                if sse.event == "closed":
+        """Events as they arrive, until the stream is closed (the server's
+        final ``closed`` event ends the iteration). An ``error`` event from the
+        server raises ``ClientError`` (status 0); an end without ``closed`` (a
+        server shutting down) is ``ClientError`` ``tail_ended`` (reconnecting
+        with the last offset is the caller's choice)."""
+        conn, response = self._send(
+            "GET", stream_url(path, "tail"), {"after": after}, _UNSET, self.timeout, accept="text/event-stream"
+        )
+        try:
+            if response.status >= 400:
+                raise ClientError(response.status, _error_body(response, response.read()))
+            if conn.sock is not None:
+                conn.sock.settimeout(None)  # idle streams are fine: the server sends heartbeats
+            kind, data = "", []
+            for raw in response:  # Server-Sent Events: fields up to a blank line
+                line = raw.decode("utf-8").rstrip("\r\n")
+                if line:
+                    name, _, value = line.partition(":")
+                    value = value[1:] if value.startswith(" ") else value
+                    if name == "event":
+                        kind = value
+                    elif name == "data":
+                        data.append(value)
+                    continue
+                if kind == "error":
+                    raise ClientError(0, loads("\n".join(data)))
+                if kind == "closed":
                     return
-                if sse.data:
-                    yield orjson.loads(sse.data)
+                if data:
+                    yield loads("\n".join(data))
+                kind, data = "", []
+        finally:
+            conn.close()
         raise ClientError(
             0, {"error": {"code": "tail_ended", "message": "the server ended the tail (is it shutting down?)"}}
         )

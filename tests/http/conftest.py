@@ -34,6 +34,11 @@ class Server:
     token: str
     process: subprocess.Popen
 
+    @property
+    def token_file(self) -> Path:
+        """The admin token file this server wrote (``yoke serve`` keys it by port)."""
+        return self.data_dir / f"token-{self.url.rsplit(':', 1)[1]}"
+
     def client(self, token: str | None = None) -> httpx.Client:
         token = self.token if token is None else token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -70,12 +75,13 @@ def start_server(db_url: str, data_dir: Path, *, args: tuple[str, ...] = (), **e
         cwd=data_dir.parent,
     )
     url = f"http://127.0.0.1:{port}"
+    token_file = data_dir / f"token-{port}"
     deadline = time.monotonic() + 60
     while True:
         if process.poll() is not None:
             raise RuntimeError(f"yoke serve exited: {(data_dir.parent / f'server-{port}.log').read_text()}")
         try:
-            if httpx.get(url + "/readyz", timeout=1).status_code == 200 and (data_dir / "token").exists():
+            if httpx.get(url + "/readyz", timeout=1).status_code == 200 and token_file.exists():
                 break
         except httpx.TransportError:
             pass
@@ -83,7 +89,7 @@ def start_server(db_url: str, data_dir: Path, *, args: tuple[str, ...] = (), **e
             process.kill()
             raise RuntimeError("yoke serve did not become ready")
         time.sleep(0.05)
-    return Server(url, db_url, data_dir, (data_dir / "token").read_text().strip(), process)
+    return Server(url, db_url, data_dir, token_file.read_text().strip(), process)
 
 
 def stop_server(server: Server) -> int:

@@ -97,5 +97,5 @@ def test_sigterm_ends_tails_and_finishes_appends(tmp_path):
 
 
 def test_token_file_is_private(server):
-    mode = (server.data_dir / "token").stat().st_mode & 0o777
+    mode = server.token_file.stat().st_mode & 0o777
     assert mode == 0o600

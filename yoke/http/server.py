@@ -9,12 +9,17 @@ process (fan-out, scheduler, schedules, portal loops), unless
 ``executor=False``: then the server is the control plane only (API,
 portals, appends stored without fan-out) and ``yoke worker`` processes run
 the actors.
+
+The listening socket is bound before anything else happens (the runtime
+opens, the banner is printed), so a busy port fails at once with an
+``OSError`` (``errno.EADDRINUSE``) and nothing announced. The admin token of
+tenant ``default`` goes to ``<data_dir>/token-<port>`` (see ``yoke.tokenfile``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -24,6 +29,7 @@ from typing import Any
 import uvicorn
 
 from .. import runtime as runtime_module
+from .. import tokenfile
 from ..actors.app import App
 from ..config import Settings
 from ..runtime import Runtime
@@ -44,23 +50,44 @@ class _Server(uvicorn.Server):
 
 
 async def ensure_admin_token(runtime: Runtime, token_file: Path) -> str:
-    """The admin token of tenant 'default' in ``token_file`` (mode 0600),
-    created on first start and recreated if it no longer authenticates."""
-    if token_file.exists():
-        token = token_file.read_text().strip()
+    """The admin token of tenant 'default' in ``token_file`` (mode 0600).
+
+    A token file next to it that authenticates on this database (written by
+    a server on another port, or before restarting on a new port) is reused;
+    otherwise a new token is created. Files that belong to other databases
+    are left alone: their servers keep working."""
+    siblings = [p for p in tokenfile.token_files(token_file.parent) if p != token_file]
+    for candidate in [token_file, *siblings]:
+        token = tokenfile.read_token(candidate)
+        if token is None:
+            continue
         try:
             info = await runtime.tokens.authenticate(token)
-            if info.tenant == "default" and "admin" in info.scopes:
-                return token
-        except Exception:  # not valid for this database: make a new one
-            pass
+        except Exception:  # not valid for this database
+            continue
+        if info.tenant == "default" and "admin" in info.scopes:
+            if candidate != token_file:
+                tokenfile.write_token(token_file, token)
+            return token
     new = await runtime.tokens.create("default", ["admin"], name="yoke serve admin")
-    token_file.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(new.token + "\n")
-    os.chmod(token_file, 0o600)
+    tokenfile.write_token(token_file, new.token)
     return new.token
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``(host, port)``; ``OSError`` (EADDRINUSE,
+    EACCES, EADDRNOTAVAIL, ...) if it cannot be had. Listening at once also
+    claims the port against a second server that binds at the same time."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)  # asyncio listens again with uvicorn's backlog
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def serve(
@@ -69,11 +96,22 @@ def serve(
     app: App | None = None,
     executor: bool = True,
     on_ready: Callable[[Settings, str], None] | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
+    """Serve until SIGTERM/SIGINT on ``sock`` (from ``bind_socket``), else
+    on a socket bound first: a busy port raises OSError before the runtime
+    opens. ``on_ready`` gets the settings with the bound port (``port=0``
+    picks a free one)."""
+    if sock is None:
+        sock = bind_socket(settings.host, settings.port)
     # SSE heartbeats are sent on the tails' sweep: make it tick often enough.
-    settings = replace(settings, tail_sweep_s=min(settings.tail_sweep_s, settings.sse_heartbeat_s))
+    settings = replace(
+        settings,
+        port=sock.getsockname()[1],
+        tail_sweep_s=min(settings.tail_sweep_s, settings.sse_heartbeat_s),
+    )
     shutdown = asyncio.Event()
-    token_file = Path(settings.data_dir) / "token"
+    token_file = tokenfile.token_file(settings.data_dir, settings.port)
 
     @asynccontextmanager
     async def open_runtime() -> AsyncIterator[Runtime]:
@@ -113,4 +151,7 @@ def serve(
         ws="none",  # no WebSocket routes
     )
     # run() picks uvloop when it is installed (uvicorn[standard] brings it).
-    _Server(config, stop_tails).run()
+    try:
+        _Server(config, stop_tails).run(sockets=[sock])
+    finally:
+        sock.close()

@@ -1,0 +1,154 @@
+"""Actor commands over HTTP: ``instances list|create|show`` and
+``dlq list|redrive|drop`` (docs/actors.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .common import (
+    Column,
+    Remote,
+    argument,
+    compact,
+    emit,
+    group,
+    http_command,
+    or_dash,
+    parse_json,
+    table,
+    when,
+)
+
+INSTANCE_ID_HELP = "an instance id (see `yoke instances list`)"
+
+INSTANCE_COLUMNS: list[Column] = [
+    ("ID", lambda i: i["id"], "<"),
+    ("ACTOR", lambda i: i["actor"], "<"),
+    ("KEY", lambda i: i["key"], "<"),
+    ("WORKER", lambda i: or_dash(i.get("worker_id")), "<"),
+    ("CREATED", lambda i: when(i.get("created_at")), "<"),
+]
+
+
+def instance_lines(i: dict[str, Any]) -> str:
+    rows = [
+        ("id", i["id"]),
+        ("actor", i["actor"]),
+        ("key", i["key"]),
+        ("created", when(i.get("created_at"))),
+        ("config", compact(i["config"])),
+        ("filter", compact(i["filter"]) if i["filter"] is not None else "(routed by key)"),
+        ("parent", or_dash(i["parent_id"])),
+        ("worker", or_dash(i.get("worker_id"))),
+    ]
+    if "state" in i:
+        state, q = i["state"], i["queue"]
+        rows += [
+            ("state", f"version {state['version']}  {compact(state['value'])}"),
+            ("queue", f"{q['pending']} pending, {q['processing']} processing, {q['dead']} dead"),
+        ]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def first_line(text: str | None, width: int = 80) -> str:
+    return (text or "").splitlines()[0][:width] if text else "-"
+
+
+QUEUE_COLUMNS: list[Column] = [
+    ("QID", lambda r: r["qid"], ">"),
+    ("ATTEMPTS", lambda r: r["attempts"], ">"),
+    ("EVENT", lambda r: f"{r['path']}@{r['offset']}" if r["path"] is not None else "(sent)", "<"),
+    ("TYPE", lambda r: (r["event"] or {}).get("type", "?"), "<"),
+    ("ERROR", lambda r: first_line(r["last_error"]), "<"),
+]
+
+
+@group()
+def instances() -> None:
+    """List, create and inspect actor instances."""
+
+
+@instances.command("list")
+@click.option("--actor", default=None, metavar="ACTOR", help="Only instances of this actor.")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000), metavar="N",
+              help="At most N instances.")
+@click.option("--after", default=None, metavar="ID", help="Continue after this instance id (paging).")
+@http_command
+def instances_list(client: Remote, as_json: bool, actor: str | None, limit: int, after: str | None) -> None:
+    """List actor instances, by id."""
+    listed = client.instances(actor, limit, after)["instances"]
+    emit(listed, as_json, lambda v: table(v, INSTANCE_COLUMNS, f"(no instances in {client.tenant_label()})"))
+
+
+@instances.command("create")
+@argument("actor", "the name of an actor of the running app, like order")
+@click.option("--key", default=None, metavar="KEY", help="The instance key (default: a new one).")
+@click.option("--config", "config_json", default=None, metavar="JSON", help="Its config, a JSON object.")
+@click.option("--filter", "filter_json", default=None, metavar="JSON",
+              help='Events it receives, JSON: {"types": [...], "streams": [...], "where": "..."}.')
+@http_command
+def instances_create(
+    client: Remote, as_json: bool, actor: str, key: str | None, config_json: str | None, filter_json: str | None
+) -> None:
+    """Create the instance (ACTOR, --key), or show the existing one."""
+    config = parse_json(config_json, "--config") if config_json is not None else None
+    filter_ = parse_json(filter_json, "--filter") if filter_json is not None else None
+    created = client.create_instance(actor, key, config, filter_)
+    emit(
+        created,
+        as_json,
+        lambda i: f"{'created' if i['created'] else 'exists '} {i['id']} (actor {i['actor']}, key {i['key']})",
+    )
+
+
+@instances.command("show")
+@argument("instance_id", INSTANCE_ID_HELP)
+@http_command
+def instances_show(client: Remote, as_json: bool, instance_id: str) -> None:
+    """An instance, its state and its queue depth."""
+    emit(client.instance(instance_id), as_json, instance_lines)
+
+
+@group()
+def dlq() -> None:
+    """Dead-lettered queue rows of an instance: list, redrive, drop."""
+
+
+@dlq.command("list")
+@argument("instance_id", INSTANCE_ID_HELP)
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000), metavar="N",
+              help="At most N rows.")
+@http_command
+def dlq_list(client: Remote, as_json: bool, instance_id: str, limit: int) -> None:
+    """The dead rows of an instance, with their last error."""
+    rows = client.dead_letters(instance_id, limit)["rows"]
+    emit(rows, as_json, lambda v: table(v, QUEUE_COLUMNS, "(no dead rows)"))
+
+
+QID_OPTION = click.option(
+    "--qid", "qids", multiple=True, type=int, metavar="QID",
+    help="A dead row's qid (repeatable; default: all dead rows).",
+)
+
+
+@dlq.command("redrive")
+@argument("instance_id", INSTANCE_ID_HELP)
+@QID_OPTION
+@http_command
+def dlq_redrive(client: Remote, as_json: bool, instance_id: str, qids: tuple[int, ...]) -> None:
+    """Dead rows back to pending, attempts reset."""
+    result = client.redrive(instance_id, list(qids) or None)
+    emit(result, as_json, lambda r: f"redriven {r['redriven']} row(s) of {instance_id}")
+
+
+@dlq.command("drop")
+@argument("instance_id", INSTANCE_ID_HELP)
+@QID_OPTION
+@http_command
+def dlq_drop(client: Remote, as_json: bool, instance_id: str, qids: tuple[int, ...]) -> None:
+    """Delete dead rows."""
+    result = client.drop_dead(instance_id, list(qids) or None)
+    emit(result, as_json, lambda r: f"dropped {r['dropped']} row(s) of {instance_id}")
