@@ -253,13 +253,35 @@ def test_a_json_route_takes_json_declared_or_not(http, path, content_type):
     assert http.post(f"/v1/streams{path}/-/close", headers={"Content-Type": "text/plain"}).status_code == 200
 
 
-def test_the_readme_curl_lines_send_json(server, http, path):
-    # What `yoke serve` prints to try (curl -d needs the JSON Content-Type).
-    import yoke.cli
+def test_the_banner_curl_lines_work_as_printed(server, http):
+    """The curl lines `yoke serve` prints to try, run by a shell with real
+    curl: the append sends JSON (curl -d alone would be form data, 415),
+    the read returns it, the tail follows it and ends once the stream closes."""
+    import shutil
+    import subprocess
+    from urllib.parse import urlsplit
 
-    text = open(yoke.cli.__file__).read()
-    append_line = next(line for line in text.splitlines() if "curl -s -X POST" in line and "/-/events" in line)
-    assert "-H 'Content-Type: application/json'" in append_line
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed")
+    port = urlsplit(server.url).port
+    banner = (server.data_dir.parent / f"server-{port}.log").read_text()
+    lines = [line.strip() for line in banner.splitlines() if line.strip().startswith("curl ")]
+    assert len(lines) == 3, banner
+
+    def shell(line: str) -> str:
+        done = subprocess.run(
+            ["bash", "-c", line], capture_output=True, text=True, timeout=30, cwd=server.data_dir.parent
+        )
+        assert done.returncode == 0, (line, done.stderr)
+        return done.stdout
+
+    appended = orjson.loads(shell(lines[0]))
+    page = orjson.loads(shell(lines[1]))
+    assert page["events"][-1]["offset"] == appended["offset"]
+    assert page["events"][-1]["type"] == "hello"
+    assert http.post("/v1/streams/demo/-/close").status_code == 200
+    tail = shell(lines[2])  # ends by itself: the stream is closed
+    assert '"type":"hello"' in tail and "event: closed" in tail
 
 
 def test_an_unexpected_server_failure_is_json_too(tmp_path):
