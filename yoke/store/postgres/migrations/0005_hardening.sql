@@ -1,17 +1,37 @@
--- Values come back exactly as they were appended.
+-- Hardening of values, object records and tails (issue 10), in one pass
+-- over the functions that 0001, 0002 and 0004 defined.
 --
--- jsonb normalizes numbers: the float 1e18 came back as the integer
--- 1000000000000000000, 1E+2 as 100 and -0.0 as 0.0, on reads and in the
--- events actors receive. The json type keeps the text as written (Yoke
--- writes canonical JSON: sorted keys, no whitespace, shortest round-trip
--- floats), so every column that holds a caller's document becomes json:
--- event payload, metadata and source, stream metadata, instance config,
--- queued and scheduled events, conversation messages, processor state.
--- Yoke's own documents (instance filters, subscription configuration and
--- halts, worker info) stay jsonb: SQL looks inside them.
+-- 1. Values come back exactly as they were appended. jsonb normalizes
+-- numbers: the float 1e18 came back as the integer 1000000000000000000,
+-- 1E+2 as 100 and -0.0 as 0.0, on reads and in the events actors receive.
+-- The json type keeps the text as written (Yoke writes canonical JSON:
+-- sorted keys, no whitespace, shortest round-trip floats), so every column
+-- that holds a caller's document becomes json: event payload, metadata and
+-- source, stream metadata, instance config, queued and scheduled events,
+-- conversation messages, processor state. Yoke's own documents (instance
+-- filters, subscription configuration and halts, worker info) stay jsonb:
+-- SQL looks inside them. yoke_append, yoke_read, yoke_claim and yoke_fanout
+-- are recreated with json in place of jsonb.
 --
--- The functions that cast to or return these columns are recreated as
--- they were (0001, 0002, 0004) with json in place of jsonb.
+-- 2. An object record binds its object, not its key (yoke_append step 2
+-- and the guard on the binding UPDATE in step 4). A record's duplicate key
+-- used to be enough for success: a record holding an object's key
+-- (object:<id>) that had not committed the object made a later commit
+-- answer with that record's offset while the object stayed uploaded, to
+-- expire and be removed under a live record. Now a duplicate of an object
+-- record counts only when the object was committed by that very record
+-- (state committed, committed_seq = its offset), anything else refuses the
+-- batch ('object'); a new object record is refused once the object has
+-- expired (expiry is terminal, a legal hold only stops the cleanup from
+-- deleting it); and the object rows are locked (FOR UPDATE) while the
+-- record is appended, so an abort or a cleanup running meanwhile waits and
+-- then sees the committed state.
+--
+-- 3. yoke_read also returns the stream row's closed flag, read in the same
+-- statement as head and the events: a tail of a closed stream ends once it
+-- has delivered everything up to the head, and taking closed and head from
+-- the one row version the events were read against means a tail can never
+-- end before an event that was committed ahead of the close.
 
 ALTER TABLE streams ALTER COLUMN metadata DROP DEFAULT;
 ALTER TABLE streams ALTER COLUMN metadata TYPE json USING metadata::json;
@@ -124,14 +144,24 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- 2. Object bindings: a new record may only reference an uploaded object.
+    -- 2. Object bindings, each object row locked until the commit (an abort
+    -- or a cleanup waits): a new record may only reference an uploaded
+    -- object that has not expired; a duplicate counts only when its object
+    -- was committed by the record the key found.
     FOR r IN
-        SELECT t.ord, t.b, o.state
+        SELECT t.ord, t.b, o.state, o.expires_at, o.committed_seq
         FROM unnest(p_object, p_batch) WITH ORDINALITY AS t(obj, b, ord)
-        LEFT JOIN objects o ON o.tenant_id = p_tenant AND o.sid = s.sid AND o.object_id = t.obj
+        LEFT JOIN LATERAL (
+            SELECT state, expires_at, committed_seq FROM objects
+            WHERE tenant_id = p_tenant AND sid = s.sid AND object_id = t.obj
+            FOR UPDATE
+        ) o ON true
         WHERE t.obj IS NOT NULL
     LOOP
-        IF v_status[r.ord] = 'new' AND r.state IS DISTINCT FROM 'uploaded' THEN
+        IF (v_status[r.ord] = 'duplicate'
+            AND (r.state IS DISTINCT FROM 'committed' OR r.committed_seq IS DISTINCT FROM v_seq[r.ord]))
+           OR (v_status[r.ord] = 'new'
+               AND (r.state IS DISTINCT FROM 'uploaded' OR r.expires_at < p_now)) THEN
             v_batch[r.b + 1] := coalesce(v_batch[r.b + 1], 'object');
         END IF;
     END LOOP;
@@ -185,7 +215,8 @@ BEGIN
     UPDATE objects o SET state = 'committed', committed_seq = s.head + a.i
     FROM unnest(v_admitted) WITH ORDINALITY AS a(ord, i)
     WHERE p_object[a.ord] IS NOT NULL
-      AND o.tenant_id = p_tenant AND o.sid = s.sid AND o.object_id = p_object[a.ord];
+      AND o.tenant_id = p_tenant AND o.sid = s.sid AND o.object_id = p_object[a.ord]
+      AND o.state = 'uploaded';
 
     UPDATE streams SET head = s.head + v_new,
            durable_events = durable_events + v_events,
@@ -216,9 +247,9 @@ DROP FUNCTION yoke_read(text, text, bigint, bigint, integer);
 
 CREATE FUNCTION yoke_read(p_tenant text, p_path text, p_after bigint, p_upto bigint,
                           p_limit integer)
-RETURNS TABLE (head bigint, pruned_through bigint, seq bigint, id text, at bigint, type text,
-               payload json, metadata json, source json, correlation text, priority integer,
-               group_id text, idempotency_key text)
+RETURNS TABLE (head bigint, pruned_through bigint, closed boolean, seq bigint, id text, at bigint,
+               type text, payload json, metadata json, source json, correlation text,
+               priority integer, group_id text, idempotency_key text)
 LANGUAGE plpgsql AS $$
 BEGIN
     IF coalesce(current_setting('yoke.tenant', true), '') NOT IN ('', p_tenant) THEN
@@ -227,8 +258,8 @@ BEGIN
     END IF;
     PERFORM set_config('yoke.tenant', p_tenant, true);
     RETURN QUERY
-    SELECT s.head, s.pruned_through, e.seq, e.id, e.at, e.type, e.payload, e.metadata, e.source,
-           e.correlation, e.priority, e.group_id, e.idempotency_key
+    SELECT s.head, s.pruned_through, s.closed, e.seq, e.id, e.at, e.type, e.payload, e.metadata,
+           e.source, e.correlation, e.priority, e.group_id, e.idempotency_key
     FROM streams s
     LEFT JOIN LATERAL (
         SELECT ev.* FROM events ev
