@@ -15,7 +15,6 @@ from .common import (
     command,
     compact,
     emit,
-    fail,
     group,
     http_command,
     parse_json,

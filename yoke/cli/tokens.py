@@ -39,18 +39,6 @@ def run_or_fail(settings: Settings, action: Callable[[Any], Any]) -> Any:
         fail(f"{redact(settings.database_url)}: {type(exc).__name__}: {exc}")
 
 
-def token_dict(info: Any) -> dict[str, Any]:
-    return {
-        "token_id": info.token_id,
-        "tenant": info.tenant,
-        "name": info.name,
-        "scopes": list(info.scopes),
-        "created_at": info.created_at,
-        "revoked_at": info.revoked_at,
-        "revoked": info.revoked_at is not None,
-    }
-
-
 TOKEN_COLUMNS: list[Column] = [
     ("TOKEN ID", lambda t: t["token_id"], "<"),
     ("TENANT", lambda t: t["tenant"], "<"),
@@ -87,7 +75,7 @@ def tokens_create(database_url: str | None, tenant: str, scopes: str, name: str,
 
     new = run_or_fail(settings, create)
     if as_json:
-        emit({"token": new.token, **token_dict(new.info)}, True, str)
+        emit({"token": new.token, **new.info.to_dict()}, True, str)
         return
     click.echo(new.token)
     click.echo(
@@ -106,7 +94,7 @@ def tokens_list(database_url: str | None, tenant: str, as_json: bool) -> None:
     from .server import settings_or_fail
 
     settings = settings_or_fail(database_url=database_url)
-    listed = [token_dict(t) for t in run_or_fail(settings, lambda y: y.tokens.list(tenant))]
+    listed = [t.to_dict() for t in run_or_fail(settings, lambda y: y.tokens.list(tenant))]
     emit(listed, as_json, lambda v: table(v, TOKEN_COLUMNS, f"(no tokens in tenant {tenant})"))
 
 

@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 from fastapi import APIRouter, Path, Request
 from starlette.responses import Response
 
 from .. import errors
-from ..store.contract import TokenInfo
 from .auth import ADMIN, Principal, runtime_of
 from .responses import ERROR_RESPONSES, json_body, json_response
 from .streams import object_body
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"], responses=ERROR_RESPONSES)
-
-
-def token_dict(info: TokenInfo) -> dict[str, Any]:
-    return {
-        "token_id": info.token_id,
-        "tenant": info.tenant,
-        "name": info.name,
-        "scopes": list(info.scopes),
-        "created_at": info.created_at,
-        "revoked_at": info.revoked_at,
-    }
 
 
 @router.post("", status_code=201, summary="Create a token for this tenant (shown once)")
@@ -34,13 +21,13 @@ async def create(request: Request, principal: Principal = ADMIN) -> Response:
     if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
         raise errors.InvalidInput("scopes is a list of read, append, admin", field="scopes")
     new = await runtime_of(request).tokens.create(principal.tenant, scopes, body.get("name", ""))
-    return json_response({"token": new.token, **token_dict(new.info)}, status_code=201)
+    return json_response({"token": new.token, **new.info.to_dict()}, status_code=201)
 
 
 @router.get("", summary="List this tenant's tokens")
 async def list_tokens(request: Request, principal: Principal = ADMIN) -> Response:
     tokens = await runtime_of(request).tokens.list(principal.tenant)
-    return json_response({"tokens": [token_dict(t) for t in tokens]})
+    return json_response({"tokens": [t.to_dict() for t in tokens]})
 
 
 @router.delete("/{token_id}", status_code=204, summary="Revoke a token")

@@ -112,6 +112,18 @@ class TokenInfo:
     created_at: int
     revoked_at: int | None
 
+    def to_dict(self) -> dict[str, Any]:
+        """What the API and the CLI show of a token (never its hash)."""
+        return {
+            "token_id": self.token_id,
+            "tenant": self.tenant,
+            "name": self.name,
+            "scopes": list(self.scopes),
+            "created_at": self.created_at,
+            "revoked_at": self.revoked_at,
+            "revoked": self.revoked_at is not None,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
