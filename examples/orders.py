@@ -9,7 +9,7 @@ Run it with ``make run`` (``yoke serve --app examples.orders:app``), then::
     yoke read /orders/A-1          # order.placed, payment.captured, order.shipped
     yoke instances list            # one "order" instance per order id, plus the singletons
 
-See the README's walk-through.
+See the README's tour.
 """
 
 from __future__ import annotations

@@ -251,8 +251,12 @@ class Client:
 
     # --- actor instances and dead letters ---------------------------------
 
-    def instances(self, actor: str | None = None, limit: int = 100, after: str | None = None) -> Any:
-        return self.request("GET", "/v1/instances", params={"limit": limit, "actor": actor, "after": after})
+    def instances(
+        self, actor: str | None = None, limit: int = 100, after: str | None = None, key: str | None = None
+    ) -> Any:
+        return self.request(
+            "GET", "/v1/instances", params={"limit": limit, "actor": actor, "after": after, "key": key}
+        )
 
     def create_instance(
         self,

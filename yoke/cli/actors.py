@@ -13,6 +13,7 @@ from .common import (
     argument,
     compact,
     emit,
+    fail,
     group,
     http_command,
     or_dash,
@@ -21,7 +22,19 @@ from .common import (
     when,
 )
 
-INSTANCE_ID_HELP = "an instance id (see `yoke instances list`)"
+INSTANCE_ID_HELP = "an instance: its id, or ACTOR/KEY like order/A-1 (see `yoke instances list`)"
+
+
+def instance_id_of(client: Remote, ref: str) -> str:
+    """An instance id, or ACTOR/KEY looked up on the server."""
+    if ref.startswith("inst_") or "/" not in ref:
+        return ref
+    actor, key = ref.split("/", 1)
+    found = client.instances(actor, key=key)["instances"]
+    if not found:
+        fail(f"no {actor} instance with key {key!r} in {client.tenant_label()};"
+             f" `yoke instances list --actor {actor}` lists them")
+    return found[0]["id"]
 
 INSTANCE_COLUMNS: list[Column] = [
     ("ID", lambda i: i["id"], "<"),
@@ -109,7 +122,7 @@ def instances_create(
 @http_command
 def instances_show(client: Remote, as_json: bool, instance_id: str) -> None:
     """An instance, its state and its queue depth."""
-    emit(client.instance(instance_id), as_json, instance_lines)
+    emit(client.instance(instance_id_of(client, instance_id)), as_json, instance_lines)
 
 
 @group()
@@ -124,7 +137,7 @@ def dlq() -> None:
 @http_command
 def dlq_list(client: Remote, as_json: bool, instance_id: str, limit: int) -> None:
     """The dead rows of an instance, with their last error."""
-    rows = client.dead_letters(instance_id, limit)["rows"]
+    rows = client.dead_letters(instance_id_of(client, instance_id), limit)["rows"]
     emit(rows, as_json, lambda v: table(v, QUEUE_COLUMNS, "(no dead rows)"))
 
 
@@ -140,7 +153,7 @@ QID_OPTION = click.option(
 @http_command
 def dlq_redrive(client: Remote, as_json: bool, instance_id: str, qids: tuple[int, ...]) -> None:
     """Dead rows back to pending, attempts reset."""
-    result = client.redrive(instance_id, list(qids) or None)
+    result = client.redrive(instance_id_of(client, instance_id), list(qids) or None)
     emit(result, as_json, lambda r: f"redriven {r['redriven']} row(s) of {instance_id}")
 
 
@@ -150,5 +163,5 @@ def dlq_redrive(client: Remote, as_json: bool, instance_id: str, qids: tuple[int
 @http_command
 def dlq_drop(client: Remote, as_json: bool, instance_id: str, qids: tuple[int, ...]) -> None:
     """Delete dead rows."""
-    result = client.drop_dead(instance_id, list(qids) or None)
+    result = client.drop_dead(instance_id_of(client, instance_id), list(qids) or None)
     emit(result, as_json, lambda r: f"dropped {r['dropped']} row(s) of {instance_id}")

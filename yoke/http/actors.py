@@ -131,11 +131,18 @@ async def optional_json_body(request: Request) -> Any:
 async def list_instances(
     request: Request,
     actor: str | None = Query(None, description="Only instances of this actor"),
+    key: str | None = Query(None, description="With actor: only the instance with this key (0 or 1)"),
     limit: int = Query(100, ge=1, le=1000),
     after: str | None = Query(None, description="Continue after this instance id"),
     principal: Principal = READ,
 ) -> Response:
-    listed = await instances_of(request, principal).list(actor, limit=limit, after=after)
+    instances = instances_of(request, principal)
+    if key is not None:
+        if actor is None:
+            raise errors.InvalidInput("key needs actor: ?actor=A&key=K", field="key")
+        found = await instances.find(actor, key)
+        return json_response({"instances": [instance_json(found)] if found is not None else []})
+    listed = await instances.list(actor, limit=limit, after=after)
     return json_response({"instances": [instance_json(i) for i in listed]})
 
 
