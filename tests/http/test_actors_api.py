@@ -189,6 +189,24 @@ def test_create_list_and_show_instances(tenant):
     }
 
 
+def test_find_an_instance_by_actor_and_key(tenant):
+    a = tenant.create("counter", key="k/with/slashes")
+    found = tenant.http.get("/v1/instances", params={"actor": "counter", "key": "k/with/slashes"})
+    assert [i["id"] for i in found.json()["instances"]] == [a["id"]]
+    none = tenant.http.get("/v1/instances", params={"actor": "counter", "key": "nobody"})
+    assert none.json() == {"instances": []}
+    alone = tenant.http.get("/v1/instances", params={"key": "k"})
+    assert error_of(alone) == (400, "invalid_input") and "actor" in alone.json()["error"]["message"]
+    # The CLI takes ACTOR/KEY wherever it takes an instance id.
+    shown, missing, dead = tenant.cli_many(
+        ("instances", "show", "counter/k/with/slashes", "--json"), ("instances", "show", "counter/nobody"),
+        ("dlq", "list", "counter/k/with/slashes"),
+    )
+    assert orjson.loads(shown.stdout)["id"] == a["id"]
+    assert missing.returncode == 1 and "no counter instance with key 'nobody'" in missing.stderr
+    assert dead.returncode == 0 and "no dead rows" in dead.stdout
+
+
 def test_appended_events_reach_the_actor(tenant):
     inst = tenant.create("counter", key="c")
     tenant.append("/orders", {"type": "count.one", "payload": 1}, {"type": "other.thing"})
