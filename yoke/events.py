@@ -177,10 +177,11 @@ _JSON_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 # The value domain: what both backends store and give back unchanged.
 MIN_INT, MAX_INT = -(2**63), 2**63 - 1  # signed 64-bit
 MAX_DEPTH = 64  # levels of arrays and objects inside one document
-# Datetimes would come back as strings: refused rather than converted.
-# STRICT_INTEGER makes orjson refuse integers beyond 2^53, so the rare
-# document holding one is checked against the signed 64-bit range.
-_DUMPS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
+# Datetimes would come back as strings and dataclasses as dicts (with no
+# look inside them for NaN): refused rather than converted. STRICT_INTEGER
+# makes orjson refuse integers beyond 2^53, so the rare document holding
+# one is checked against the signed 64-bit range.
+_DUMPS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 _DUMPS_STRICT = _DUMPS | orjson.OPT_STRICT_INTEGER
 
 

@@ -99,9 +99,8 @@ async def test_legal_hold_prevents_object_deletion(y, tenant):
 
 async def test_expired_object_cannot_be_uploaded(y, tenant):
     s = y.stream("/files", tenant=tenant)
-    o = await s.objects.prepare(idempotency_key="late", sha256=DIGEST, size=len(DATA), expires_in_s=0.001)
-    while now_ms() <= o.expires_at:
-        pass
+    o = await s.objects.prepare(idempotency_key="late", sha256=DIGEST, size=len(DATA), expires_in_s=1)
+    await until_expired(o)
     with pytest.raises(errors.ObjectStateConflict):
         await s.objects.upload(o.object_id, DATA)
 
@@ -205,9 +204,17 @@ async def test_concurrent_commits_with_different_bodies_share_one_record(y, tena
     assert [e.offset for e in await s.read()] == [results[0].offset]
 
 
+async def test_an_object_is_never_born_expired(y, tenant):
+    s = y.stream("/born", tenant=tenant)
+    for too_short in (0, 1e-300, 0.5, -1):
+        with pytest.raises(errors.InvalidInput) as exc:
+            await s.objects.prepare(idempotency_key="k", sha256=DIGEST, size=len(DATA), expires_in_s=too_short)
+        assert exc.value.details["field"] == "expires_in_s"
+
+
 async def test_an_expired_prepared_object_reports_expired(y, tenant):
     s = y.stream("/expiry", tenant=tenant)
-    o = await s.objects.prepare(idempotency_key="e", sha256=DIGEST, size=len(DATA), expires_in_s=0.001)
+    o = await s.objects.prepare(idempotency_key="e", sha256=DIGEST, size=len(DATA), expires_in_s=1)
     await until_expired(o)
     assert (await s.objects.info(o.object_id)).state == "expired"
     # The same key finds the same, expired object (a new upload needs a new key).

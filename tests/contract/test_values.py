@@ -147,11 +147,34 @@ async def test_nesting_depth_is_capped(y, tenant):
     assert (await s.info()).head == 1
 
 
-async def test_datetimes_are_refused_not_turned_into_text(y, tenant):
+async def test_datetimes_and_dataclasses_are_refused_not_converted(y, tenant):
+    import dataclasses
     import datetime
 
-    with pytest.raises(errors.InvalidEvent):
-        await y.stream("/dt", tenant=tenant).append({"type": "d", "payload": {"at": datetime.datetime.now()}})
+    @dataclasses.dataclass
+    class Point:
+        x: float
+
+    s = y.stream("/dt", tenant=tenant)
+    for value in (datetime.datetime.now(), datetime.date.today(), Point(1.0), Point(math.nan)):
+        with pytest.raises(errors.InvalidEvent):
+            await s.append({"type": "d", "payload": {"v": value}})
+    with pytest.raises(errors.StreamNotFound):
+        await s.info()
+
+
+async def test_uuids_and_enums_are_written_as_their_json_value(y, tenant):
+    """Documented conversions (docs/events.md): they read back as str / int."""
+    import enum
+    import uuid as uuid_module
+
+    class Colour(enum.Enum):
+        RED = 1
+
+    u = uuid_module.uuid4()
+    s = y.stream("/conv", tenant=tenant)
+    r = await s.append({"type": "c", "payload": {"id": u, "colour": Colour.RED, "tuple": (1, 2)}})
+    assert (await s.get(r.offset)).payload == {"id": str(u), "colour": 1, "tuple": [1, 2]}
 
 
 # --- sizes are UTF-8 bytes ------------------------------------------------------

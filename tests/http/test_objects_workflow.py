@@ -78,7 +78,7 @@ def test_object_key_squat_bytes_before_commit_and_duplicate_commit(http, path):
 
 def test_expired_object_reports_expired_and_cannot_commit(http, path):
     objects = events_url(path, "objects")
-    obj = http.post(objects, json={"idempotency_key": "e", "sha256": DIGEST, "size": len(DATA), "expires_in_s": 0.001}).json()
+    obj = http.post(objects, json={"idempotency_key": "e", "sha256": DIGEST, "size": len(DATA), "expires_in_s": 1}).json()
     while time.time() * 1000 <= obj["expires_at"]:  # wait for the clock to pass the expiry
         time.sleep(0.01)
     assert http.get(f"{objects}/{obj['object_id']}").json()["state"] == "expired"

@@ -89,3 +89,20 @@ def test_the_appended_bytes_metric_counts_utf8_bytes(http, path):
     r = http.post(events_url(path), json={"type": "t", "payload": {"s": FOUR_BYTES * 2}})
     assert r.status_code == 201
     assert appended_bytes(http) - before == 83
+
+
+def test_a_refusal_that_echoes_a_huge_integer_is_still_the_refusal(http, path):
+    """ObjectTooLarge echoes the size asked for: an integer beyond 64 bits
+    made the JSON error body itself fail, and the answer was a 500."""
+    body = b'{"idempotency_key": "k", "sha256": "' + b"0" * 64 + b'", "size": 99999999999999999999999}'
+    r = http.post(f"/v1/streams{path}/-/objects", content=body, headers=JSON)
+    assert r.status_code == 413, r.text
+    error = r.json()["error"]
+    assert error["code"] == "object_too_large" and error["size"] == "99999999999999999999999"
+
+
+def test_nanosecond_timestamps_take_the_fast_parser_and_read_back_exactly(http, path):
+    r = post_raw(http, path, b'{"type": "t", "payload": {"ns": 1733011200123456789, "neg": -8999999999999999999}}')
+    assert r.status_code == 201, r.text
+    payload = json.loads(http.get(f"{events_url(path)}/1").content)["payload"]
+    assert payload == {"ns": 1733011200123456789, "neg": -8999999999999999999}

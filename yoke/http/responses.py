@@ -68,7 +68,28 @@ def error_response(exc: errors.YokeError) -> Response:
         headers["Retry-After"] = str(exc.details["retry_after"])
     if exc.http_status == 401:
         headers["WWW-Authenticate"] = "Bearer"
-    return json_response({"error": exc.to_dict()}, exc.http_status, headers)
+    body = {"error": exc.to_dict()}
+    try:
+        content = orjson.dumps(body, default=_default)
+    except (TypeError, orjson.JSONEncodeError):
+        # A detail that echoes the caller's input may be no JSON value of
+        # ours (an integer beyond 64 bits, given as a size): the refusal
+        # must still be the refusal, not a 500.
+        content = orjson.dumps(_printable(body))
+    return Response(content, status_code=exc.http_status, media_type="application/json", headers=headers)
+
+
+def _printable(value: Any) -> Any:
+    """``value`` with everything orjson refuses written as text."""
+    if isinstance(value, dict):
+        return {str(k): _printable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_printable(v) for v in value]
+    try:
+        orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):
+        return str(value)
+    return value
 
 
 async def yoke_error_handler(_request: Request, exc: Exception) -> Response:
@@ -157,7 +178,10 @@ async def limited_body(
 # refuses a number that overflows a double. Bodies that may hold either are
 # parsed by the standard library instead, which keeps integers exact and
 # floats as floats, so validation refuses them by name (invalid_event).
-_LONG_DIGITS = re.compile(rb"\d{19}")
+# Only integers beyond what orjson reads exactly (above 2^64 - 1: 20 digits;
+# below -2^63: a minus and 19 digits from 9...) need the slow path; an
+# ordinary 19-digit timestamp in nanoseconds does not.
+_LONG_DIGITS = re.compile(rb"\d{20}|-9\d{18}")
 
 
 def parse_json(body: bytes) -> Any:

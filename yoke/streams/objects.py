@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 MAX_OBJECT_BYTES = 32 * 1024 * 1024
 MAX_EXPIRY_S = 7 * 24 * 3600
+MIN_EXPIRY_S = 1  # an object is never born expired
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
 OBJECT_ID_RE = re.compile(r"obj_[0-9a-f]{24}")
 CONTENT_TYPE_RE = re.compile(r"[\x20-\x7e]{1,255}")  # it is sent back as a header
@@ -98,9 +99,11 @@ class StreamObjects:
         if (
             isinstance(expires_in_s, bool)
             or not isinstance(expires_in_s, (int, float))
-            or not 0 < expires_in_s <= MAX_EXPIRY_S
+            or not MIN_EXPIRY_S <= expires_in_s <= MAX_EXPIRY_S
         ):
-            raise errors.InvalidInput(f"expires_in_s must be in (0, {MAX_EXPIRY_S}]", field="expires_in_s")
+            raise errors.InvalidInput(
+                f"expires_in_s must be in [{MIN_EXPIRY_S}, {MAX_EXPIRY_S}]", field="expires_in_s"
+            )
         now = now_ms()
         info = await self.store.prepare_object(
             self.stream.tenant, self.stream.path, "obj_" + secrets.token_hex(12), idempotency_key,
