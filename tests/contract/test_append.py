@@ -67,8 +67,15 @@ async def test_first_append_creates_stream_with_lifetime_id(y, tenant):
     other = await y.stream("/other", tenant=tenant).create(max_events=10)
     assert other.stream_id != info.stream_id and other.head == 0
     assert other.retention == yoke.Retention(max_age_s=None, max_events=10)
-    # Creating again returns the existing stream unchanged.
-    assert await y.stream("/other", tenant=tenant).create() == other
+    # Creating again with the same definition returns the existing stream
+    # unchanged; with another one it is stream_exists and nothing changes.
+    assert await y.stream("/other", tenant=tenant).create(max_events=10) == other
+    for different in ({}, {"max_events": 11}, {"metadata": {"a": 1}}, {"pinned": True}):
+        with pytest.raises(errors.StreamExists) as exc:
+            await y.stream("/other", tenant=tenant).create(**different)
+        assert exc.value.http_status == 409
+        assert exc.value.details["existing"]["retention"] == {"max_age_s": None, "max_events": 10}
+    assert await y.stream("/other", tenant=tenant).info() == other
 
 
 async def test_append_many_is_all_or_nothing(y, tenant):

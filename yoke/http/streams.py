@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, Header, Path, Query, Request
 from starlette.responses import Response
 
@@ -331,54 +330,11 @@ async def create(request: Request, path: str = PATH_PARAM, principal: Principal 
 
 async def ensure_definition(stream: Stream, body: dict[str, Any], *, pinned: bool) -> tuple[StreamInfo, bool]:
     """Create ``stream`` with the definition in ``body`` (retention, limits,
-    metadata; omitted parts take their defaults): (info, True). If it already
-    exists with the same definition: (info, False), nothing changes; with
-    another one (or, for a pinned definition, a stream that is not pinned):
-    409 ``stream_exists``, nothing changes (settings change through their
-    own routes)."""
+    metadata): ``Stream.create_if_missing``'s one rule, 201 / 200 / 409
+    ``stream_exists`` (settings change through their own routes)."""
     retention = object_body(body.get("retention") or {}, {"max_age_s", "max_events"}, "retention")
     limits = limits_from(body.get("limits"))
-    metadata = body.get("metadata")
-    info, created = await stream.create_if_missing(**retention, limits=limits, metadata=metadata, pinned=pinned)
-    if not created:
-        existing = definition_of(info)
-        wanted = {
-            "retention": {
-                "max_age_s": _number(retention.get("max_age_s")), "max_events": retention.get("max_events"),
-            },
-            "limits": limits_dict(limits),
-            "metadata": metadata or {},
-        }
-        same = (
-            existing["retention"] == wanted["retention"]
-            and existing["limits"] == wanted["limits"]
-            and _canonical(existing["metadata"]) == _canonical(wanted["metadata"])
-            and (info.pinned or not pinned)
-        )
-        if not same:
-            raise errors.StreamExists(
-                f"stream {info.path} already exists with another definition", path=info.path,
-                existing={**existing, "pinned": info.pinned},
-            )
-    return info, created
-
-
-def definition_of(info: StreamInfo) -> dict[str, Any]:
-    """What a create request defines: retention, limits, metadata."""
-    return {
-        "retention": {"max_age_s": info.retention.max_age_s, "max_events": info.retention.max_events},
-        "limits": limits_dict(info.limits),
-        "metadata": info.metadata,
-    }
-
-
-def _number(value: Any) -> Any:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
-
-
-def _canonical(value: Any) -> bytes:
-    """JSON compared as JSON (true is not 1), key order aside."""
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    return await stream.create_if_missing(**retention, limits=limits, metadata=body.get("metadata"), pinned=pinned)
 
 
 @router.get("{path:path}", summary="Stream info")

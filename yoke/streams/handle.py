@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import replace
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
@@ -269,7 +270,11 @@ class Stream:
         pinned: bool = False,
         metadata: Mapping[str, Any] | None = None,
     ) -> StreamInfo:
-        """Create the stream with these settings; an existing stream is returned as is.
+        """Create the stream with this definition (retention, limits, metadata;
+        omitted parts take their defaults). If it exists with the same
+        definition it is returned as is; with another one (or, asked
+        ``pinned``, a stream that is not pinned) ``StreamExists``, nothing
+        changed: settings change through ``set_retention`` and friends.
 
         ``pinned`` makes it a definition: its retention, limits and metadata
         can never change afterwards."""
@@ -298,9 +303,19 @@ class Stream:
             pinned=bool(pinned),
             metadata=dict(metadata or {}),
         )
-        return await self.runtime.store.create_stream(
+        info, created = await self.runtime.store.create_stream(
             self.tenant, self.path, new_stream_id(), now_ms(), settings
         )
+        if not created and (
+            (info.retention, info.limits) != (settings.retention, settings.limits)
+            or json_text(info.metadata, "metadata") != json_text(settings.metadata, "metadata")  # true is not 1
+            or (settings.pinned and not info.pinned)
+        ):
+            raise errors.StreamExists(
+                f"stream {info.path} already exists with another definition", path=info.path,
+                existing={**definition_of(info), "pinned": info.pinned},
+            )
+        return info, created
 
     async def _update(self, **changes: Any) -> StreamInfo:
         info = await self.runtime.store.update_stream(self.tenant, self.path, **changes)
@@ -354,6 +369,11 @@ class Stream:
         removed = await self.runtime.store.delete_consumer(self.tenant, self.path, consumer)
         self.runtime.hub.wake(self.tenant, self.path)
         return removed
+
+
+def definition_of(info: StreamInfo) -> dict[str, Any]:
+    """What a create request defines: retention, limits, metadata."""
+    return {"retention": asdict(info.retention), "limits": asdict(info.limits), "metadata": info.metadata}
 
 
 CONSUMER_RE = re.compile(r"[A-Za-z0-9._:@\-]{1,128}")
