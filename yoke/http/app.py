@@ -18,6 +18,7 @@ from .auth import TokenCache
 from .guard import RequestGuard
 from .hotpath import HotPath
 from .responses import http_error_handler, internal_error_handler, validation_error_handler, yoke_error_handler
+from .schemas import complete
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]]], Awaitable[None]]
@@ -60,6 +61,15 @@ def create_app(
     # ``{path:path}`` catch-alls would otherwise match them.
     for module in (health, tokens, objects, subscriptions, streams, workflow, actors, portals):
         app.include_router(module.router)
+    document = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        """FastAPI's document, completed (``schemas.complete``)."""
+        if app.openapi_schema is None:
+            complete(document())
+        return document()
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
 
 
