@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__, errors, metrics
-from . import actors, health, objects, portals, streams, subscriptions, tokens, workflow
+from . import actors, docs, health, objects, portals, streams, subscriptions, tokens, workflow
 from .auth import TokenCache
 from .guard import RequestGuard
 from .hotpath import HotPath
@@ -49,7 +49,10 @@ def create_app(
             " dead letters; portals."
         ),
         lifespan=lifespan,
+        docs_url=None,  # docs.install: /docs and /redoc served with their assets, offline
+        redoc_url=None,
     )
+    docs.install(app)
     app.state.token_cache = TokenCache()
     app.state.heartbeat_s = heartbeat_s
     app.state.shutdown = shutdown or asyncio.Event()
