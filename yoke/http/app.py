@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 
 from .. import __version__, errors, metrics
 from . import actors, docs, health, objects, portals, streams, subscriptions, tokens, workflow
@@ -62,8 +63,14 @@ def create_app(
     app.add_exception_handler(Exception, internal_error_handler)  # a 500 is JSON too
     # Routers with ``{path:path}/-/...`` routes come before streams, whose
     # ``{path:path}`` catch-alls would otherwise match them.
-    for module in (health, tokens, objects, subscriptions, streams, workflow, actors, portals):
-        app.include_router(module.router)
+    routers = [m.router for m in (health, tokens, objects, subscriptions, streams, workflow, actors, portals)]
+    for router in routers:
+        app.include_router(router)
+    # Every route, for the hints of a 405 (hints.py): the application's own
+    # (the documents) and the routers' (FastAPI nests included routers).
+    app.state.routes = [r for r in app.router.routes if isinstance(r, Route)] + [
+        r for router in routers for r in router.routes
+    ]
     document = app.openapi
 
     def openapi() -> dict[str, Any]:

@@ -22,6 +22,7 @@ from ..runtime import Runtime
 from ..store.contract import Limits, StreamInfo
 from ..streams.handle import Stream
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
+from .hints import hint_sentence, missing_separator
 from .responses import ERROR_RESPONSES, ErrorBody, json_body, json_body_bytes, json_response, parse_json
 from .schemas import (
     SSE_ANSWER, Ack, Acked, AppendAnswer, AppendBody, ConsumerList, EventOutput, EventPage, LegalHold, Retention,
@@ -392,4 +393,13 @@ def _canonical(value: Any) -> bytes:
 
 @router.get("{path:path}", responses=STREAM_INFO, summary="Stream info")
 async def info(request: Request, path: str = PATH_PARAM, principal: Principal = READ) -> Response:
-    return json_response(info_dict(await stream_of(request, principal, path).info()))
+    try:
+        return json_response(info_dict(await stream_of(request, principal, path).info()))
+    except errors.StreamNotFound as exc:
+        # GET /v1/streams/a/events: the info of a stream /a/events, or the
+        # events of /a with the '-' forgotten?
+        details = missing_separator(request.app.state.routes, "GET", request.url.path)
+        if details:
+            exc.message += "; " + hint_sentence(details["hint"])
+            exc.details.update(details)
+        raise
