@@ -4,7 +4,9 @@ Playwright, which downloads no browser of its own here.
 
 Fixtures:
 
-- ``browser``: one headless Chromium for the session;
+- ``browser``: one headless Chromium per test module (Playwright's sync
+  API keeps an asyncio loop running in the main thread while it is open:
+  left open for the session, every later test's ``asyncio.run`` fails);
 - ``page``: a fresh context (no cookies, no storage) and page per test in
   which **every request that does not go to 127.0.0.1 is blocked** and
   recorded; the test fails afterwards if there was any (a page that needs
@@ -46,7 +48,7 @@ def chromium_path() -> str | None:
     return CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     executable = chromium_path()
     if executable is None:
