@@ -10,7 +10,7 @@ PIP := $(PY) -m pip install -qq --disable-pip-version-check
 # make run PORT=9000 (default: YOKE_PORT, else 8080)
 PORT ?=
 
-.PHONY: install test run bench clean
+.PHONY: install test run bench clean chromium
 
 $(PY):
 	@echo "creating $(VENV) (Python virtual environment)…"
@@ -28,7 +28,16 @@ $(DEV_STAMP): pyproject.toml | $(PY)
 
 install: $(DEV_STAMP)
 
-test: $(DEV_STAMP)
+# Debian's chromium for tests/browser (Playwright drives it; it downloads no
+# browser of its own). Quiet and instant when it is already there.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Debian's chromium for the browser tests (first time only)…"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+			>/tmp/yoke-chromium-install.log 2>&1 \
+		|| { echo "error: could not install chromium, which tests/browser need (see /tmp/yoke-chromium-install.log)"; exit 1; }; }
+
+test: $(DEV_STAMP) chromium
 	$(PY) -m pytest -q
 
 run: $(RUN_STAMP)

@@ -302,3 +302,58 @@ def test_an_unexpected_server_failure_is_json_too(tmp_path):
 
     r = asyncio.run(run())
     assert error_of(r) == (500, "internal_error")
+
+
+# --- a forgotten '-' segment ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "meant"),
+    [
+        ("POST", "/v1/streams/a/events", "/v1/streams/a/-/events"),
+        ("POST", "/v1/streams/events", "/v1/streams/-/events"),  # the root stream
+        ("POST", "/v1/streams/a/b/consumers/c1/ack", "/v1/streams/a/b/-/consumers/c1/ack"),
+        ("POST", "/v1/streams/a/close", "/v1/streams/a/-/close"),
+        ("POST", "/v1/streams/a/objects", "/v1/streams/a/-/objects"),
+        ("POST", "/v1/streams/a/subscription/resume?name=s", "/v1/streams/a/-/subscription/resume"),
+        ("DELETE", "/v1/streams/a/consumers/c1", "/v1/streams/a/-/consumers/c1"),
+    ],
+)
+def test_a_405_for_a_forgotten_separator_names_the_route_meant(http, method, url, meant):
+    r = http.request(method, url)
+    assert error_of(r) == (405, "method_not_allowed")
+    error = r.json()["error"]
+    assert error["hint"] == f"{method} {meant}"
+    assert f"did you mean {method} {meant}?" in error["message"]
+    assert error["allowed"] == ["GET", "PUT"]  # the stream's own URL: info and create
+    assert r.headers["allow"] == "GET, PUT"
+
+
+def test_the_hinted_route_is_the_right_one(http, path):
+    body = {"type": "order.placed"}
+    hint = http.post(f"/v1/streams{path}/events", json=body).json()["error"]["hint"]
+    method, url = hint.split(" ", 1)
+    assert (method, url) == ("POST", events_url(path))
+    assert http.request(method, url, json=body).status_code == 201
+
+
+def test_a_405_without_a_probable_route_says_what_the_url_takes(http):
+    r = http.delete("/healthz")
+    assert error_of(r) == (405, "method_not_allowed")
+    assert "hint" not in r.json()["error"]
+    assert r.json()["error"]["allowed"] == ["GET"]
+    assert r.headers["allow"] == "GET"
+    r = http.post("/v1/streams/a/-/eventz")  # has its '-': another mistake, no guess
+    assert error_of(r) == (405, "method_not_allowed")
+    assert "hint" not in r.json()["error"]
+
+
+def test_the_info_of_a_missing_stream_named_like_an_action_hints_at_the_action(http, path):
+    r = http.get(f"/v1/streams{path}/events")
+    assert error_of(r) == (404, "stream_not_found")
+    assert r.json()["error"]["hint"] == f"GET {events_url(path)}"
+    r = http.get(f"/v1/streams{path}")  # no action in sight: no hint
+    assert error_of(r) == (404, "stream_not_found")
+    assert "hint" not in r.json()["error"]
+    assert http.put(f"/v1/streams{path}/events").status_code == 201  # a stream may still be named so
+    assert http.get(f"/v1/streams{path}/events").json()["path"] == f"{path}/events"

@@ -14,12 +14,16 @@ from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
 from .. import errors
-from ..actors.instances import MAX_KEY_CHARS, Instances
+from ..actors.instances import Instances
 from ..actors.ops import instance_dict
 from ..events import check_text, json_text
 from ..store.actors import InstanceInfo, QueueRow
 from .auth import ADMIN, READ, Principal, runtime_of
 from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_response, parse_json
+from .schemas import (
+    DeadRows, Dropped, InstanceCreated, InstanceDetail, InstanceList, InstanceRequest, QueueRows, Redriven, answer,
+    request_body,
+)
 from .streams import object_body
 
 router = APIRouter(prefix="/v1/instances", tags=["actors"], responses=ERROR_RESPONSES)
@@ -27,55 +31,8 @@ router = APIRouter(prefix="/v1/instances", tags=["actors"], responses=ERROR_RESP
 INSTANCE_ID = Path(description="The instance id (inst_...)")
 MAX_NAME_CHARS = 200  # actor names, instance ids, list cursors
 
-FILTER_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "types": {"type": "array", "items": {"type": "string"}, "description": "event types, 'prefix.*' or '*'"},
-        "streams": {"type": "array", "items": {"type": "string"}, "description": "path globs ('*', '**')"},
-        "where": {"type": "string", "description": "a JSONata expression that must be true"},
-    },
-}
-CREATE_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "required": ["actor"],
-                    "additionalProperties": False,
-                    "properties": {
-                        "actor": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS},
-                        "key": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_CHARS},
-                        "config": {"type": "object"},
-                        "filter": FILTER_SCHEMA,
-                    },
-                }
-            }
-        },
-    }
-}
-QIDS_BODY = {
-    "requestBody": {
-        "required": False,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "properties": {
-                        "qids": {
-                            "type": "array",
-                            "items": {"type": "integer", "minimum": 1},
-                            "description": "Only these dead rows (default: all of them)",
-                        }
-                    },
-                }
-            }
-        },
-    }
-}
+DEAD_ROWS_BODY = request_body(DeadRows, required=False, description="No body: all the dead rows")
+ROWS = {200: answer(QueueRows, "Queue rows, oldest first")}
 
 
 def instances_of(request: Request, principal: Principal) -> Instances:
@@ -127,7 +84,7 @@ async def optional_json_body(request: Request) -> Any:
 # --- instances ---------------------------------------------------------------
 
 
-@router.get("", summary="List actor instances")
+@router.get("", responses={200: answer(InstanceList, "Instances by id")}, summary="List actor instances")
 async def list_instances(
     request: Request,
     actor: str | None = Query(None, description="Only instances of this actor"),
@@ -146,7 +103,14 @@ async def list_instances(
     return json_response({"instances": [instance_json(i) for i in listed]})
 
 
-@router.post("", status_code=201, openapi_extra=CREATE_BODY, summary="Create an instance (200 if it exists)")
+@router.post(
+    "", status_code=201, openapi_extra=request_body(InstanceRequest),
+    responses={
+        200: answer(InstanceCreated, "It exists (created: false)"),
+        201: answer(InstanceCreated, "Created"),
+    },
+    summary="Create an instance (200 if it exists)",
+)
 async def create_instance(request: Request, principal: Principal = ADMIN) -> Response:
     body = object_body(await json_body(request), {"actor", "key", "config", "filter"})
     filter_ = body.get("filter")
@@ -159,7 +123,10 @@ async def create_instance(request: Request, principal: Principal = ADMIN) -> Res
     return json_response({**instance_json(info), "created": created}, status_code=201 if created else 200)
 
 
-@router.get("/{instance_id}", summary="An instance, its state and its queue depth")
+@router.get(
+    "/{instance_id}", responses={200: answer(InstanceDetail, "The instance, its state and queue depth")},
+    summary="An instance, its state and its queue depth",
+)
 async def show_instance(request: Request, instance_id: str = INSTANCE_ID, principal: Principal = READ) -> Response:
     runtime = runtime_of(request)
     instances = runtime.instances(principal.tenant)
@@ -175,7 +142,7 @@ async def show_instance(request: Request, instance_id: str = INSTANCE_ID, princi
     )
 
 
-@router.get("/{instance_id}/queue", summary="Queue rows of an instance")
+@router.get("/{instance_id}/queue", responses=ROWS, summary="Queue rows of an instance")
 async def queue(
     request: Request,
     instance_id: str = INSTANCE_ID,
@@ -190,7 +157,7 @@ async def queue(
 # --- dead letters --------------------------------------------------------------
 
 
-@router.get("/{instance_id}/dlq", summary="Dead-lettered rows of an instance")
+@router.get("/{instance_id}/dlq", responses=ROWS, summary="Dead-lettered rows of an instance")
 async def dead_letters(
     request: Request,
     instance_id: str = INSTANCE_ID,
@@ -201,14 +168,20 @@ async def dead_letters(
     return json_response({"rows": [queue_row_json(r) for r in rows]})
 
 
-@router.post("/{instance_id}/dlq/redrive", openapi_extra=QIDS_BODY, summary="Dead rows back to pending, attempts reset")
+@router.post(
+    "/{instance_id}/dlq/redrive", openapi_extra=DEAD_ROWS_BODY, responses={200: answer(Redriven, "How many")},
+    summary="Dead rows back to pending, attempts reset",
+)
 async def redrive(request: Request, instance_id: str = INSTANCE_ID, principal: Principal = ADMIN) -> Response:
     qids = qids_of(await optional_json_body(request))
     count = await instances_of(request, principal).redrive(instance_id_of(instance_id), qids)
     return json_response({"redriven": count})
 
 
-@router.post("/{instance_id}/dlq/drop", openapi_extra=QIDS_BODY, summary="Delete dead rows")
+@router.post(
+    "/{instance_id}/dlq/drop", openapi_extra=DEAD_ROWS_BODY, responses={200: answer(Dropped, "How many")},
+    summary="Delete dead rows",
+)
 async def drop(request: Request, instance_id: str = INSTANCE_ID, principal: Principal = ADMIN) -> Response:
     qids = qids_of(await optional_json_body(request))
     count = await instances_of(request, principal).drop(instance_id_of(instance_id), qids)

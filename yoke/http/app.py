@@ -11,13 +11,15 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 
 from .. import __version__, errors, metrics
-from . import actors, health, objects, portals, streams, subscriptions, tokens, workflow
+from . import actors, docs, health, objects, portals, streams, subscriptions, tokens, workflow
 from .auth import TokenCache
 from .guard import RequestGuard
 from .hotpath import HotPath
 from .responses import http_error_handler, internal_error_handler, validation_error_handler, yoke_error_handler
+from .schemas import complete
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]]], Awaitable[None]]
@@ -48,7 +50,10 @@ def create_app(
             " dead letters; portals."
         ),
         lifespan=lifespan,
+        docs_url=None,  # docs.install: /docs and /redoc served with their assets, offline
+        redoc_url=None,
     )
+    docs.install(app)
     app.state.token_cache = TokenCache()
     app.state.heartbeat_s = heartbeat_s
     app.state.shutdown = shutdown or asyncio.Event()
@@ -58,8 +63,23 @@ def create_app(
     app.add_exception_handler(Exception, internal_error_handler)  # a 500 is JSON too
     # Routers with ``{path:path}/-/...`` routes come before streams, whose
     # ``{path:path}`` catch-alls would otherwise match them.
-    for module in (health, tokens, objects, subscriptions, streams, workflow, actors, portals):
-        app.include_router(module.router)
+    routers = [m.router for m in (health, tokens, objects, subscriptions, streams, workflow, actors, portals)]
+    for router in routers:
+        app.include_router(router)
+    # Every route, for the hints of a 405 (hints.py): the application's own
+    # (the documents) and the routers' (FastAPI nests included routers).
+    app.state.routes = [r for r in app.router.routes if isinstance(r, Route)] + [
+        r for router in routers for r in router.routes
+    ]
+    document = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        """FastAPI's document, completed (``schemas.complete``)."""
+        if app.openapi_schema is None:
+            complete(document())
+        return document()
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
 
 

@@ -12,16 +12,20 @@ from .. import errors
 from ..metrics import sample_actor_gauges, sample_memory
 from .auth import bearer_token, runtime_of
 from .responses import error_response, json_response
+from .schemas import Health, NotReady, Ready, answer, text_answer
 
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz", summary="The process is up")
+@router.get("/healthz", responses={200: answer(Health, "Up")}, summary="The process is up")
 async def healthz() -> Response:
     return json_response({"status": "ok"})
 
 
-@router.get("/readyz", summary="The store is reachable and migrated")
+@router.get(
+    "/readyz", responses={200: answer(Ready, "Ready"), 503: answer(NotReady, "Not ready, and why")},
+    summary="The store is reachable and migrated",
+)
 async def readyz(request: Request) -> Response:
     runtime = runtime_of(request)
     try:
@@ -35,7 +39,13 @@ async def readyz(request: Request) -> Response:
     "/metrics",
     summary="Prometheus metrics",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}},
+    responses={
+        200: text_answer(
+            "text/plain", "Prometheus text format",
+            "# HELP yoke_open_tails Open tails\n# TYPE yoke_open_tails gauge\nyoke_open_tails 0.0\n",
+        ),
+        401: {"description": "YOKE_METRICS_TOKEN is set and the request lacks it (unauthorized)"},
+    },
 )
 async def metrics(request: Request) -> Response:
     expected = runtime_of(request).settings.metrics_token

@@ -18,6 +18,8 @@ from ..streams.handle import Stream
 from ..streams.objects import MAX_OBJECT_BYTES
 from .auth import APPEND, READ, Principal
 from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_response, limited_body, parse_json
+from .schemas import OBJECT_BYTES, Appended, ObjectCommit, ObjectPrepare, answer, request_body, text_answer
+from .schemas import ObjectInfo as ObjectAnswer
 from .streams import PATH_PARAM, object_body, stream_of
 
 router = APIRouter(prefix="/v1/streams", tags=["objects"], responses=ERROR_RESPONSES)
@@ -58,12 +60,30 @@ async def commit_body(stream: Stream, object_id: str, raw: bytes) -> Response:
     return json_response({"offset": result.offset, "id": result.id}, status_code=201)
 
 
-@router.post("{path:path}/-/objects", status_code=201, summary="Prepare an object upload")
+PREPARE_BODY = request_body(ObjectPrepare)
+COMMIT_BODY = request_body(ObjectCommit, required=False, description="No body: type object.committed, no payload")
+OBJECT = {200: answer(ObjectAnswer, "The object")}
+PREPARED = {201: answer(ObjectAnswer, "Prepared (the same key again: the same object)")}
+COMMITTED = {201: answer(Appended, "The record's offset and id (the original ones when committed before)")}
+DATA = {
+    200: text_answer(
+        "*/*", "The object's bytes, as its content_type", "hello", format="binary",
+    )
+}
+
+
+@router.post(
+    "{path:path}/-/objects", status_code=201, openapi_extra=PREPARE_BODY, responses=PREPARED,
+    summary="Prepare an object upload",
+)
 async def prepare(request: Request, path: str = PATH_PARAM, principal: Principal = APPEND) -> Response:
     return await prepare_body(stream_of(request, principal, path), await json_body(request))
 
 
-@router.put("{path:path}/-/objects/{object_id}", summary="Upload the object's bytes")
+@router.put(
+    "{path:path}/-/objects/{object_id}", openapi_extra=OBJECT_BYTES, responses=OBJECT,
+    summary="Upload the object's bytes",
+)
 async def upload(
     request: Request, path: str = PATH_PARAM, object_id: str = Path(), principal: Principal = APPEND
 ) -> Response:
@@ -72,21 +92,27 @@ async def upload(
     return json_response(object_dict(info))
 
 
-@router.post("{path:path}/-/objects/{object_id}/commit", status_code=201, summary="Commit: append its record")
+@router.post(
+    "{path:path}/-/objects/{object_id}/commit", status_code=201, openapi_extra=COMMIT_BODY, responses=COMMITTED,
+    summary="Commit: append its record",
+)
 async def commit(
     request: Request, path: str = PATH_PARAM, object_id: str = Path(), principal: Principal = APPEND
 ) -> Response:
     return await commit_body(stream_of(request, principal, path), object_id, await json_body_bytes(request))
 
 
-@router.post("{path:path}/-/objects/{object_id}/abort", summary="Abort an upload")
+@router.post("{path:path}/-/objects/{object_id}/abort", responses=OBJECT, summary="Abort an upload")
 async def abort(
     request: Request, path: str = PATH_PARAM, object_id: str = Path(), principal: Principal = APPEND
 ) -> Response:
     return json_response(object_dict(await stream_of(request, principal, path).objects.abort(object_id)))
 
 
-@router.get("{path:path}/-/objects/{object_id}/data", summary="Download the object's bytes")
+@router.get(
+    "{path:path}/-/objects/{object_id}/data", response_class=Response, responses=DATA,
+    summary="Download the object's bytes",
+)
 async def data(
     request: Request, path: str = PATH_PARAM, object_id: str = Path(), principal: Principal = READ
 ) -> Response:
@@ -95,7 +121,7 @@ async def data(
     return Response(await stream.objects.data(object_id), media_type=info.content_type)
 
 
-@router.get("{path:path}/-/objects/{object_id}", summary="Object status")
+@router.get("{path:path}/-/objects/{object_id}", responses=OBJECT, summary="Object status")
 async def status(
     request: Request, path: str = PATH_PARAM, object_id: str = Path(), principal: Principal = READ
 ) -> Response:

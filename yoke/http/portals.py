@@ -21,6 +21,7 @@ from .. import errors
 from ..actors.portals import PortalRequest, handle_request
 from .auth import authorize, bearer_token, runtime_of
 from .responses import ERROR_RESPONSES, MAX_JSON_BODY_BYTES, json_response, limited_body
+from .schemas import PortalAnswer, PortalBody, answer, request_body
 
 log = logging.getLogger("yoke.http")
 
@@ -28,6 +29,9 @@ router = APIRouter(prefix="/v1/portals", tags=["portals"], responses=ERROR_RESPO
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 DOCUMENTED = {"GET", "POST", "PUT", "PATCH", "DELETE"}
+WITH_BODY = {"POST", "PUT", "PATCH"}
+PORTAL_BODY = request_body(PortalBody, required=False, description="Handed to the portal's handler as raw bytes")
+PORTAL_ANSWER = {200: answer(PortalAnswer, "The handler's answer, with the status it chose")}
 
 
 async def portal_tenant(request: Request) -> str | None:
@@ -107,10 +111,12 @@ def _register() -> None:
         router.add_api_route(
             "/{name}", portal_root, methods=[method], name=f"portal_{lower}",
             summary=f"{method} to a portal" if shown else None, include_in_schema=shown,
+            openapi_extra=PORTAL_BODY if method in WITH_BODY else None, responses=PORTAL_ANSWER,
         )
         router.add_api_route(
             "/{name}/{rest:path}", portal_path, methods=[method], name=f"portal_path_{lower}",
             summary=f"{method} to a path below a portal" if shown else None, include_in_schema=shown,
+            openapi_extra=PORTAL_BODY if method in WITH_BODY else None, responses=PORTAL_ANSWER,
         )
 
 

@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from .. import errors
+from .hints import allowed_methods, hint_sentence, missing_separator
 
 
 class ErrorDetail(BaseModel):
@@ -106,13 +107,36 @@ async def validation_error_handler(_request: Request, exc: Exception) -> Respons
     return error_response(errors.InvalidInput("the request is invalid", problems=problems))
 
 
-async def http_error_handler(_request: Request, exc: Exception) -> Response:
+async def http_error_handler(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
-    codes = {404: "not_found", 405: "method_not_allowed"}
+    if exc.status_code == 405:
+        return method_not_allowed(request)
+    codes = {404: "not_found"}
     err = errors.YokeError(str(exc.detail))
     err.code = codes.get(exc.status_code, "http_error")
     err.http_status = exc.status_code
     return error_response(err)
+
+
+def method_not_allowed(request: Request) -> Response:
+    """405 ``method_not_allowed``: the methods the URL takes (also as
+    ``Allow``) and, when the URL misses the ``-`` segment before a stream
+    action, the route probably meant (``hint``)."""
+    routes = request.app.state.routes
+    method, path = request.method, request.url.path
+    allowed = allowed_methods(routes, path)
+    details = missing_separator(routes, method, path)
+    message = f"{method} is not allowed on {path[:200]}"
+    if allowed:
+        message += f" (it takes {', '.join(allowed)})"
+    if details:
+        message += "; " + hint_sentence(details["hint"])
+    err = errors.YokeError(message, allowed=allowed, **details)
+    err.code = "method_not_allowed"
+    err.http_status = 405
+    response = error_response(err)
+    response.headers["Allow"] = ", ".join(allowed)
+    return response
 
 
 async def internal_error_handler(_request: Request, _exc: Exception) -> Response:

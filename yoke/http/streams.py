@@ -21,45 +21,21 @@ from ..runtime import Runtime
 from ..store.contract import Limits, StreamInfo
 from ..streams.handle import Stream
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
+from .hints import hint_sentence, missing_separator
 from .responses import ERROR_RESPONSES, ErrorBody, json_body, json_body_bytes, json_response, parse_json
+from .schemas import (
+    SSE_ANSWER, Ack, Acked, AppendAnswer, AppendBody, ConsumerList, EventOutput, EventPage, LegalHold, Retention,
+    StreamDefinition, StreamList, answer, request_body,
+)
+from .schemas import Limits as LimitsBody, StreamInfo as StreamInfoAnswer
 from .sse import resolve_cursor, tail_response
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"], responses=ERROR_RESPONSES)
 
-PATH_PARAM = Path(description="The stream path, e.g. /orders/eu ('' for the root stream '/')")
-
-EVENT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["type"],
-    "additionalProperties": False,
-    "properties": {
-        "type": {"type": "string", "pattern": "^[A-Za-z0-9._:/@+\\-]{1,256}$"},
-        "payload": {},
-        "metadata": {"type": "object"},
-        "source": {"type": "object"},
-        "correlation": {"type": "string"},
-        "priority": {"type": "integer"},
-        "group_id": {"type": "string"},
-        "idempotency_key": {"type": "string"},
-        "ephemeral": {"type": "boolean"},
-    },
-}
-APPEND_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "oneOf": [
-                        EVENT_SCHEMA,
-                        {"type": "array", "items": EVENT_SCHEMA, "minItems": 1, "maxItems": 10000},
-                    ]
-                }
-            }
-        },
-    }
-}
-
+PATH_PARAM = Path(
+    description="The stream path, e.g. /orders/eu ('' for the root stream '/')",
+    openapi_examples={"/orders": {"value": "/orders"}},
+)
 
 def stream_of(request: Request, principal: Principal, path: str) -> Stream:
     return stream_of_principal(runtime_of(request), principal, path)
@@ -167,7 +143,15 @@ async def read_page(stream: Stream, after: int, limit: int, include_ephemeral: b
     )
 
 
-@router.post("{path:path}/-/events", status_code=201, openapi_extra=APPEND_BODY, summary="Append one event or a batch")
+APPEND_BODY = request_body(AppendBody)
+APPENDED = {201: answer(AppendAnswer, "Appended (committed): {offset, id}, or {results} for a batch")}
+STREAM_INFO = {200: answer(StreamInfoAnswer, "The stream's info")}
+
+
+@router.post(
+    "{path:path}/-/events", status_code=201, openapi_extra=APPEND_BODY, responses=APPENDED,
+    summary="Append one event or a batch",
+)
 async def append(
     request: Request,
     path: str = PATH_PARAM,
@@ -178,7 +162,9 @@ async def append(
     return await append_body(stream, await json_body(request), idempotency_key)
 
 
-@router.get("{path:path}/-/events", summary="Read events after a cursor")
+@router.get(
+    "{path:path}/-/events", responses={200: answer(EventPage, "A page of events")}, summary="Read events after a cursor"
+)
 async def read(
     request: Request,
     path: str = PATH_PARAM,
@@ -190,7 +176,9 @@ async def read(
     return await read_page(stream_of(request, principal, path), after, limit, include_ephemeral)
 
 
-@router.get("{path:path}/-/events/{offset}", summary="Read one event by offset")
+@router.get(
+    "{path:path}/-/events/{offset}", responses={200: answer(EventOutput, "The event")}, summary="Read one event by offset"
+)
 async def read_one(
     request: Request,
     path: str = PATH_PARAM,
@@ -205,7 +193,7 @@ async def read_one(
     "{path:path}/-/tail",
     summary="Live tail (Server-Sent Events)",
     response_class=Response,
-    responses={200: {"content": {"text/event-stream": {}}}},
+    responses={200: SSE_ANSWER},
 )
 async def tail(
     request: Request,
@@ -237,25 +225,33 @@ async def tail(
 # --- settings --------------------------------------------------------------------
 
 
-@router.post("{path:path}/-/close", summary="Close a stream to appends")
+@router.post("{path:path}/-/close", responses=STREAM_INFO, summary="Close a stream to appends")
 async def close(request: Request, path: str = PATH_PARAM, principal: Principal = ADMIN) -> Response:
     return json_response(info_dict(await stream_of(request, principal, path).close()))
 
 
-@router.put("{path:path}/-/retention", summary="Set retention")
+@router.put(
+    "{path:path}/-/retention", openapi_extra=request_body(Retention), responses=STREAM_INFO, summary="Set retention"
+)
 async def set_retention(request: Request, path: str = PATH_PARAM, principal: Principal = ADMIN) -> Response:
     body = object_body(await json_body(request), {"max_age_s", "max_events"})
     info = await stream_of(request, principal, path).set_retention(**body)
     return json_response(info_dict(info))
 
 
-@router.put("{path:path}/-/limits", summary="Set producer credit limits")
+@router.put(
+    "{path:path}/-/limits", openapi_extra=request_body(LimitsBody), responses=STREAM_INFO,
+    summary="Set producer credit limits",
+)
 async def set_limits(request: Request, path: str = PATH_PARAM, principal: Principal = ADMIN) -> Response:
     limits = limits_from(await json_body(request))
     return json_response(info_dict(await stream_of(request, principal, path).set_limits(limits)))
 
 
-@router.put("{path:path}/-/legal-hold", summary="Turn the legal hold on or off")
+@router.put(
+    "{path:path}/-/legal-hold", openapi_extra=request_body(LegalHold), responses=STREAM_INFO,
+    summary="Turn the legal hold on or off",
+)
 async def set_legal_hold(request: Request, path: str = PATH_PARAM, principal: Principal = ADMIN) -> Response:
     body = object_body(await json_body(request), {"on"})
     if "on" not in body:
@@ -266,7 +262,7 @@ async def set_legal_hold(request: Request, path: str = PATH_PARAM, principal: Pr
 # --- consumers -------------------------------------------------------------------
 
 
-@router.get("{path:path}/-/consumers", summary="List consumers")
+@router.get("{path:path}/-/consumers", responses={200: answer(ConsumerList, "The consumers")}, summary="List consumers")
 async def consumers(request: Request, path: str = PATH_PARAM, principal: Principal = READ) -> Response:
     listed = await stream_of(request, principal, path).consumers()
     return json_response(
@@ -282,14 +278,23 @@ async def ack_body(stream: Stream, consumer: str, body: Any) -> Response:
     return json_response({"consumer": info.consumer_id, "acked": info.acked})
 
 
-@router.post("{path:path}/-/consumers/{consumer}/ack", summary="Acknowledge through an offset")
+ACK_BODY = request_body(Ack)
+ACKED = {200: answer(Acked, "The consumer's acknowledged offset")}
+
+
+@router.post(
+    "{path:path}/-/consumers/{consumer}/ack", openapi_extra=ACK_BODY, responses=ACKED,
+    summary="Acknowledge through an offset (creates the consumer)",
+)
 async def ack(
     request: Request, path: str = PATH_PARAM, consumer: str = Path(), principal: Principal = READ
 ) -> Response:
     return await ack_body(stream_of(request, principal, path), consumer, await json_body(request))
 
 
-@router.delete("{path:path}/-/consumers/{consumer}", summary="Remove a consumer")
+@router.delete(
+    "{path:path}/-/consumers/{consumer}", status_code=204, response_class=Response, summary="Remove a consumer"
+)
 async def remove_consumer(
     request: Request, path: str = PATH_PARAM, consumer: str = Path(), principal: Principal = ADMIN
 ) -> Response:
@@ -302,7 +307,7 @@ async def remove_consumer(
 # --- the stream itself (registered last: its pattern would match the others) --
 
 
-@router.get("", summary="List streams")
+@router.get("", responses={200: answer(StreamList, "Streams by path")}, summary="List streams")
 async def list_streams(
     request: Request,
     prefix: str = Query("/"),
@@ -316,7 +321,12 @@ async def list_streams(
 
 @router.put(
     "{path:path}", summary="Create a stream with a definition (201; 200 if it exists with the same one)",
-    responses={409: {"model": ErrorBody, "description": "It exists with another definition (stream_exists)"}},
+    openapi_extra=request_body(StreamDefinition, required=False, description="No body: the default definition"),
+    responses={
+        200: answer(StreamInfoAnswer, "It exists with the same definition; nothing changed"),
+        201: answer(StreamInfoAnswer, "Created"),
+        409: {"model": ErrorBody, "description": "It exists with another definition (stream_exists)"},
+    },
 )
 async def create(request: Request, path: str = PATH_PARAM, principal: Principal = ADMIN) -> Response:
     raw = await json_body_bytes(request)
@@ -337,6 +347,15 @@ async def ensure_definition(stream: Stream, body: dict[str, Any], *, pinned: boo
     return await stream.create_if_missing(**retention, limits=limits, metadata=body.get("metadata"), pinned=pinned)
 
 
-@router.get("{path:path}", summary="Stream info")
+@router.get("{path:path}", responses=STREAM_INFO, summary="Stream info")
 async def info(request: Request, path: str = PATH_PARAM, principal: Principal = READ) -> Response:
-    return json_response(info_dict(await stream_of(request, principal, path).info()))
+    try:
+        return json_response(info_dict(await stream_of(request, principal, path).info()))
+    except errors.StreamNotFound as exc:
+        # GET /v1/streams/a/events: the info of a stream /a/events, or the
+        # events of /a with the '-' forgotten?
+        details = missing_separator(request.app.state.routes, "GET", request.url.path)
+        if details:
+            exc.message += "; " + hint_sentence(details["hint"])
+            exc.details.update(details)
+        raise

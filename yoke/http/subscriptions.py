@@ -28,6 +28,10 @@ from ..subscriptions.catalogue import MAX_NAME_CHARS
 from ..subscriptions.operator import SubscriptionStatus
 from .auth import ADMIN, READ, Principal
 from .responses import ErrorBody, json_body, json_response
+from .schemas import (
+    Subscribed, SubscriptionCursor, SubscriptionList, SubscriptionRequest,
+    SubscriptionStatus as SubscriptionStatusAnswer, answer, request_body,
+)
 from .streams import PATH_PARAM, object_body, stream_of
 
 T = TypeVar("T")
@@ -66,95 +70,9 @@ router = APIRouter(prefix="/v1/streams", tags=["subscriptions"])
 
 NAME = Query(min_length=1, max_length=MAX_NAME_CHARS, description="The subscription's name")
 
-_TEXT = {"type": "string", "minLength": 1}
-RECEIVER_SCHEMA: dict[str, Any] = {
-    "oneOf": [
-        {
-            "type": "object", "required": ["kind", "target"], "additionalProperties": False,
-            "description": "Append a copy of each event to the stream target (same tenant)",
-            "properties": {"kind": {"enum": ["copy"]}, "target": {"type": "string", "pattern": "^/"}},
-        },
-        {
-            "type": "object", "required": ["kind", "function"], "additionalProperties": False,
-            "description": "Call the application function registered with @app.receiver(function)",
-            "properties": {"kind": {"enum": ["call"]}, "function": {**_TEXT, "maxLength": 200}},
-        },
-        {
-            "type": "object", "required": ["kind", "processor"], "additionalProperties": False,
-            "description": "Fold the stream into the processor registered with @app.processor(processor)",
-            "properties": {"kind": {"enum": ["processor"]}, "processor": {**_TEXT, "maxLength": 200}},
-        },
-        {
-            "type": "object", "required": ["kind", "url"], "additionalProperties": False,
-            "description": "POST each event, signed per Standard Webhooks; without a secret one is"
-                           " generated and answered once",
-            "properties": {
-                "kind": {"enum": ["webhook"]},
-                "url": {"type": "string", "pattern": "^https?://", "maxLength": 2048},
-                "secret": {"type": "string", "pattern": "^whsec_", "description": "whsec_ + base64 of 24-64 bytes"},
-            },
-        },
-    ]
-}
-SUBSCRIBE_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "required": ["receiver"],
-                    "additionalProperties": False,
-                    "properties": {
-                        "name": {
-                            **_TEXT, "maxLength": MAX_NAME_CHARS,
-                            "description": "Default: generated (subscription:<offset>)",
-                        },
-                        "receiver": RECEIVER_SCHEMA,
-                        "filter": {
-                            "type": "object",
-                            "additionalProperties": False,
-                            "properties": {
-                                "types": {
-                                    "type": "array", "items": {"type": "string"}, "minItems": 1,
-                                    "description": "event types, 'prefix.*' or '*'",
-                                },
-                                "where": {"type": "string", "description": "a JSONata expression that must be true"},
-                            },
-                        },
-                        "transform": {
-                            "type": "string",
-                            "description": "JSONata producing {type?, payload?, metadata?} (not for processors)",
-                        },
-                        "start": {"enum": ["now", "beginning"], "default": "now"},
-                        "on_failing_event": {"enum": ["halt", "skip"], "default": "halt"},
-                    },
-                }
-            }
-        },
-    }
-}
-CURSOR_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "required": ["after_offset"],
-                    "additionalProperties": False,
-                    "properties": {
-                        "after_offset": {
-                            "type": "integer", "minimum": 0,
-                            "description": "Deliver again from after_offset + 1 (not beyond the head)",
-                        },
-                        "resume": {"type": "boolean", "default": False, "description": "Also resume a halt"},
-                    },
-                }
-            }
-        },
-    }
-}
+SUBSCRIBE_BODY = request_body(SubscriptionRequest)
+CURSOR_BODY = request_body(SubscriptionCursor)
+STATUS = {200: answer(SubscriptionStatusAnswer, "The subscription: configuration, cursor, lag, halt, errors")}
 SUBSCRIBE_FIELDS = {"name", "receiver", "filter", "transform", "start", "on_failing_event"}
 
 
@@ -193,7 +111,12 @@ def default(value: Any, fallback: Any) -> Any:
 
 
 @router.post(
-    "{path:path}/-/subscriptions", status_code=201, openapi_extra=SUBSCRIBE_BODY, responses=answers(413, *CONTROL),
+    "{path:path}/-/subscriptions", status_code=201, openapi_extra=SUBSCRIBE_BODY,
+    responses={
+        200: answer(Subscribed, "An identical configuration already stands; nothing appended"),
+        201: answer(Subscribed, "Configured (a webhook secret generated here is answered once)"),
+        **answers(413, *CONTROL),
+    },
     summary="Configure a subscription (200 when an identical one already stands)",
 )
 async def subscribe(request: Request, path: str = PATH_PARAM, principal: Principal = ADMIN) -> Response:
@@ -220,7 +143,10 @@ async def subscribe(request: Request, path: str = PATH_PARAM, principal: Princip
     )
 
 
-@router.get("{path:path}/-/subscriptions", responses=answers(), summary="List the stream's subscriptions")
+@router.get(
+    "{path:path}/-/subscriptions", responses={200: answer(SubscriptionList, "The subscriptions"), **answers()},
+    summary="List the stream's subscriptions",
+)
 async def list_subscriptions(request: Request, path: str = PATH_PARAM, principal: Principal = READ) -> Response:
     listed = await stream_of(request, principal, path).subscriptions()
     return json_response({"subscriptions": [status_json(s) for s in listed]})
@@ -230,7 +156,7 @@ async def list_subscriptions(request: Request, path: str = PATH_PARAM, principal
 
 
 @router.get(
-    "{path:path}/-/subscription", responses=answers(404),
+    "{path:path}/-/subscription", responses={**STATUS, **answers(404)},
     summary="A subscription: configuration, cursor, lag, halt, errors",
 )
 async def show(request: Request, path: str = PATH_PARAM, name: str = NAME, principal: Principal = READ) -> Response:
@@ -247,7 +173,7 @@ async def remove(request: Request, path: str = PATH_PARAM, name: str = NAME, pri
 
 
 @router.post(
-    "{path:path}/-/subscription/resume", responses=answers(404, *CONTROL),
+    "{path:path}/-/subscription/resume", responses={**STATUS, **answers(404, *CONTROL)},
     summary="Resume a halted subscription where it stopped",
 )
 async def resume(request: Request, path: str = PATH_PARAM, name: str = NAME, principal: Principal = ADMIN) -> Response:
@@ -255,7 +181,7 @@ async def resume(request: Request, path: str = PATH_PARAM, name: str = NAME, pri
 
 
 @router.post(
-    "{path:path}/-/subscription/cursor", openapi_extra=CURSOR_BODY, responses=answers(404, 413, *CONTROL),
+    "{path:path}/-/subscription/cursor", openapi_extra=CURSOR_BODY, responses={**STATUS, **answers(404, 413, *CONTROL)},
     summary="Move the cursor (deliver again, or skip ahead); a new delivery run",
 )
 async def set_cursor(
@@ -276,7 +202,7 @@ async def set_cursor(
 
 
 @router.get(
-    "{path:path}/-/subscription/wait", responses=answers(404, 503, 504),
+    "{path:path}/-/subscription/wait", responses={**STATUS, **answers(404, 503, 504)},
     summary="Wait until the subscription processed through an offset",
 )
 async def wait(

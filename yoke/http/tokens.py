@@ -9,12 +9,17 @@ from starlette.responses import Response
 from .. import errors
 from .auth import ADMIN, Principal, runtime_of
 from .responses import ERROR_RESPONSES, json_body, json_response
+from .schemas import NewToken, TokenList, TokenRequest, answer, request_body
 from .streams import object_body
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"], responses=ERROR_RESPONSES)
 
 
-@router.post("", status_code=201, summary="Create a token for this tenant (shown once)")
+@router.post(
+    "", status_code=201, openapi_extra=request_body(TokenRequest),
+    responses={201: answer(NewToken, "The new token, with its secret (shown this once)")},
+    summary="Create a token for this tenant (shown once)",
+)
 async def create(request: Request, principal: Principal = ADMIN) -> Response:
     body = object_body(await json_body(request), {"scopes", "name"})
     scopes = body.get("scopes")
@@ -24,13 +29,14 @@ async def create(request: Request, principal: Principal = ADMIN) -> Response:
     return json_response({"token": new.token, **new.info.to_dict()}, status_code=201)
 
 
-@router.get("", summary="List this tenant's tokens")
+@router.get("", responses={200: answer(TokenList, "The tenant's tokens (never their secrets)")},
+            summary="List this tenant's tokens")
 async def list_tokens(request: Request, principal: Principal = ADMIN) -> Response:
     tokens = await runtime_of(request).tokens.list(principal.tenant)
     return json_response({"tokens": [t.to_dict() for t in tokens]})
 
 
-@router.delete("/{token_id}", status_code=204, summary="Revoke a token")
+@router.delete("/{token_id}", status_code=204, response_class=Response, summary="Revoke a token")
 async def revoke(request: Request, token_id: str = Path(), principal: Principal = ADMIN) -> Response:
     if not await runtime_of(request).tokens.revoke(principal.tenant, token_id):
         raise errors.TokenNotFound(f"no active token {token_id}", token_id=token_id)

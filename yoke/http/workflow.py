@@ -21,14 +21,23 @@ from .auth import ADMIN, APPEND, READ, Principal, runtime_of
 from .objects import commit_body, object_dict, prepare_body, read_body
 from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_response
 from .sse import resolve_cursor, tail_response
-from .streams import APPEND_BODY, ack_body, append_body, ensure_definition, info_dict, object_body, read_page
+from .objects import COMMIT_BODY, COMMITTED, OBJECT, PREPARE_BODY, PREPARED
+from .schemas import (
+    OBJECT_BYTES, SSE_ANSWER, EventPage, LegalHold, WorkflowDefinition, WorkflowStream, answer, request_body,
+)
+from .streams import (
+    ACK_BODY, ACKED, APPEND_BODY, APPENDED, STREAM_INFO, ack_body, append_body, ensure_definition, info_dict,
+    object_body, read_page,
+)
 
 router = APIRouter(
     prefix="/api/workflow-streams", tags=["workflow streams (seed 004)"], responses=ERROR_RESPONSES
 )
 
-RUN = Path(alias="runID", description="The workflow run")
-STREAM = Path(alias="streamID", description="The stream within the run")
+RUN = Path(alias="runID", description="The workflow run", openapi_examples={"run-1": {"value": "run-1"}})
+STREAM = Path(
+    alias="streamID", description="The stream within the run", openapi_examples={"output": {"value": "output"}}
+)
 
 
 def segment(value: str, name: str) -> str:
@@ -48,7 +57,17 @@ def definition_response(run_id: str, stream_id: str, info_json: dict[str, Any]) 
     return {**info_json, "run_id": run_id, "stream_id": stream_id, "lifetime_id": info_json["stream_id"]}
 
 
-@router.post("/runs/{runID}/streams", status_code=201, summary="Create a stream definition")
+DEFINITION = {200: answer(WorkflowStream, "The stream definition")}
+
+
+@router.post(
+    "/runs/{runID}/streams", status_code=201, openapi_extra=request_body(WorkflowDefinition),
+    responses={
+        200: answer(WorkflowStream, "It exists with the same definition; nothing changed"),
+        201: answer(WorkflowStream, "Created, pinned for life"),
+    },
+    summary="Create a stream definition",
+)
 async def create_definition(request: Request, run_id: str = RUN, principal: Principal = ADMIN) -> Response:
     body = object_body(await json_body(request), {"stream_id", "retention", "limits", "metadata"})
     stream_id = body.get("stream_id")
@@ -60,7 +79,7 @@ async def create_definition(request: Request, run_id: str = RUN, principal: Prin
     return json_response(result, status_code=201 if created else 200)
 
 
-@router.get("/runs/{runID}/streams/{streamID}", summary="Read a stream definition")
+@router.get("/runs/{runID}/streams/{streamID}", responses=DEFINITION, summary="Read a stream definition")
 async def read_definition(
     request: Request, run_id: str = RUN, stream_id: str = STREAM, principal: Principal = READ
 ) -> Response:
@@ -69,7 +88,7 @@ async def read_definition(
 
 
 @router.post("/runs/{runID}/streams/{streamID}/records", status_code=201, openapi_extra=APPEND_BODY,
-             summary="Append records")
+             responses=APPENDED, summary="Append records")
 async def append_records(
     request: Request,
     run_id: str = RUN,
@@ -81,7 +100,10 @@ async def append_records(
     return await append_body(stream, await json_body(request), idempotency_key)
 
 
-@router.get("/runs/{runID}/streams/{streamID}/records", summary="Read records after a cursor")
+@router.get(
+    "/runs/{runID}/streams/{streamID}/records", responses={200: answer(EventPage, "A page of records")},
+    summary="Read records after a cursor",
+)
 async def read_records(
     request: Request,
     run_id: str = RUN,
@@ -94,7 +116,7 @@ async def read_records(
 
 
 @router.get("/runs/{runID}/streams/{streamID}/subscribe", summary="Subscribe (Server-Sent Events)",
-            response_class=Response, responses={200: {"content": {"text/event-stream": {}}}})
+            response_class=Response, responses={200: SSE_ANSWER})
 async def subscribe(
     request: Request,
     run_id: str = RUN,
@@ -109,7 +131,10 @@ async def subscribe(
     return tail_response(stream, cursor, include_ephemeral=True, heartbeat_s=state.heartbeat_s, shutdown=state.shutdown)
 
 
-@router.post("/runs/{runID}/streams/{streamID}/consumers/{consumerID}/ack", summary="Acknowledge")
+@router.post(
+    "/runs/{runID}/streams/{streamID}/consumers/{consumerID}/ack", openapi_extra=ACK_BODY, responses=ACKED,
+    summary="Acknowledge",
+)
 async def acknowledge(
     request: Request,
     run_id: str = RUN,
@@ -121,12 +146,15 @@ async def acknowledge(
     return await ack_body(stream, consumer_id, await json_body(request))
 
 
-@router.post("/runs/{runID}/streams/{streamID}/close", summary="Close")
+@router.post("/runs/{runID}/streams/{streamID}/close", responses=STREAM_INFO, summary="Close")
 async def close(request: Request, run_id: str = RUN, stream_id: str = STREAM, principal: Principal = ADMIN) -> Response:
     return json_response(info_dict(await run_stream(request, principal, run_id, stream_id).close()))
 
 
-@router.put("/runs/{runID}/streams/{streamID}/legal-hold", summary="Legal hold on or off")
+@router.put(
+    "/runs/{runID}/streams/{streamID}/legal-hold", openapi_extra=request_body(LegalHold), responses=STREAM_INFO,
+    summary="Legal hold on or off",
+)
 async def legal_hold(
     request: Request, run_id: str = RUN, stream_id: str = STREAM, principal: Principal = ADMIN
 ) -> Response:
@@ -137,14 +165,20 @@ async def legal_hold(
     return json_response(info_dict(info))
 
 
-@router.post("/runs/{runID}/streams/{streamID}/objects", status_code=201, summary="Prepare an object")
+@router.post(
+    "/runs/{runID}/streams/{streamID}/objects", status_code=201, openapi_extra=PREPARE_BODY, responses=PREPARED,
+    summary="Prepare an object",
+)
 async def prepare_object(
     request: Request, run_id: str = RUN, stream_id: str = STREAM, principal: Principal = APPEND
 ) -> Response:
     return await prepare_body(run_stream(request, principal, run_id, stream_id), await json_body(request))
 
 
-@router.put("/runs/{runID}/streams/{streamID}/objects/{objectID}", summary="Upload an object's bytes")
+@router.put(
+    "/runs/{runID}/streams/{streamID}/objects/{objectID}", openapi_extra=OBJECT_BYTES, responses=OBJECT,
+    summary="Upload an object's bytes",
+)
 async def upload_object(
     request: Request,
     run_id: str = RUN,
@@ -157,7 +191,7 @@ async def upload_object(
 
 
 @router.post("/runs/{runID}/streams/{streamID}/objects/{objectID}/commit", status_code=201,
-             summary="Commit an object")
+             openapi_extra=COMMIT_BODY, responses=COMMITTED, summary="Commit an object")
 async def commit_object(
     request: Request,
     run_id: str = RUN,
@@ -168,7 +202,7 @@ async def commit_object(
     return await commit_body(run_stream(request, principal, run_id, stream_id), object_id, await json_body_bytes(request))
 
 
-@router.post("/runs/{runID}/streams/{streamID}/objects/{objectID}/abort", summary="Abort an object")
+@router.post("/runs/{runID}/streams/{streamID}/objects/{objectID}/abort", responses=OBJECT, summary="Abort an object")
 async def abort_object(
     request: Request,
     run_id: str = RUN,

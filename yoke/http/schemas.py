@@ -1,0 +1,776 @@
+"""What the OpenAPI document says the routes take and answer.
+
+The routes read their bodies themselves (``responses.json_body``): that
+keeps Yoke's own answers to a bad body (400 ``invalid_input`` or
+``invalid_event`` naming the field, 415 for another Content-Type) and its
+value domain (no coercion: ``"1"`` is not ``1``). So the pydantic models here
+validate nothing at run time; they describe the bodies and the answers for
+``/openapi.json``, ``/docs`` and ``/redoc``:
+
+- ``request_body(Model)`` is a route's ``openapi_extra``: its ``requestBody``, a
+  reference to the model's schema (added to the document's components by
+  ``complete``) with the model's examples, the first of which Swagger UI's
+  "Try it out" fills in;
+- ``answer(Model, description)`` is one entry of a route's ``responses``;
+- ``complete(document)`` finishes the document FastAPI made.
+
+Each model carries its examples (``model_config``), so a schema and its
+example are written once, next to each other. Request models are closed
+(``additionalProperties: false``), as the handlers are; answers are open
+(a client must ignore fields it does not know).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic.json_schema import models_json_schema
+
+from ..actors.instances import MAX_KEY_CHARS as MAX_INSTANCE_KEY_CHARS
+from ..events import MAX_KEY_CHARS, MAX_OFFSET, PRIORITY_RANGE
+from ..streams.handle import MAX_AGE_S, MAX_COUNT
+from ..streams.objects import MAX_EXPIRY_S, MAX_OBJECT_BYTES
+from ..subscriptions.catalogue import MAX_NAME_CHARS as MAX_SUBSCRIPTION_NAME_CHARS
+
+REF = "#/components/schemas/{model}"
+
+# Models referenced by request bodies: FastAPI only adds to the components
+# the models its routes declare as parameters or answers.
+_REQUEST_MODELS: list[type[BaseModel]] = []
+
+
+def examples_of(model: type[BaseModel]) -> list[Any]:
+    extra = model.model_config.get("json_schema_extra")
+    return list(extra.get("examples", [])) if isinstance(extra, dict) else []
+
+
+def request_body(
+    model: type[BaseModel],
+    *,
+    required: bool = True,
+    description: str | None = None,
+    media_type: str = "application/json",
+) -> dict[str, Any]:
+    """``openapi_extra`` documenting a body the route parses itself."""
+    if model not in _REQUEST_MODELS:
+        _REQUEST_MODELS.append(model)
+    examples = examples_of(model)
+    content: dict[str, Any] = {"schema": {"$ref": REF.format(model=model.__name__)}}
+    if len(examples) == 1:
+        content["example"] = examples[0]
+    elif examples:  # several: Swagger UI offers them in a list, the first filled in
+        content["examples"] = named_examples(model)
+    documented: dict[str, Any] = {"required": required, "content": {media_type: content}}
+    if description:
+        documented["description"] = description
+    return {"requestBody": documented}
+
+
+def named_examples(model: type[BaseModel]) -> dict[str, Any]:
+    names = getattr(model, "example_names", None) or []
+    examples = examples_of(model)
+    return {
+        (names[i] if i < len(names) else f"example {i + 1}"): {"value": value}
+        for i, value in enumerate(examples)
+    }
+
+
+def answer(model: type[BaseModel], description: str) -> dict[str, Any]:
+    """One documented success answer of a route: its schema and example."""
+    entry: dict[str, Any] = {"model": model, "description": description}
+    examples = examples_of(model)
+    if examples:
+        entry["content"] = {"application/json": {"example": examples[0]}}
+    return entry
+
+
+def text_answer(media_type: str, description: str, example: str, **schema: Any) -> dict[str, Any]:
+    """A success answer that is not JSON (SSE, Prometheus text, object bytes)."""
+    return {
+        "description": description,
+        "content": {media_type: {"schema": {"type": "string", **schema}, "example": example}},
+    }
+
+
+def complete(document: dict[str, Any]) -> dict[str, Any]:
+    """Finish FastAPI's ``document``: add the request models' schemas (and
+    the models they use) to its components; put back the examples' nulls
+    (FastAPI drops every null value from the document, examples included:
+    ``{"secret": null}`` would read ``{}``); remove the 422 answers FastAPI
+    documents for routes with parameters (Yoke answers a bad parameter 400
+    ``invalid_input``, documented with the other errors)."""
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    for item in document.get("paths", {}).values():
+        for operation in item.values():
+            answers = operation.get("responses", {})
+            if "HTTPValidationError" in repr(answers.get("422", "")):
+                del answers["422"]
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    if _REQUEST_MODELS:
+        _, top = models_json_schema([(m, "validation") for m in _REQUEST_MODELS], ref_template=REF)
+        for name, schema in top.get("$defs", {}).items():
+            schemas.setdefault(name, schema)
+    models = _models()
+    for name, schema in schemas.items():
+        model = models.get(name)
+        if model is not None and examples_of(model):
+            schema["examples"] = examples_of(model)
+    for operation in (op for item in document.get("paths", {}).values() for op in item.values()):
+        contents = [operation.get("requestBody", {}).get("content", {})]
+        contents += [answer.get("content", {}) for answer in operation.get("responses", {}).values()]
+        for media in (m for content in contents for m in content.values()):
+            ref = media.get("schema", {}).get("$ref", "")
+            model = models.get(ref.rsplit("/", 1)[-1]) if ref.startswith("#/components/schemas/") else None
+            if model is None:
+                continue
+            if "example" in media:
+                media["example"] = examples_of(model)[0]
+            if "examples" in media:
+                media["examples"] = named_examples(model)
+    return document
+
+
+def _models() -> dict[str, type[BaseModel]]:
+    """The models of this module, by name."""
+    return {
+        value.__name__: value
+        for value in globals().values()
+        if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == __name__
+    }
+
+
+def config(*examples: Any) -> ConfigDict:
+    """An answer model with its examples."""
+    return ConfigDict(json_schema_extra={"examples": list(examples)})
+
+
+def closed_config(*examples: Any) -> ConfigDict:
+    """A request model with its examples: no other fields (the handlers refuse them)."""
+    return ConfigDict(extra="forbid", json_schema_extra={"examples": list(examples)})
+
+
+Text = Annotated[str, Field(min_length=1, max_length=MAX_KEY_CHARS)]  # keys, correlation, group ids
+Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]
+Offset = Annotated[int, Field(ge=0, le=MAX_OFFSET)]
+Millis = Annotated[int, Field(description="Milliseconds since the epoch")]
+Json = Annotated[Any, Field(description="Any JSON value")]
+JsonObject = dict[str, Any]
+
+STREAM_ID = "0190a3c4e5f6a7b8c9d0e1f2a3b4c5d6"
+EVENT_ID = "0190a3c4e5f70a1b2c3d4e5f60718293"
+AT = 1767225600000
+
+
+# --- events -------------------------------------------------------------------------
+
+
+class EventInput(BaseModel):
+    """An event to append. Only ``type`` is required; see docs/events.md for
+    the value domain (64-bit integers, finite floats, at most 64 levels) and
+    the 64 KiB limit of the serialized event."""
+
+    model_config = closed_config(
+        {"type": "order.placed", "payload": {"order_id": "A-1", "total": 42}},
+        {
+            "type": "order.paid", "payload": {"order_id": "A-1"}, "metadata": {"by": "checkout"},
+            "correlation": "A-1", "group_id": "A-1", "idempotency_key": "pay-A-1",
+        },
+    )
+    type: str = Field(
+        pattern=r"^[A-Za-z0-9._:/@+\-]{1,256}$",
+        description="Letters, digits and . _ - : / @ +; the yoke. prefix is the kernel's",
+    )
+    payload: Json = Field(default_factory=dict)
+    metadata: JsonObject | None = Field(default=None, description="Default {}")
+    source: JsonObject | None = Field(default=None, description="source.copied_from is set by the kernel only")
+    correlation: Text | None = None
+    priority: int | None = Field(default=0, ge=PRIORITY_RANGE[0], le=PRIORITY_RANGE[1])
+    group_id: Text | None = None
+    idempotency_key: Text | None = Field(
+        default=None,
+        description="Unique per stream: the same key and event again returns the original {offset, id};"
+        " object: and yoke: prefixes are the kernel's",
+    )
+    ephemeral: bool | None = Field(
+        default=False, description="Takes an offset but is never written; tails deliver it live"
+    )
+
+
+class AppendBody(RootModel[EventInput | Annotated[list[EventInput], Field(min_length=1, max_length=10_000)]]):
+    """One event, or a batch (an array, appended atomically: consecutive
+    offsets or nothing)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"type": "order.placed", "payload": {"order_id": "A-1", "total": 42}},
+        [
+            {"type": "order.paid", "payload": {"order_id": "A-1"}},
+            {"type": "order.shipped", "payload": {"order_id": "A-1"}},
+        ],
+    ]})  # fmt: skip
+    example_names: ClassVar[list[str]] = ["one event", "a batch"]
+
+
+class Appended(BaseModel):
+    model_config = config({"offset": 1, "id": EVENT_ID})
+    offset: int = Field(description="The event's offset in its stream")
+    id: str
+
+
+class AppendedBatch(BaseModel):
+    model_config = config({"results": [{"offset": 2, "id": EVENT_ID}, {"offset": 3, "id": EVENT_ID}]})
+    results: list[Appended]
+
+
+class AppendAnswer(RootModel[Appended | AppendedBatch]):
+    """``{offset, id}`` for one event, ``{results: [...]}`` for a batch."""
+
+    model_config = config({"offset": 1, "id": EVENT_ID})
+
+
+EVENT_EXAMPLE = {
+    "offset": 1, "id": EVENT_ID, "at": AT, "type": "order.placed",
+    "payload": {"order_id": "A-1", "total": 42}, "metadata": {}, "source": None, "correlation": None,
+    "priority": 0, "group_id": None, "idempotency_key": None, "tenant": "default", "path": "/orders",
+    "ephemeral": False,
+}  # fmt: skip
+
+
+class EventOutput(BaseModel):
+    """A stored event."""
+
+    model_config = config(EVENT_EXAMPLE)
+    offset: int
+    id: str
+    at: Millis
+    type: str
+    payload: Json
+    metadata: JsonObject
+    source: JsonObject | None
+    correlation: str | None
+    priority: int
+    group_id: str | None
+    idempotency_key: str | None
+    tenant: str
+    path: str
+    ephemeral: bool
+
+
+class EventPage(BaseModel):
+    """Events with offset > ``after``, ascending; read on from ``next_after``."""
+
+    model_config = config({"events": [EVENT_EXAMPLE], "next_after": 1})
+    events: list[EventOutput]
+    next_after: int = Field(description="The last event's offset (the cursor given when there is none)")
+
+
+# --- streams --------------------------------------------------------------------------
+
+
+class Retention(BaseModel):
+    model_config = closed_config({"max_age_s": 86400, "max_events": 1000000})
+    max_age_s: float | None = Field(
+        default=None, gt=0, le=MAX_AGE_S, description="Keep events younger than this (null: no limit)"
+    )
+    max_events: Count | None = Field(default=None, description="Keep the newest this many (null: no limit)")
+
+
+class Limits(BaseModel):
+    """Producer credit: unread counts durable events after the minimum
+    acknowledgement (only when the stream has consumers), total every
+    retained durable event; null is no ceiling."""
+
+    model_config = closed_config({"max_unread_events": 10000, "overflow": "reject"})
+    max_unread_events: Count | None = None
+    max_unread_bytes: Count | None = None
+    max_total_events: Count | None = None
+    max_total_bytes: Count | None = None
+    overflow: Literal["reject", "block"] = Field(
+        default="reject", description="reject: 429/507 at once; block: wait up to block_timeout_s for an ack"
+    )
+    block_timeout_s: float = Field(default=5.0, gt=0, le=300)
+
+
+class StreamDefinition(BaseModel):
+    """A stream's definition; omitted parts take their defaults. Metadata is
+    fixed at creation."""
+
+    model_config = closed_config({"retention": {"max_age_s": 86400}, "limits": {"max_total_events": 1000000},
+                           "metadata": {"team": "orders"}})  # fmt: skip
+    retention: Retention | None = None
+    limits: Limits | None = None
+    metadata: JsonObject | None = None
+
+
+class LegalHold(BaseModel):
+    model_config = closed_config({"on": True})
+    on: bool = Field(description="While on, retention removes nothing")
+
+
+class RetentionInfo(BaseModel):
+    max_age_s: float | None
+    max_events: int | None
+
+
+class LimitsInfo(BaseModel):
+    max_unread_events: int | None
+    max_unread_bytes: int | None
+    max_total_events: int | None
+    max_total_bytes: int | None
+    overflow: Literal["reject", "block"]
+    block_timeout_s: float
+
+
+class Usage(BaseModel):
+    durable_events: int
+    durable_bytes: int
+    unread_events: int
+    unread_bytes: int
+    min_ack: int | None = Field(description="The lowest acknowledged offset (null: no consumer)")
+
+
+STREAM_INFO_EXAMPLE = {
+    "stream_id": STREAM_ID, "tenant": "default", "path": "/orders", "created_at": AT, "head": 3, "earliest": 1,
+    "closed": False, "legal_hold": False, "pinned": False, "metadata": {},
+    "retention": {"max_age_s": None, "max_events": None},
+    "limits": {"max_unread_events": None, "max_unread_bytes": None, "max_total_events": None,
+               "max_total_bytes": None, "overflow": "reject", "block_timeout_s": 5.0},
+    "usage": {"durable_events": 3, "durable_bytes": 180, "unread_events": 0, "unread_bytes": 0, "min_ack": None},
+}  # fmt: skip
+
+
+class StreamInfo(BaseModel):
+    model_config = config(STREAM_INFO_EXAMPLE)
+    stream_id: str = Field(description="Random, for the stream's lifetime")
+    tenant: str
+    path: str
+    created_at: Millis
+    head: int = Field(description="The highest offset ever assigned")
+    earliest: int = Field(description="The lowest offset a read can still return")
+    closed: bool
+    legal_hold: bool
+    pinned: bool = Field(description="A seed-004 definition: its settings never change")
+    metadata: JsonObject
+    retention: RetentionInfo
+    limits: LimitsInfo
+    usage: Usage
+
+
+class StreamList(BaseModel):
+    model_config = config({"streams": [STREAM_INFO_EXAMPLE]})
+    streams: list[StreamInfo]
+
+
+class Ack(BaseModel):
+    model_config = closed_config({"offset": 1})
+    offset: Offset = Field(description="Acknowledge through this offset (acks only advance)")
+
+
+class Acked(BaseModel):
+    model_config = config({"consumer": "billing", "acked": 1})
+    consumer: str
+    acked: int
+
+
+class Consumer(BaseModel):
+    consumer: str
+    acked: int
+    updated_at: Millis
+
+
+class ConsumerList(BaseModel):
+    model_config = config({"consumers": [{"consumer": "billing", "acked": 1, "updated_at": AT}]})
+    consumers: list[Consumer]
+
+
+# --- tokens ---------------------------------------------------------------------------
+
+
+class TokenRequest(BaseModel):
+    model_config = closed_config({"scopes": ["read", "append"], "name": "shop frontend"})
+    scopes: list[Literal["read", "append", "admin"]] = Field(min_length=1, description="admin includes the others")
+    name: str = Field(default="", max_length=200)
+
+
+TOKEN_EXAMPLE = {
+    "token_id": "tok_0123456789abcdef", "tenant": "default", "name": "shop frontend", "scopes": ["read", "append"],
+    "created_at": AT, "revoked_at": None, "revoked": False,
+}  # fmt: skip
+
+
+class Token(BaseModel):
+    model_config = config(TOKEN_EXAMPLE)
+    token_id: str
+    tenant: str
+    name: str
+    scopes: list[str]
+    created_at: Millis
+    revoked_at: int | None
+    revoked: bool
+
+
+class NewToken(Token):
+    model_config = config({"token": "yk_tok_0123456789abcdef.3q2-7wEXAMPLEsecretEXAMPLE", **TOKEN_EXAMPLE})
+    token: str = Field(description="The bearer token; shown this once (only its hash is stored)")
+
+
+class TokenList(BaseModel):
+    model_config = config({"tokens": [TOKEN_EXAMPLE]})
+    tokens: list[Token]
+
+
+# --- objects --------------------------------------------------------------------------
+
+HELLO_SHA256 = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"  # sha256("hello")
+
+
+class ObjectPrepare(BaseModel):
+    """Pin an upload; the same idempotency key returns the same object."""
+
+    model_config = closed_config({"idempotency_key": "invoice-A-1", "sha256": HELLO_SHA256, "size": 5,
+                           "content_type": "text/plain"})  # fmt: skip
+    idempotency_key: Text
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="Of the bytes to upload, lowercase hex")
+    size: int = Field(ge=0, le=MAX_OBJECT_BYTES, description="In bytes")
+    content_type: str = Field(default="application/octet-stream", pattern=r"^[\x20-\x7e]{1,255}$")
+    expires_in_s: float = Field(default=3600, gt=0, le=MAX_EXPIRY_S, description="Until it is uploaded and committed")
+
+
+class ObjectCommit(BaseModel):
+    """The record appended for the object; its payload gains
+    ``object: {object_id, sha256, size, content_type}``."""
+
+    model_config = closed_config({"type": "invoice.attached", "payload": {"order_id": "A-1"}})
+    type: str = Field(default="object.committed", pattern=r"^[A-Za-z0-9._:/@+\-]{1,256}$")
+    payload: JsonObject | None = None
+    metadata: JsonObject | None = None
+
+
+OBJECT_EXAMPLE = {
+    "object_id": "obj_0123456789abcdef01234567", "path": "/orders", "idempotency_key": "invoice-A-1",
+    "sha256": HELLO_SHA256, "size": 5, "content_type": "text/plain", "state": "prepared", "created_at": AT,
+    "expires_at": AT + 3_600_000, "committed_offset": None,
+}  # fmt: skip
+
+
+class ObjectInfo(BaseModel):
+    model_config = config(OBJECT_EXAMPLE)
+    object_id: str
+    path: str
+    idempotency_key: str
+    sha256: str
+    size: int
+    content_type: str
+    state: Literal["prepared", "uploaded", "committed", "aborted", "expired"]
+    created_at: Millis
+    expires_at: Millis
+    committed_offset: int | None
+
+
+OBJECT_BYTES = {
+    "requestBody": {
+        "required": True,
+        "description": "The object's bytes, exactly size bytes whose SHA-256 is sha256 (any Content-Type)",
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}, "example": "hello"}},
+    }
+}
+
+
+# --- workflow streams (seed 004) --------------------------------------------------------
+
+
+class WorkflowDefinition(BaseModel):
+    """A stream of the run, defined for life (pinned)."""
+
+    model_config = closed_config({"stream_id": "output", "retention": {"max_age_s": 604800}, "metadata": {"step": "render"}})
+    stream_id: str = Field(pattern=r"^[A-Za-z0-9._~:@\-]{1,512}$", description="Not . .. or -")
+    retention: Retention | None = None
+    limits: Limits | None = None
+    metadata: JsonObject | None = None
+
+
+class WorkflowStream(StreamInfo):
+    """The stream's info, named by run and stream id; ``stream_id`` is the
+    name within the run, its random lifetime id is ``lifetime_id``."""
+
+    model_config = config({
+        **STREAM_INFO_EXAMPLE, "path": "/runs/run-1/output", "pinned": True, "stream_id": "output",
+        "run_id": "run-1", "lifetime_id": STREAM_ID,
+    })  # fmt: skip
+    stream_id: str = Field(description="The stream's name within the run")
+    run_id: str
+    lifetime_id: str
+
+
+# --- subscriptions --------------------------------------------------------------------
+
+
+class CopyReceiver(BaseModel):
+    """Append a copy of each event to the stream target (same tenant)."""
+
+    model_config = closed_config({"kind": "copy", "target": "/archive/orders"})
+    kind: Literal["copy"]
+    target: str = Field(pattern="^/")
+
+
+class CallReceiver(BaseModel):
+    """Call the application function registered with @app.receiver(function)."""
+
+    model_config = closed_config({"kind": "call", "function": "audit"})
+    kind: Literal["call"]
+    function: str = Field(min_length=1, max_length=200)
+
+
+class ProcessorReceiver(BaseModel):
+    """Fold the stream into the processor registered with @app.processor(processor)."""
+
+    model_config = closed_config({"kind": "processor", "processor": "totals"})
+    kind: Literal["processor"]
+    processor: str = Field(min_length=1, max_length=200)
+
+
+class WebhookReceiver(BaseModel):
+    """POST each event, signed per Standard Webhooks; without a secret one is
+    generated and answered once."""
+
+    model_config = closed_config({"kind": "webhook", "url": "https://example.com/hooks/orders"})
+    kind: Literal["webhook"]
+    url: str = Field(pattern="^https?://", max_length=2048)
+    secret: str | None = Field(default=None, pattern="^whsec_", description="whsec_ + base64 of 24-64 bytes")
+
+
+Receiver = Annotated[CopyReceiver | CallReceiver | ProcessorReceiver | WebhookReceiver, Field(discriminator="kind")]
+
+
+class SubscriptionFilter(BaseModel):
+    model_config = closed_config({"types": ["order.*"]})
+    types: list[str] | None = Field(default=None, min_length=1, description="Event types, 'prefix.*' or '*'")
+    where: str | None = Field(default=None, description="A JSONata expression that must be true")
+
+
+class SubscriptionRequest(BaseModel):
+    model_config = closed_config(
+        {"name": "mirror", "receiver": {"kind": "copy", "target": "/archive/orders"}, "start": "beginning"}
+    )
+    name: str | None = Field(
+        default=None, min_length=1, max_length=MAX_SUBSCRIPTION_NAME_CHARS,
+        description="Default: generated (subscription:<offset>)",
+    )
+    receiver: Receiver
+    filter: SubscriptionFilter | None = None
+    transform: str | None = Field(
+        default=None, description="JSONata producing {type?, payload?, metadata?} (not for processors)"
+    )
+    start: Literal["now", "beginning"] | None = "now"
+    on_failing_event: Literal["halt", "skip"] | None = "halt"
+
+
+class Subscribed(BaseModel):
+    model_config = config(
+        {"name": "mirror", "path": "/orders", "offset": 4, "id": EVENT_ID, "created": True, "secret": None}
+    )
+    name: str
+    path: str
+    offset: int = Field(description="Of the yoke.subscription.configured event that stands")
+    id: str
+    created: bool = Field(description="False: an identical configuration already stood; nothing appended")
+    secret: str | None = Field(description="A webhook secret generated by this call (shown once)")
+
+
+class SubscriptionCursor(BaseModel):
+    model_config = closed_config({"after_offset": 0, "resume": True})
+    after_offset: Offset = Field(description="Deliver again from after_offset + 1 (not beyond the head)")
+    resume: bool | None = Field(default=False, description="Also resume a halt")
+
+
+SUBSCRIPTION_EXAMPLE = {
+    "name": "mirror", "path": "/orders",
+    "config": {"receiver": {"kind": "copy", "target": "/archive/orders"}, "filter": None, "transform": None,
+               "start": "beginning", "on_failing_event": "halt"},
+    "configured_at": 4, "generation": 1, "processed_through_offset": 3, "head": 4, "lag": 1, "halted": None,
+    "last_error": None, "attempts": 0, "next_retry_at": None, "delivered": 3, "failures": 0,
+    "delivering": "wrk_0123456789abcdef",
+}  # fmt: skip
+
+
+class SubscriptionStatus(BaseModel):
+    model_config = config(SUBSCRIPTION_EXAMPLE)
+    name: str
+    path: str
+    config: JsonObject
+    configured_at: int = Field(description="The offset of its configuration event")
+    generation: int
+    processed_through_offset: int
+    head: int
+    lag: int
+    halted: JsonObject | None
+    last_error: str | None
+    attempts: int
+    next_retry_at: int | None = Field(description="Milliseconds since the epoch, while a retry is pending")
+    delivered: int
+    failures: int
+    delivering: str | None = Field(default=None, description="The process delivering it now (null: none)")
+
+
+class SubscriptionList(BaseModel):
+    model_config = config({"subscriptions": [SUBSCRIPTION_EXAMPLE]})
+    subscriptions: list[SubscriptionStatus]
+
+
+# --- actor instances ------------------------------------------------------------------
+
+
+class InstanceFilter(BaseModel):
+    model_config = closed_config({"types": ["order.*"], "where": 'payload.order_id = "A-1"'})
+    types: list[str] | None = Field(default=None, description="Event types, 'prefix.*' or '*'")
+    streams: list[str] | None = Field(default=None, description="Stream path globs ('*', '**')")
+    where: str | None = Field(default=None, description="A JSONata expression that must be true")
+
+
+class InstanceRequest(BaseModel):
+    model_config = closed_config({"actor": "order", "key": "A-1", "config": {"priority": "high"}})
+    actor: str = Field(min_length=1, max_length=200)
+    key: str | None = Field(default=None, min_length=1, max_length=MAX_INSTANCE_KEY_CHARS)
+    config: JsonObject | None = None
+    filter: InstanceFilter | None = Field(default=None, description="Default: the actor's filter")
+
+
+INSTANCE_EXAMPLE = {
+    "id": "inst_0123456789abcdef", "actor": "order", "key": "A-1", "config": {}, "filter": None,
+    "parent_id": None, "created_at": AT, "worker_id": None,
+}  # fmt: skip
+
+
+class Instance(BaseModel):
+    model_config = config(INSTANCE_EXAMPLE)
+    id: str
+    actor: str
+    key: str | None
+    config: JsonObject
+    filter: JsonObject | None
+    parent_id: str | None
+    created_at: Millis
+    worker_id: str | None = Field(description="The worker that owns it (null: none yet)")
+
+
+class InstanceCreated(Instance):
+    model_config = config({**INSTANCE_EXAMPLE, "created": True})
+    created: bool = Field(description="False: it existed (200)")
+
+
+class InstanceState(BaseModel):
+    value: Json
+    version: int
+
+
+class QueueDepth(BaseModel):
+    pending: int
+    processing: int
+    dead: int
+
+
+class InstanceDetail(Instance):
+    model_config = config({
+        **INSTANCE_EXAMPLE, "state": {"value": {"status": "shipped"}, "version": 3},
+        "queue": {"pending": 0, "processing": 0, "dead": 0},
+    })  # fmt: skip
+    state: InstanceState
+    queue: QueueDepth
+
+
+class InstanceList(BaseModel):
+    model_config = config({"instances": [INSTANCE_EXAMPLE]})
+    instances: list[Instance]
+
+
+QUEUE_ROW_EXAMPLE = {
+    "qid": 17, "status": "dead", "attempts": 5, "group_id": None, "priority": 0, "path": "/orders/A-1",
+    "offset": 2, "event": EVENT_EXAMPLE, "available_at": AT, "last_error": "KeyError: 'total'",
+    "last_traceback": "Traceback (most recent call last): ...", "enqueued_at": AT, "started_at": None,
+}  # fmt: skip
+
+
+class QueueRow(BaseModel):
+    qid: int
+    status: Literal["pending", "processing", "dead"]
+    attempts: int
+    group_id: str | None
+    priority: int
+    path: str
+    offset: int
+    event: JsonObject
+    available_at: Millis
+    last_error: str | None
+    last_traceback: str | None
+    enqueued_at: Millis
+    started_at: int | None
+
+
+class QueueRows(BaseModel):
+    model_config = config({"rows": [QUEUE_ROW_EXAMPLE]})
+    rows: list[QueueRow]
+
+
+class DeadRows(BaseModel):
+    """Some dead rows, or (no body, or no qids) all of them."""
+
+    model_config = closed_config({"qids": [17]})
+    qids: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, description="Default: all dead rows")
+
+
+class Redriven(BaseModel):
+    model_config = config({"redriven": 1})
+    redriven: int
+
+
+class Dropped(BaseModel):
+    model_config = config({"dropped": 1})
+    dropped: int
+
+
+# --- operations and portals -----------------------------------------------------------
+
+
+class Health(BaseModel):
+    model_config = config({"status": "ok"})
+    status: Literal["ok"]
+
+
+class Ready(BaseModel):
+    model_config = config({"status": "ready"})
+    status: Literal["ready"]
+
+
+class NotReady(BaseModel):
+    model_config = config({"status": "unavailable", "reason": "connection refused"})
+    status: Literal["unavailable"]
+    reason: str
+
+
+class PortalBody(RootModel[Any]):
+    """The raw request body, handed to the portal's handler as bytes (any
+    Content-Type; the handler decides what it accepts)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"order_id": "A-1", "items": ["tea"], "total": 42}]})
+
+
+class PortalAnswer(RootModel[Any]):
+    """What the portal's handler answered (any JSON value, with its status;
+    no body when it answered nothing)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"order_id": "A-1", "offset": 1}]})
+
+
+SSE_EXAMPLE = (
+    'id: 1\ndata: {"offset":1,"id":"' + EVENT_ID + '","type":"order.placed","payload":{"order_id":"A-1"},...}\n\n'
+    ": ping\n\n"
+    'event: closed\ndata: {"path":"/orders","closed":true}\n\n'
+)
+SSE_ANSWER = text_answer(
+    "text/event-stream",
+    "Server-Sent Events: each event as `id: <offset>` and `data: <event JSON>`; `: ping` comments while idle;"
+    " `event: error` (cursor_gone, filter_failed) and `event: closed` (the stream is closed and read through)"
+    " end it. Reconnect with Last-Event-ID.",
+    SSE_EXAMPLE,
+)
