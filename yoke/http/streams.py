@@ -21,6 +21,7 @@ from ..routing.filters import Filter
 from ..runtime import Runtime
 from ..store.contract import Limits, StreamInfo
 from ..streams.handle import Stream
+from ..streams.tail import PAGE_BYTES
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
 from .responses import ERROR_RESPONSES, ErrorBody, json_body, json_body_bytes, json_response, parse_json
 from .sse import resolve_cursor, tail_response
@@ -155,8 +156,13 @@ async def append_body(stream: Stream, body: Any, idempotency_key: str | None) ->
 
 async def read_page(stream: Stream, after: int, limit: int, include_ephemeral: bool) -> Response:
     """A page of events; 404 ``stream_not_found`` for a stream never created
-    (as its info), where Python's ``Stream.read`` returns ``[]``."""
-    page = await stream.read_page(after=after, limit=limit, include_ephemeral=include_ephemeral)
+    (as its info), where Python's ``Stream.read`` returns ``[]``. At most
+    ``limit`` events and ``PAGE_BYTES`` of them (the first whatever its
+    size): a shorter page is not the end, an empty one is; ``next_after`` is
+    the cursor of the next page either way."""
+    page = await stream.read_page(
+        after=after, limit=limit, include_ephemeral=include_ephemeral, max_bytes=PAGE_BYTES
+    )
     if not page.exists:
         raise errors.StreamNotFound(f"stream {stream.path} does not exist", path=stream.path)
     events = page.events
