@@ -154,6 +154,12 @@ async def append_body(stream: Stream, body: Any, idempotency_key: str | None) ->
     return json_response({"offset": result.offset, "id": result.id}, status_code=201)
 
 
+PAGE_LIMIT = (
+    "At most this many events; a page also stops at 1 MiB of them (the first event whatever its size):"
+    " read on from next_after until events is empty"
+)
+
+
 async def read_page(stream: Stream, after: int, limit: int, include_ephemeral: bool) -> Response:
     """A page of events; 404 ``stream_not_found`` for a stream never created
     (as its info), where Python's ``Stream.read`` returns ``[]``. At most
@@ -190,7 +196,7 @@ async def read(
     request: Request,
     path: str = PATH_PARAM,
     after: int = Query(0, ge=0, description="Return events with offset > after"),
-    limit: int = Query(1000, ge=1, le=10000),
+    limit: int = Query(1000, ge=1, le=10000, description=PAGE_LIMIT),
     include_ephemeral: bool = Query(False),
     principal: Principal = READ,
 ) -> Response:

@@ -21,7 +21,9 @@ from .auth import ADMIN, APPEND, READ, Principal, runtime_of
 from .objects import commit_body, object_dict, prepare_body, read_body
 from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_response
 from .sse import resolve_cursor, tail_response
-from .streams import APPEND_BODY, ack_body, append_body, ensure_definition, info_dict, object_body, read_page
+from .streams import (
+    APPEND_BODY, PAGE_LIMIT, ack_body, append_body, ensure_definition, info_dict, object_body, read_page,
+)
 
 router = APIRouter(
     prefix="/api/workflow-streams", tags=["workflow streams (seed 004)"], responses=ERROR_RESPONSES
@@ -87,7 +89,7 @@ async def read_records(
     run_id: str = RUN,
     stream_id: str = STREAM,
     after: int = Query(0, ge=0),
-    limit: int = Query(1000, ge=1, le=10000),
+    limit: int = Query(1000, ge=1, le=10000, description=PAGE_LIMIT),
     principal: Principal = READ,
 ) -> Response:
     return await read_page(run_stream(request, principal, run_id, stream_id), after, limit, False)
