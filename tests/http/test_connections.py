@@ -157,6 +157,52 @@ def test_a_body_still_trickling_after_the_answer_is_cut_at_the_body_deadline(edg
     assert received == b"" and took < BODY_TIMEOUT_S + SLACK_S
 
 
+# --- nothing is written into the middle of an answer ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pipelined", "deadline"),
+    [
+        (b"GET /healthz HTTP/1.1\r\nHo", HEAD_TIMEOUT_S),  # half a head: the head deadline
+        (b"GET /healthz HTTP/1.1\r\nHost: yoke\r\nX-Big: " + b"a" * 40_000, 0),  # a head over the limit
+        (b"NOT HTTP AT ALL\r\n\r\n", 0),  # malformed
+        # a whole head and half a body, queued behind the tail: the body deadline
+        (request("POST", events_url("/pipelined"), "t", b'{"type": "x"}' + b" " * 100)[:-50], BODY_TIMEOUT_S),
+    ],
+    ids=["head-deadline", "head-too-large", "malformed", "body-deadline"],
+)
+def test_a_request_refused_behind_a_live_tail_closes_the_connection_without_an_answer(edgy, pipelined, deadline):
+    # A client pipelines a request on the connection of its SSE tail. Its
+    # refusal (408, 431, 400) may not be written into the middle of the
+    # tail's chunked body, where the client would read it as SSE data: the
+    # connection is closed with nothing written.
+    sock = connect(edgy)
+    sock.sendall(request("GET", events_url("/pipelined", "tail"), edgy.token))
+    received = b""
+    while b": tailing" not in received:
+        received += sock.recv(65536) or pytest.fail("tail closed")
+    sent = time.monotonic()
+    sock.sendall(pipelined)
+    rest, took = until_closed(sock)
+    received += rest
+    assert received.startswith(b"HTTP/1.1 200") and received.count(b"HTTP/1.1") == 1, received[-300:]
+    assert b"request_timeout" not in received and b"error" not in received
+    assert deadline * 0.9 <= time.monotonic() - sent < deadline + SLACK_S
+    assert not received.endswith(b"0\r\n\r\n")  # cut, not ended: the client sees a broken tail
+
+
+def test_half_a_head_sent_with_a_whole_request_gets_its_408_after_that_answer(edgy):
+    # The rule above applies only while an answer is in progress; and a head
+    # that began in the same packet as the request before it has its deadline
+    # too (it used to start with the next byte, which never came).
+    sock = connect(edgy)
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: yoke\r\n\r\nGET /healthz HTTP/1.1\r\nHo")
+    received, took = until_closed(sock)
+    first, status, second = received.partition(b"HTTP/1.1 408")
+    assert first.startswith(b"HTTP/1.1 200") and status and b"request_timeout" in second
+    assert HEAD_TIMEOUT_S * 0.9 <= took < HEAD_TIMEOUT_S + SLACK_S
+
+
 # --- the connection cap -----------------------------------------------------------
 
 

@@ -21,6 +21,10 @@ sees (docs/http.md, "Connections"):
 Each of these answers is the API's JSON error body and closes the
 connection; a deadline that passes before any byte of a request arrived
 closes it without an answer. uvicorn answers some of them in plain text.
+A request refused while the answer to an earlier one on the connection is
+still being written (a tail, with a pipelined head behind it) closes the
+connection without an answer: bytes written then would land in the middle
+of that answer (an SSE body, say) and be taken as part of it.
 """
 
 from __future__ import annotations
@@ -118,6 +122,14 @@ class YokeHttpProtocol(HttpToolsProtocol):
             return errors.UriTooLong(f"the request line is at most {limit} bytes", limit=limit), "uri_too_long"
         return errors.HeadersTooLarge(f"the request head is at most {limit} bytes", limit=limit), "headers_too_large"
 
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        # A request that began in the same read as the previous one's end
+        # (pipelined) started no timer in data_received: its deadline starts here.
+        self._head_bytes = max(self._head_bytes, 1)
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_timed_out)
+
     def on_headers_complete(self) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
@@ -141,6 +153,12 @@ class YokeHttpProtocol(HttpToolsProtocol):
         self._reading_head = True
         super().on_message_complete()
 
+    def _answering(self) -> bool:
+        """The answer to an earlier request on this connection is still being
+        written (or awaited): an answer to the next one may not start."""
+        cycle = self.cycle
+        return cycle is not None and not cycle.response_complete
+
     def _head_timed_out(self) -> None:
         self._head_timer = None
         if self.transport.is_closing():
@@ -160,7 +178,9 @@ class YokeHttpProtocol(HttpToolsProtocol):
             return
         metrics.HTTP_REFUSED.labels("body_timeout").inc()
         cycle = self.cycle
-        if cycle is None or cycle.response_started:  # the route answered without the body
+        # The route answered without the body, or it never started: the
+        # request was pipelined behind one whose answer is still being written.
+        if cycle is None or cycle.response_started or self.pipeline:
             self.transport.close()
             return
         # The route is still waiting for the body: answer for it, and from
@@ -170,7 +190,7 @@ class YokeHttpProtocol(HttpToolsProtocol):
         self._refuse(errors.RequestTimeout(
             f"the request body did not arrive within {self.limits.body_timeout_s:g} s",
             timeout_s=self.limits.body_timeout_s,
-        ), None)
+        ), None, own=True)
 
     # --- answers written here ------------------------------------------------------
 
@@ -180,14 +200,26 @@ class YokeHttpProtocol(HttpToolsProtocol):
         refusal, self._refusal = self._refusal, None
         if refusal is None:
             refusal = errors.MalformedRequest(f"the request is not valid HTTP/1.1 ({msg.rstrip('.')})"), "malformed"
-        self._refuse(*refusal)
+        # A malformed body: the answer is for the request being read, if its
+        # route has not started one (and none is queued ahead of it).
+        cycle = self.cycle
+        own = not self._reading_head and cycle is not None and not cycle.response_started and not self.pipeline
+        self._refuse(*refusal, own=own)
 
-    def _refuse(self, error: errors.YokeError, reason: str | None) -> None:
-        """Write ``error`` as the API's JSON error answer and close the connection."""
+    def _refuse(self, error: errors.YokeError, reason: str | None, *, own: bool = False) -> None:
+        """Write ``error`` as the API's JSON error answer and close the
+        connection; only close it while an earlier request's answer is still
+        being written (``own``: the answer is for ``self.cycle``, whose route
+        has not answered)."""
         if self.transport.is_closing():
             return
         if reason is not None:
             metrics.HTTP_REFUSED.labels(reason).inc()
+        if not own and self._answering():
+            log.warning("%s while answering an earlier request: connection closed (%s)", error.code, error.message)
+            self.transport.close()
+            self._cancel_timers()
+            return
         log.warning("%s: %s", error.code, error.message)
         body = orjson.dumps({"error": error.to_dict()})
         head = [STATUS_LINE[error.http_status]]
