@@ -40,6 +40,7 @@ import yoke  # noqa: E402
 from yoke.config import Settings  # noqa: E402
 from yoke.events import prepare  # noqa: E402
 from yoke.streams.ephemeral import EphemeralBuffers  # noqa: E402
+from yoke.store.contract import ReadPage  # noqa: E402
 
 from append import scratch  # noqa: E402
 
@@ -132,7 +133,10 @@ def read_layer(reads: int) -> dict[str, float]:
     for label, after, limit in (("tail_reads_per_s", head - 10, 1000), ("backfill_reads_per_s", 0, 1000)):
         started = time.process_time()
         for _ in range(reads):
-            merged = buffer.merge([], head, after, limit)
+            if hasattr(buffer, "merge_page"):  # pages capped by bytes too
+                merged = buffer.merge_page(ReadPage(True, head, 0, []), after, limit).events
+            else:
+                merged = buffer.merge([], head, after, limit)
         figures[label] = round(reads / (time.process_time() - started))
         assert len(merged) == min(head - after, limit, figures["buffered_events"])
     return figures

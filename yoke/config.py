@@ -51,12 +51,16 @@ class Settings:
     # line and headers must arrive within http_header_timeout_s, its body
     # within http_body_timeout_s after that; an idle kept-alive connection
     # closes after http_keep_alive_s; at most http_max_connections open
-    # connections per server process, SSE tails included (past it: 503);
-    # a request head (line + headers) is at most http_max_head_bytes.
+    # connections per server process, SSE tails included (past it: 503;
+    # /healthz, /readyz and /metrics are answered all the same), and at most
+    # http_max_connections_per_client of them from one client address (0: no
+    # such cap; behind a proxy every client is the proxy); a request head
+    # (line + headers) is at most http_max_head_bytes.
     http_header_timeout_s: float = 10.0
     http_body_timeout_s: float = 60.0
     http_keep_alive_s: float = 5.0
     http_max_connections: int = 1000
+    http_max_connections_per_client: int = 0
     http_max_head_bytes: int = 32 * 1024
     # Actors. Where per-instance SQLite databases live: file (embedded
     # default), pg_sqlite (PostgreSQL default) or s3.

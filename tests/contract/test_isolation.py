@@ -46,7 +46,7 @@ async def test_row_level_security_hides_other_tenants(db_url, tenant):
                 assert await conn.fetchval("SELECT count(*) FROM events WHERE tenant_id = $1", tenant + "-b") == 0
                 # The SQL functions refuse a tenant other than the transaction's.
                 with pytest.raises(asyncpg.InsufficientPrivilegeError):
-                    await conn.fetch("SELECT * FROM yoke_read($1, '/b', 0, 100, 10)", tenant + "-b")
+                    await conn.fetch("SELECT * FROM yoke_read($1, '/b', 0, 100, 10, NULL)", tenant + "-b")
 
     conn = await asyncpg.connect(db_url)
     try:

@@ -110,3 +110,74 @@ def test_read_matches_model(db_url, ops):
     import uuid
 
     asyncio.run(_run_model(db_url, "m" + uuid.uuid4().hex[:10], ops))
+
+
+# --- byte caps: a page holds at most max_bytes of events ------------------------
+
+
+def _sized(i: int, pad: int) -> dict:
+    return {"type": "e", "payload": f"{i}:" + "x" * pad}
+
+
+async def test_a_byte_cap_ends_a_page_and_says_so(y, tenant):
+    from yoke.events import prepare
+
+    s = y.stream("/bytes", tenant=tenant)
+    events = [_sized(i, 1000) for i in range(10)]
+    await s.append_many(events)
+    size = prepare(events[0]).size
+    assert all(prepare(e).size == size for e in events)
+    page = await s.read_page(after=0, limit=100, max_bytes=3 * size)
+    assert ([e.offset for e in page.events], page.sizes, page.capped) == ([1, 2, 3], [size] * 3, True)
+    page = await s.read_page(after=0, limit=100, max_bytes=3 * size - 1)
+    assert ([e.offset for e in page.events], page.capped) == ([1, 2], True)
+    page = await s.read_page(after=4, limit=100, max_bytes=1)  # the first event, whatever its size
+    assert ([e.offset for e in page.events], page.capped) == ([5], True)
+    page = await s.read_page(after=9, limit=100, max_bytes=1)
+    assert ([e.offset for e in page.events], page.capped) == ([10], False)  # nothing after it
+    page = await s.read_page(after=5, limit=100, max_bytes=5 * size)  # exactly the rest
+    assert ([e.offset for e in page.events], page.capped) == ([6, 7, 8, 9, 10], False)
+    page = await s.read_page(after=0, limit=2, max_bytes=3 * size)  # the count ends it first
+    assert ([e.offset for e in page.events], page.capped) == ([1, 2], False)
+    page = await s.read_page(after=0, limit=100)  # no byte cap
+    assert (len(page.events), page.sizes, page.capped) == (10, [size] * 10, False)
+    assert [e.offset for e in await s.read(after=0, max_bytes=2 * size)] == [1, 2]
+    assert [e.payload for e in await s.read(after=7, max_bytes=2 * size)] == [e["payload"] for e in events[7:9]]
+    for bad in (0, -1, True, 1.5, "10"):
+        with pytest.raises(errors.InvalidInput):
+            await s.read(max_bytes=bad)
+
+
+async def test_byte_capped_pages_with_ephemeral_events_skip_nothing(y, tenant):
+    # Durable and ephemeral events of many sizes, interleaved; pages under
+    # every byte cap, read on from each page's last offset, deliver exactly
+    # the uncapped read, in order. A durable page cut by the cap must not
+    # merge ephemeral events beyond its last event (the durable events
+    # between would be skipped).
+    import random
+
+    rng = random.Random(7)
+    s = y.stream("/bytes-mixed", tenant=tenant)
+    for i in range(60):
+        await s.append({**_sized(i, rng.choice((10, 300, 2000, 5000))), "ephemeral": rng.random() < 0.4})
+    everything = [e.offset for e in await s.read(after=0, limit=1000, include_ephemeral=True)]
+    durable = [e.offset for e in await s.read(after=0, limit=1000)]
+    assert len(durable) < len(everything) == 60
+    for include_ephemeral, expected in ((True, everything), (False, durable)):
+        for cap in (1, 500, 2500, 6000, 20_000):
+            for limit in (3, 1000):
+                got: list[int] = []
+                cursor = 0
+                while True:
+                    page = await s.read_page(after=cursor, limit=limit, include_ephemeral=include_ephemeral,
+                                             max_bytes=cap)
+                    assert page.events or not page.capped
+                    if not page.events:
+                        break
+                    assert len(page.events) <= limit and len(page.sizes) == len(page.events)
+                    assert len(page.events) == 1 or sum(page.sizes) <= cap
+                    got += [e.offset for e in page.events]
+                    cursor = page.events[-1].offset
+                    if len(page.events) < limit and not page.capped:
+                        assert got == expected  # a short page that is not capped ends at the head
+                assert got == expected, (include_ephemeral, cap, limit)

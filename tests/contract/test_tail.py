@@ -158,6 +158,22 @@ async def test_tail_of_a_closed_stream_delivers_everything_then_ends(y, tenant):
     assert len(await _all(only_odd)) == 1250  # a filtered tail ends too
 
 
+async def test_a_tail_reads_on_past_pages_cut_by_their_byte_cap(y, tenant):
+    # 40 events of 60 KB are 2.4 MB: pages end at PAGE_BYTES, well before
+    # PAGE events. Each short page is not the head: the tail reads on (on a
+    # closed stream, where it would otherwise end) and delivers all of them.
+    from yoke.streams.tail import PAGE_BYTES
+
+    s = y.stream("/big", tenant=tenant)
+    payloads = [f"{i}:" + "x" * 60_000 for i in range(40)]
+    await s.append_many([{"type": "big", "payload": p} for p in payloads])
+    await s.append({"type": "eph", "payload": "x" * 60_000, "ephemeral": True})
+    await s.close()
+    assert 40 * 60_000 > 2 * PAGE_BYTES
+    assert [e.payload for e in await _all(s.tail())] == payloads + ["x" * 60_000]
+    assert [e.offset for e in await _all(s.tail(after=30))] == list(range(31, 42))
+
+
 async def test_closing_a_stream_ends_its_live_tails(y, tenant):
     s = y.stream("/live", tenant=tenant)
     await s.append({"type": "x"})

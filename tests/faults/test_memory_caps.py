@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import socket
 import time
 from collections import defaultdict, deque
 
+import orjson
 import pytest
 
 import yoke
@@ -366,6 +368,84 @@ def test_server_frees_the_tails_of_clients_that_disconnect(db_url, tenant, tmp_p
         stop_server(server)
 
 
+def stalled(server, request: str) -> socket.socket:
+    """A client that sends ``request`` and never reads: a 4 KiB receive buffer."""
+    host, port = server.url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    sock.sendall(f"{request} HTTP/1.1\r\nHost: yoke\r\nAuthorization: Bearer {server.token}\r\n\r\n".encode())
+    return sock
+
+
+def test_stalled_tails_and_reads_hold_a_page_each_not_the_stream(db_url, tenant, tmp_path):
+    # The review's report: a stream of 1000 x 60 KB events and 15 tails that
+    # never read took `yoke serve` from 74 to 2823 MiB (each tail built its
+    # 1000-event page, 60 MB, and wrote it into its socket's buffer at once);
+    # a read with limit=10000 did the same once. Now pages end at PAGE_BYTES
+    # and SSE frames are written a chunk at a time, waiting for the client.
+    from httpx_sse import connect_sse
+
+    from tests.http.conftest import start_server, stop_server
+    from yoke.http.sse import CHUNK
+
+    server = start_server(db_url, tmp_path / ".yoke", YOKE_MAX_EVENT_BYTES=str(256 * KIB))
+    path = f"/stalled/{tenant}"
+    url = f"/v1/streams{path}/-/"
+    # 1000 events, ~64 MB: most of 60 KB, every 50th of 200 KB (a frame of several chunks)
+    payloads = [f"{i}:" + "x" * (200_000 if i % 50 == 7 else 60_000) for i in range(1000)]
+    assert 200_000 > 3 * CHUNK
+    sockets: list[socket.socket] = []
+    try:
+        with server.client() as admin:
+            for start in range(0, 1000, 40):
+                batch = [{"type": "big", "payload": p} for p in payloads[start:start + 40]]
+                assert admin.post(url + "events", json=batch).status_code == 201
+            assert len(admin.get(url + "events", params={"limit": 3}).json()["events"]) == 3
+            before = rss_bytes(server.process.pid)
+            for after in range(10):
+                sockets.append(stalled(server, f"GET {url}tail?after={after}"))
+            for after in range(2):
+                sockets.append(stalled(server, f"GET {url}events?after={after}&limit=10000"))
+            deadline = time.monotonic() + 20
+            while metric(admin.get("/metrics").text, "yoke_open_tails") < 10:
+                assert time.monotonic() < deadline, "the tails did not start"
+                time.sleep(0.05)
+            peak = before
+            for _ in range(30):  # before: ~170 MiB more per tail within a second or two
+                peak = max(peak, rss_bytes(server.process.pid))
+                time.sleep(0.1)
+            grown = peak - before
+            assert grown < 64 << 20, f"RSS grew {grown >> 20} MiB for 10 stalled tails and 2 stalled reads"
+
+            # Meanwhile, a reading tail and paged reads deliver everything in order.
+            assert admin.post(url + "close").status_code == 200  # so that the tail ends
+            got: list[tuple[str, dict]] = []
+            with connect_sse(admin, "GET", url + "tail") as source:
+                for sse in source.iter_sse():
+                    if sse.event == "closed":
+                        break
+                    if sse.data:
+                        got.append((sse.id, orjson.loads(sse.data)))
+            assert [sse_id for sse_id, _ in got] == [str(i) for i in range(1, 1001)]
+            assert [e["payload"] for _, e in got] == payloads
+            read: list[str] = []
+            cursor, pages = 0, 0
+            while True:
+                page = admin.get(url + "events", params={"after": cursor, "limit": 10_000}).json()
+                if not page["events"]:
+                    break
+                assert len(page["events"]) < 30  # ~1 MiB each
+                read += [e["payload"] for e in page["events"]]
+                assert page["next_after"] == page["events"][-1]["offset"] == len(read)
+                cursor, pages = page["next_after"], pages + 1
+            assert read == payloads and pages > 50
+    finally:
+        for sock in sockets:
+            sock.close()
+        stop_server(server)
+
+
 # --- other per-stream structures: freed when done ---------------------------------
 # The runtime may also be delivering other tests' subscriptions (PostgreSQL
 # shares one database): count only this test's tenant.
@@ -487,6 +567,19 @@ def test_sse_frame_cache_is_bounded_in_bytes():
         recent.append(frame)
         assert frames.bytes <= 256 * KIB and frames.bytes == sum(len(f) for f in frames._frames.values())
     assert 1 < len(frames) <= 5
+
+
+def test_sse_frames_are_written_in_chunks():
+    # A page's frames go out at most CHUNK bytes at a time (the server waits
+    # for a slow client between chunks), in order, split anywhere.
+    from yoke.http.sse import CHUNK, FRAMES, chunks
+
+    for sizes in ([10], [10] * 50, [60_000] * 5, [200_000], [100, 200_000, 100], [CHUNK - 40] * 3, [10_000] * 40):
+        prepared = [prepare({"type": "x", "payload": "y" * n}, max_event_bytes=1 << 20) for n in sizes]
+        batch = [p.to_event("t", "/chunks", i + 1, 0) for i, p in enumerate(prepared)]
+        pieces = list(chunks(batch))
+        assert b"".join(pieces) == b"".join(FRAMES.frame(e) for e in batch)
+        assert all(len(p) == CHUNK for p in pieces[:-1]) and 0 < len(pieces[-1]) <= CHUNK
 
 
 # --- actor caches keyed by stream paths and event data ------------------------------

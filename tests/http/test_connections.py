@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+import httpx
 import orjson
 import pytest
 
@@ -157,6 +158,52 @@ def test_a_body_still_trickling_after_the_answer_is_cut_at_the_body_deadline(edg
     assert received == b"" and took < BODY_TIMEOUT_S + SLACK_S
 
 
+# --- nothing is written into the middle of an answer ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pipelined", "deadline"),
+    [
+        (b"GET /healthz HTTP/1.1\r\nHo", HEAD_TIMEOUT_S),  # half a head: the head deadline
+        (b"GET /healthz HTTP/1.1\r\nHost: yoke\r\nX-Big: " + b"a" * 40_000, 0),  # a head over the limit
+        (b"NOT HTTP AT ALL\r\n\r\n", 0),  # malformed
+        # a whole head and half a body, queued behind the tail: the body deadline
+        (request("POST", events_url("/pipelined"), "t", b'{"type": "x"}' + b" " * 100)[:-50], BODY_TIMEOUT_S),
+    ],
+    ids=["head-deadline", "head-too-large", "malformed", "body-deadline"],
+)
+def test_a_request_refused_behind_a_live_tail_closes_the_connection_without_an_answer(edgy, pipelined, deadline):
+    # A client pipelines a request on the connection of its SSE tail. Its
+    # refusal (408, 431, 400) may not be written into the middle of the
+    # tail's chunked body, where the client would read it as SSE data: the
+    # connection is closed with nothing written.
+    sock = connect(edgy)
+    sock.sendall(request("GET", events_url("/pipelined", "tail"), edgy.token))
+    received = b""
+    while b": tailing" not in received:
+        received += sock.recv(65536) or pytest.fail("tail closed")
+    sent = time.monotonic()
+    sock.sendall(pipelined)
+    rest, took = until_closed(sock)
+    received += rest
+    assert received.startswith(b"HTTP/1.1 200") and received.count(b"HTTP/1.1") == 1, received[-300:]
+    assert b"request_timeout" not in received and b"error" not in received
+    assert deadline * 0.9 <= time.monotonic() - sent < deadline + SLACK_S
+    assert not received.endswith(b"0\r\n\r\n")  # cut, not ended: the client sees a broken tail
+
+
+def test_half_a_head_sent_with_a_whole_request_gets_its_408_after_that_answer(edgy):
+    # The rule above applies only while an answer is in progress; and a head
+    # that began in the same packet as the request before it has its deadline
+    # too (it used to start with the next byte, which never came).
+    sock = connect(edgy)
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: yoke\r\n\r\nGET /healthz HTTP/1.1\r\nHo")
+    received, took = until_closed(sock)
+    first, status, second = received.partition(b"HTTP/1.1 408")
+    assert first.startswith(b"HTTP/1.1 200") and status and b"request_timeout" in second
+    assert HEAD_TIMEOUT_S * 0.9 <= took < HEAD_TIMEOUT_S + SLACK_S
+
+
 # --- the connection cap -----------------------------------------------------------
 
 
@@ -174,10 +221,18 @@ def test_connections_past_the_cap_get_a_503_answer_and_tails_count(edgy):
         tails.append(tail)
     for _ in range(2):
         extra = connect(edgy)
-        extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: yoke\r\n\r\n")
+        extra.sendall(request("GET", "/v1/streams/capped", edgy.token))
         received, took = until_closed(extra)
         status, code, headers = error_answer(received)
         assert (status, code, headers[b"retry-after"]) == (503, "too_many_connections", b"1")
+        assert took < SLACK_S
+    # Health checks and metrics are answered past the cap (then closed): a
+    # liveness probe does not restart a server that clients filled.
+    for probe in (b"/healthz", b"/readyz", b"/metrics", b"/healthz?verbose=1", b"http://yoke/readyz"):
+        extra = connect(edgy)
+        extra.sendall(b"GET " + probe + b" HTTP/1.1\r\nHost: yoke\r\n\r\n")  # keep-alive asked
+        received, took = until_closed(extra)
+        assert received.startswith(b"HTTP/1.1 200") and b"\r\nconnection: close\r\n" in received, probe
         assert took < SLACK_S
     # The tails end (their stream is closed), their connections close, and
     # the cap has room again.
@@ -189,6 +244,177 @@ def test_connections_past_the_cap_get_a_503_answer_and_tails_count(edgy):
     extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: yoke\r\nConnection: close\r\n\r\n")
     assert until_closed(extra)[0].startswith(b"HTTP/1.1 200")
     admin.close()
+
+
+# --- answers before the body; slots ------------------------------------------------
+
+
+def connect_from(server: Server, source: str) -> socket.socket:
+    """A connection from another loopback address (127.0.0.0/8 is all loopback)."""
+    host, port = server.url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.bind((source, 0))
+    sock.connect((host, int(port)))
+    sock.settimeout(HEAD_TIMEOUT_S + BODY_TIMEOUT_S + SLACK_S)
+    return sock
+
+
+def open_tail(sock: socket.socket, server: Server, path: str) -> socket.socket:
+    sock.sendall(request("GET", events_url(path, "tail"), server.token, close=True))
+    received = b""
+    while b": tailing" not in received:
+        received += sock.recv(65536) or pytest.fail("tail closed")
+    return sock
+
+
+def answered_before_the_body(sock: socket.socket, path: str = "/unread") -> tuple[int, dict[bytes, bytes]]:
+    """A POST with a wrong token and 100,000 bytes announced, 1,000 sent: its answer."""
+    head = (f"POST {events_url(path)} HTTP/1.1\r\nHost: yoke\r\nAuthorization: Bearer wrong\r\n"
+            "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n").encode()
+    sock.sendall(head + b" " * 1000)
+    status, headers, body = read_response(sock)
+    assert orjson.loads(body)["error"]["code"] == "unauthorized"
+    return status, headers
+
+
+def trickle(sock: socket.socket) -> tuple[bytes, float]:
+    """Send the rest of the body a byte every 0.1 s, ignoring the server's
+    end of stream, until a send fails (the server has closed for good); what
+    the server sent meanwhile and how long it took."""
+    received: list[bytes] = []
+
+    def read() -> None:
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+        received.append(data)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < 60 + SLACK_S:
+            sock.send(b" ")
+            time.sleep(0.1)
+    except OSError:  # reset: the server closed
+        pass
+    took = time.monotonic() - started
+    reader.join()
+    sock.close()
+    return received[0], took
+
+
+def test_an_answer_before_the_body_closes_the_connection_soon_after(server):
+    # A 401 before the body arrived: "connection: close", and the connection
+    # closes within LINGER_S however slowly the rest of the body trickles
+    # (it held the connection, and a slot of the cap, until the 60 s body
+    # deadline).
+    from yoke.http.protocol import LINGER_S
+
+    sock = connect(server)
+    status, headers = answered_before_the_body(sock)
+    assert (status, headers[b"connection"]) == (401, b"close")
+    received, took = trickle(sock)
+    # the answer, then end of stream at once; the rest of the body is read
+    # and dropped for LINGER_S (no reset under the answer), then the close
+    assert received == b"" and LINGER_S * 0.9 <= took < LINGER_S + SLACK_S
+
+
+def test_a_client_that_sends_its_whole_body_first_still_reads_the_early_answer(server):
+    # The close lingers: the rest of the body is read and dropped, so the
+    # connection is not reset under the answer before the client reads it.
+    body = b'{"type": "x", "payload": "' + b"y" * 4_000_000 + b'"}'
+    for _ in range(3):
+        r = httpx.post(server.url + events_url("/early"), content=body, timeout=30,
+                       headers={"Authorization": "Bearer wrong", "Content-Type": "application/json"})
+        assert (r.status_code, r.headers["connection"], r.json()["error"]["code"]) == (401, "close", "unauthorized")
+
+
+def test_an_answer_after_the_whole_body_keeps_the_connection(server):
+    sock = connect(server)
+    for _ in range(2):
+        sock.sendall(request("POST", events_url("/kept"), "wrong", b'{"type": "x"}'))
+        status, headers, _ = read_response(sock)
+        assert status == 401 and b"connection" not in headers
+    sock.sendall(request("GET", "/healthz", server.token, close=True))
+    assert until_closed(sock)[0].startswith(b"HTTP/1.1 200")
+
+
+@pytest.fixture(scope="module")
+def slots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server with a small cap, a smaller cap per client address and the
+    default body deadline (60 s)."""
+    base = tmp_path_factory.mktemp("slots")
+    srv = start_server(
+        f"sqlite:///{base}/yoke.db", base / ".yoke",
+        YOKE_HTTP_MAX_CONNECTIONS="4", YOKE_HTTP_MAX_CONNECTIONS_PER_CLIENT="3",
+        YOKE_HTTP_HEADER_TIMEOUT_S="5",
+    )
+    try:
+        yield srv
+    finally:
+        stop_server(srv)
+
+
+def served(server: Server, source: str = "127.0.0.1") -> int:
+    sock = connect_from(server, source)
+    sock.sendall(request("GET", "/v1/streams", server.token, close=True))
+    received, _ = until_closed(sock)
+    return int(received.split(b" ", 2)[1])
+
+
+def test_trickling_bodies_cannot_fill_the_cap(slots):
+    # The review's attack: requests answered at once (401) whose bodies
+    # trickle held their slots until the body deadline; a few per second kept
+    # a server full, and then even /healthz answered 503. Now each closes
+    # soon after its answer and its slot is free again.
+    from yoke.http.protocol import LINGER_S
+
+    socks = [connect_from(slots, "127.0.0.1"), connect_from(slots, "127.0.0.1"), connect_from(slots, "127.0.0.2")]
+    for sock in socks:
+        assert answered_before_the_body(sock)[0] == 401
+    results: list[tuple[bytes, float]] = []
+    tricklers = [threading.Thread(target=lambda s=s: results.append(trickle(s))) for s in socks]
+    for t in tricklers:
+        t.start()
+    for t in tricklers:
+        t.join()
+    assert all(received == b"" and took < LINGER_S + SLACK_S for received, took in results), results
+    assert served(slots) == 200 and served(slots, "127.0.0.2") == 200
+
+
+def test_a_connection_takes_a_slot_when_its_first_request_arrives(slots):
+    # Connections still sending their head (or nothing) hold no slot: the
+    # head deadline closes them; the cap counts connections that were served.
+    idle = [connect_from(slots, "127.0.0.3") for _ in range(6)]
+    idle[0].sendall(b"GET /healthz HTTP/1.1\r\nHo")
+    try:
+        assert served(slots, "127.0.0.4") == 200
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def test_the_cap_per_client_address(slots):
+    path = "/per-client"
+    tails = [open_tail(connect_from(slots, "127.0.0.5"), slots, path) for _ in range(3)]
+    try:
+        assert served(slots, "127.0.0.5") == 503  # the address's cap
+        assert served(slots, "127.0.0.6") == 200  # another address: the 4th slot
+        others = open_tail(connect_from(slots, "127.0.0.6"), slots, path)
+        assert served(slots, "127.0.0.7") == 503  # the server's cap
+        probe = connect_from(slots, "127.0.0.5")
+        probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: yoke\r\n\r\n")
+        assert until_closed(probe)[0].startswith(b"HTTP/1.1 200")  # health past both caps
+        others.close()
+        tails.pop().close()
+        deadline = time.monotonic() + SLACK_S
+        while served(slots, "127.0.0.5") != 200:  # slots come back as connections close
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        for tail in tails:
+            tail.close()
 
 
 # --- oversized and malformed requests: JSON, not uvicorn's plain text ------------------

@@ -94,7 +94,8 @@ def describe_app(app: Any) -> str:
 )
 @click.option(
     "--max-connections", type=click.IntRange(1), default=None, metavar="N",
-    help="Open connections at most, SSE tails included; past it 503 (default 1000; YOKE_HTTP_MAX_CONNECTIONS).",
+    help="Connections served at once, SSE tails included; past it 503, health checks excepted"
+         " (default 1000; YOKE_HTTP_MAX_CONNECTIONS).",
 )
 @click.option(
     "--header-timeout", type=click.FloatRange(0, min_open=True), default=None, metavar="SECONDS",

@@ -133,6 +133,7 @@ def serve(
         header_timeout_s=settings.http_header_timeout_s,
         body_timeout_s=settings.http_body_timeout_s,
         max_connections=settings.http_max_connections,
+        max_connections_per_client=settings.http_max_connections_per_client,
         max_head_bytes=settings.http_max_head_bytes,
     )
     config = uvicorn.Config(

@@ -5,7 +5,10 @@ client reconnecting with ``Last-Event-ID`` (or ``?after=``) resumes exactly
 after the last event it saw. Comment lines keep idle connections open. The
 tail itself follows the continuity loop (``streams.tail.follow``); events
 that arrive together are written together, each encoded once for all the
-tails that send it. A filter (``?types=``, ``?where=``) keeps only the
+tails that send it, and written in chunks of at most ``CHUNK`` bytes: the
+server's flow control waits for a slow client between chunks, so a tail
+that does not read holds one page (``streams.tail.PAGE_BYTES``) and a chunk
+or two, not the whole page encoded in its socket's buffer. A filter (``?types=``, ``?where=``) keeps only the
 events it matches. A failure such as ``cursor_gone`` or ``filter_failed``
 is sent as an ``error`` event before the stream ends. A tail of a closed
 stream ends once it has sent everything up to the head, with a final
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import orjson
 from starlette.responses import StreamingResponse
@@ -29,6 +32,10 @@ from ..streams.handle import Stream
 from ..streams.tail import follow
 
 HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+# The most written to the connection at once. uvicorn pauses the writer while
+# its transport holds more than 64 KiB unsent (the ASGI send then waits for
+# the client to drain it), so what a stalled client costs is one chunk past that.
+CHUNK = 64 * 1024
 
 
 class FrameCache:
@@ -59,6 +66,29 @@ class FrameCache:
 
 
 FRAMES = FrameCache()
+
+
+def chunks(batch: list[Event]) -> Iterator[bytes]:
+    """The frames of ``batch``, in order, in pieces of at most ``CHUNK``
+    bytes (a frame larger than that is split; SSE does not mind where)."""
+    pending: list[bytes] = []
+    size = 0
+    for event in batch:
+        frame = FRAMES.frame(event)
+        pending.append(frame)
+        size += len(frame)
+        if size >= CHUNK:
+            data = b"".join(pending) if len(pending) > 1 else frame
+            pending.clear()
+            size = 0
+            full = len(data) - len(data) % CHUNK
+            for start in range(0, full, CHUNK):
+                yield data[start : start + CHUNK]
+            if full < len(data):  # the rest waits for the next frames
+                pending.append(data[full:])
+                size = len(data) - full
+    if pending:
+        yield b"".join(pending)
 
 
 def encode_error(error: errors.YokeError) -> bytes:
@@ -119,7 +149,10 @@ async def _events(
         yield b": tailing\n\n"
         try:
             async for batch in batches:
-                yield b"".join(FRAMES.frame(e) for e in batch) if batch else b": ping\n\n"
+                if not batch:
+                    yield b": ping\n\n"
+                for chunk in chunks(batch):
+                    yield chunk
         except errors.YokeError as exc:  # cursor_gone, runtime_closed, filter_failed
             yield encode_error(exc)
         else:

@@ -20,6 +20,7 @@ from ..routing.filters import Filter
 from ..runtime import Runtime
 from ..store.contract import Limits, StreamInfo
 from ..streams.handle import Stream
+from ..streams.tail import PAGE_BYTES
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
 from .hints import hint_sentence, missing_separator
 from .responses import ERROR_RESPONSES, ErrorBody, json_body, json_body_bytes, json_response, parse_json
@@ -128,10 +129,21 @@ async def append_body(stream: Stream, body: Any, idempotency_key: str | None) ->
     return json_response({"offset": result.offset, "id": result.id}, status_code=201)
 
 
+PAGE_LIMIT = (
+    "At most this many events; a page also stops at 1 MiB of them (the first event whatever its size):"
+    " read on from next_after until events is empty"
+)
+
+
 async def read_page(stream: Stream, after: int, limit: int, include_ephemeral: bool) -> Response:
     """A page of events; 404 ``stream_not_found`` for a stream never created
-    (as its info), where Python's ``Stream.read`` returns ``[]``."""
-    page = await stream.read_page(after=after, limit=limit, include_ephemeral=include_ephemeral)
+    (as its info), where Python's ``Stream.read`` returns ``[]``. At most
+    ``limit`` events and ``PAGE_BYTES`` of them (the first whatever its
+    size): a shorter page is not the end, an empty one is; ``next_after`` is
+    the cursor of the next page either way."""
+    page = await stream.read_page(
+        after=after, limit=limit, include_ephemeral=include_ephemeral, max_bytes=PAGE_BYTES
+    )
     if not page.exists:
         raise errors.StreamNotFound(f"stream {stream.path} does not exist", path=stream.path)
     events = page.events
@@ -169,7 +181,7 @@ async def read(
     request: Request,
     path: str = PATH_PARAM,
     after: int = Query(0, ge=0, description="Return events with offset > after"),
-    limit: int = Query(1000, ge=1, le=10000),
+    limit: int = Query(1000, ge=1, le=10000, description=PAGE_LIMIT),
     include_ephemeral: bool = Query(False),
     principal: Principal = READ,
 ) -> Response:

@@ -26,7 +26,7 @@ from .schemas import (
     OBJECT_BYTES, SSE_ANSWER, EventPage, LegalHold, WorkflowDefinition, WorkflowStream, answer, request_body,
 )
 from .streams import (
-    ACK_BODY, ACKED, APPEND_BODY, APPENDED, STREAM_INFO, ack_body, append_body, ensure_definition, info_dict,
+    ACK_BODY, ACKED, APPEND_BODY, APPENDED, PAGE_LIMIT, STREAM_INFO, ack_body, append_body, ensure_definition, info_dict,
     object_body, read_page,
 )
 
@@ -109,7 +109,7 @@ async def read_records(
     run_id: str = RUN,
     stream_id: str = STREAM,
     after: int = Query(0, ge=0),
-    limit: int = Query(1000, ge=1, le=10000),
+    limit: int = Query(1000, ge=1, le=10000, description=PAGE_LIMIT),
     principal: Principal = READ,
 ) -> Response:
     return await read_page(run_stream(request, principal, run_id, stream_id), after, limit, False)

@@ -152,6 +152,13 @@ class ReadPage:
     pruned_through: int
     events: list[Event]
     closed: bool = False  # read with head, from the same row version
+    # Each event's size in bytes as stored (PreparedEvent.size), in the order
+    # of ``events``: what a read's byte cap counts. Filled by ``read``.
+    sizes: list[int] = field(default_factory=list)
+    # True when the byte cap ended the page before ``limit``: events after
+    # its last one remain (a page of ``limit`` events may also be followed
+    # by more; a shorter page that is not capped reached the head).
+    capped: bool = False
 
 
 WakeupCallback = Callable[[str, str], None]  # (tenant, path)
@@ -188,9 +195,15 @@ class Store(Protocol):
         the durable ones, raise the head. ``batch_of[i]`` is the caller batch
         event ``i`` belongs to."""
 
-    async def read(self, tenant: str, path: str, after: int, limit: int) -> ReadPage:
+    async def read(
+        self, tenant: str, path: str, after: int, limit: int, max_bytes: int | None = None
+    ) -> ReadPage:
         """Durable events with offset > after, ascending, and the stream's
-        head and pruned_through from the same snapshot."""
+        head and pruned_through from the same snapshot. At most ``limit``
+        events and, when ``max_bytes`` is given, at most that many bytes of
+        them by their stored sizes (but always the first event, whatever its
+        size); a page the byte cap cut short says so (``capped``). Rows past
+        the cap are not decoded (at most one is fetched, to know)."""
 
     async def read_one(self, tenant: str, path: str, offset: int) -> ReadPage: ...
 

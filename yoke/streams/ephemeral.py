@@ -44,14 +44,16 @@ from __future__ import annotations
 import asyncio
 import heapq
 from collections import deque
+from dataclasses import replace
 from collections.abc import Iterator
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
 from .. import errors
 from ..events import Event, PreparedEvent
+from ..store.contract import ReadPage
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -179,24 +181,38 @@ class EphemeralBuffer:
                 break
         return None
 
-    def merge(self, durable: list[Event], head: int, after: int, limit: int) -> list[Event]:
-        """Durable events (offset > after, ascending, from a snapshot whose
-        head is ``head``) merged with the buffered ephemeral events in
-        (after, head], in offset order, at most ``limit``."""
+    def merge_page(self, page: ReadPage, after: int, limit: int, max_bytes: int | None = None) -> ReadPage:
+        """``page`` (durable events with offset > after, ascending, at most
+        ``limit`` and ``max_bytes``, read in a snapshot whose head is
+        ``page.head``) with the buffered ephemeral events merged in, in
+        offset order, within the same two caps. Ephemeral events are merged
+        up to the head, or, when the durable page was cut by a cap, up to
+        its last event only (durable events after it were not read)."""
+        durable = page.events
+        upto = durable[-1].offset if page.capped or len(durable) >= limit else page.head
         selected: list[_Entry] = []
         for entry in reversed(self._entries):  # readers mostly want the newest
             if entry.offset <= after:
                 break
-            if entry.offset <= head:
+            if entry.offset <= upto:
                 selected.append(entry)
         if not selected:
-            return durable[:limit]
+            return page
         selected.reverse()
-        merged: list[Any] = list(islice(heapq.merge(durable, selected, key=_offset), limit))
-        for i, item in enumerate(merged):
-            if isinstance(item, _Entry):
-                merged[i] = item.event(self.tenant, self.path)
-        return merged
+        sizes = dict(zip((e.offset for e in durable), page.sizes))
+        events: list[Event] = []
+        kept: list[int] = []
+        total = 0
+        capped = page.capped
+        for item in islice(heapq.merge(durable, selected, key=_offset), limit):
+            size = item.charge - EVENT_OVERHEAD if isinstance(item, _Entry) else sizes.get(item.offset, 0)
+            if max_bytes is not None and events and total + size > max_bytes:
+                capped = True
+                break
+            total += size
+            events.append(item.event(self.tenant, self.path) if isinstance(item, _Entry) else item)
+            kept.append(size)
+        return replace(page, events=events, sizes=kept, capped=capped)
 
     @property
     def bytes(self) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping
-from dataclasses import replace
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -110,9 +109,15 @@ class Stream:
             )
 
     async def read(
-        self, after: int = 0, limit: int = 1000, *, include_ephemeral: bool = False
+        self, after: int = 0, limit: int = 1000, *, include_ephemeral: bool = False,
+        max_bytes: int | None = None,
     ) -> list[Event]:
-        """Events with offset > after, ascending, at most ``limit``.
+        """Events with offset > after, ascending, at most ``limit``, and at
+        most ``max_bytes`` bytes of them when given (sizes as stored, the
+        figure ``max_event_bytes`` checks; the first event is returned
+        whatever its size). A page cut by ``max_bytes`` holds fewer than
+        ``limit`` events though more follow: read on from its last offset
+        until a page is empty.
 
         A cursor beyond the head is ``InvalidCursor``; a cursor whose next
         event was removed by retention is ``CursorGone``. A stream that was
@@ -120,24 +125,28 @@ class Stream:
         is beyond its head): streams are created by their first append, and
         a reader may start first. ``read_page`` says whether it exists.
         """
-        page = await self.read_page(after, limit, include_ephemeral=include_ephemeral)
+        page = await self.read_page(after, limit, include_ephemeral=include_ephemeral, max_bytes=max_bytes)
         if not page.exists:
             self._check_cursor(page, after)  # as an empty stream: a cursor past 0 is beyond its head
         return page.events
 
     async def read_page(
-        self, after: int = 0, limit: int = 1000, *, include_ephemeral: bool = False
+        self, after: int = 0, limit: int = 1000, *, include_ephemeral: bool = False,
+        max_bytes: int | None = None,
     ) -> ReadPage:
         """``read``, with what the read saw of the stream in the same snapshot:
         ``exists`` (False: never created), ``head``, ``pruned_through`` and
-        ``closed``. The cursor is checked against an existing stream only (a
+        ``closed``; ``capped`` says that ``max_bytes`` ended the page (events
+        after it remain), ``sizes`` each event's size. The cursor is checked against an existing stream only (a
         missing one is an empty page with ``exists`` False, whatever the
         cursor). The HTTP API answers 404 ``stream_not_found`` when the
         stream does not exist; tails end when it is closed and read through."""
         check_offset(after, "after")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_READ_LIMIT:
             raise errors.InvalidInput(f"limit must be 1-{MAX_READ_LIMIT}", field="limit")
-        page = await self.runtime.store.read(self.tenant, self.path, after, limit)
+        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1):
+            raise errors.InvalidInput("max_bytes must be a positive integer or None", field="max_bytes")
+        page = await self.runtime.store.read(self.tenant, self.path, after, limit, max_bytes)
         if not page.exists:
             return page
         self._check_cursor(page, after)
@@ -145,7 +154,7 @@ class Stream:
             buffer = self.runtime.buffers.get(self.tenant, self.path)
             if buffer is not None:
                 await buffer.settled()
-                return replace(page, events=buffer.merge(page.events, page.head, after, limit))
+                return buffer.merge_page(page, after, limit, max_bytes)
         return page
 
     async def get(self, offset: int) -> Event:

@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     from .handle import Stream
 
 PAGE = 1000
+# A page is also capped by bytes (the events' sizes as stored): with events
+# of 64 KiB, 1000 of them were 64 MB held by each tail at its own cursor
+# (and once more as SSE frames). HTTP reads (GET .../-/events) use it too.
+PAGE_BYTES = 1024 * 1024
 log = logging.getLogger("yoke.streams.tail")
 
 
@@ -58,7 +62,9 @@ class SharedReads:
             # The read runs as its own task: a tail that goes away while
             # waiting cancels only its wait, never the others' read.
             task = asyncio.ensure_future(
-                stream.read_page(after=after, limit=PAGE, include_ephemeral=include_ephemeral)
+                stream.read_page(
+                    after=after, limit=PAGE, include_ephemeral=include_ephemeral, max_bytes=PAGE_BYTES
+                )
             )
             task.add_done_callback(_consume)
             entry = self._inflight[key] = (self._hub.clock, task)
@@ -133,7 +139,7 @@ async def follow(
             elif idle_s is not None and loop.time() - quiet_since >= idle_s:
                 quiet_since = loop.time()
                 yield []
-            if len(events) < PAGE:  # read through the head
+            if len(events) < PAGE and not page.capped:  # read through the head
                 if page.closed:
                     return
                 await waiter.wait()  # an append, or the hub's sweep

@@ -19,7 +19,7 @@ import asyncpg
 import orjson
 
 from ... import errors
-from ...events import PreparedEvent
+from ...events import Event, PreparedEvent
 from ..faults import retry_reads, unavailable
 from ..contract import (
     CommitResult,
@@ -707,22 +707,42 @@ class PostgresStore:
     # --- reads ---------------------------------------------------------------
 
     @retry_reads
-    async def read(self, tenant: str, path: str, after: int, limit: int) -> ReadPage:
-        return await self._read(tenant, path, after, MAX_OFFSET, limit)
+    async def read(
+        self, tenant: str, path: str, after: int, limit: int, max_bytes: int | None = None
+    ) -> ReadPage:
+        return await self._read(tenant, path, after, MAX_OFFSET, limit, max_bytes)
 
     @retry_reads
     async def read_one(self, tenant: str, path: str, offset: int) -> ReadPage:
-        return await self._read(tenant, path, offset - 1, offset, 1)
+        return await self._read(tenant, path, offset - 1, offset, 1, None)
 
-    async def _read(self, tenant: str, path: str, after: int, upto: int, limit: int) -> ReadPage:
+    async def _read(
+        self, tenant: str, path: str, after: int, upto: int, limit: int, max_bytes: int | None
+    ) -> ReadPage:
         rows = await self._fetch(
-            "SELECT * FROM yoke_read($1, $2, $3, $4, $5)", tenant, path, after, upto, limit
+            "SELECT * FROM yoke_read($1, $2, $3, $4, $5, $6)", tenant, path, after, upto, limit, max_bytes
         )
         if not rows:
             return ReadPage(exists=False, head=0, pruned_through=0, events=[])
         head, pruned_through, closed = rows[0][0], rows[0][1], rows[0][2]
-        events = [event_from_row(tenant, path, r[3:]) for r in rows if r[3] is not None]
-        return ReadPage(exists=True, head=head, pruned_through=pruned_through, events=events, closed=closed)
+        events: list[Event] = []
+        sizes: list[int] = []
+        total = 0
+        capped = False
+        for r in rows:
+            if r[3] is None:  # the stream, without events
+                continue
+            size = r[14]
+            if max_bytes is not None and events and total + size > max_bytes:
+                capped = True  # yoke_read's one row past the cap
+                break
+            total += size
+            events.append(event_from_row(tenant, path, r[3:]))
+            sizes.append(size)
+        return ReadPage(
+            exists=True, head=head, pruned_through=pruned_through, events=events, closed=closed,
+            sizes=sizes, capped=capped,
+        )
 
     @retry_reads
     async def info(self, tenant: str, path: str) -> StreamInfo | None:

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import orjson
 
 from ... import errors
-from ...events import PreparedEvent
+from ...events import Event, PreparedEvent
 from ..contract import (
     CommitResult,
     ConsumerInfo,
@@ -789,15 +789,25 @@ class SqliteStore:
         return await self._read(lambda: self._info(self._rconn(), tenant, path))
 
     @retry_reads
-    async def read(self, tenant: str, path: str, after: int, limit: int) -> ReadPage:
-        return await self._read(self._read_page, tenant, path, "seq > ? ORDER BY seq LIMIT ?", (after, limit))
+    async def read(
+        self, tenant: str, path: str, after: int, limit: int, max_bytes: int | None = None
+    ) -> ReadPage:
+        return await self._read(
+            self._read_page, tenant, path, "seq > ? ORDER BY seq LIMIT ?", (after, limit), max_bytes
+        )
 
     @retry_reads
     async def read_one(self, tenant: str, path: str, offset: int) -> ReadPage:
-        return await self._read(self._read_page, tenant, path, "seq = ?", (offset,))
+        return await self._read(self._read_page, tenant, path, "seq = ?", (offset,), None)
 
-    def _read_page(self, tenant: str, path: str, where: str, params: tuple[Any, ...]) -> ReadPage:
+    def _read_page(
+        self, tenant: str, path: str, where: str, params: tuple[Any, ...], max_bytes: int | None
+    ) -> ReadPage:
         conn = self._rconn()
+        events: list[Event] = []
+        sizes: list[int] = []
+        total = 0
+        capped = False
         # One read transaction: the stream row and its events from one snapshot.
         conn.execute("BEGIN")
         try:
@@ -808,18 +818,32 @@ class SqliteStore:
             if row is None:
                 return ReadPage(exists=False, head=0, pruned_through=0, events=[])
             sid, head, pruned_through, closed = row
+            # Rows are stepped one at a time: past the byte cap, none is fetched but the first.
             rows = conn.execute(
-                f"SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id=? AND sid=? AND {where}",
+                f"SELECT {EVENT_COLUMNS}, size FROM events WHERE tenant_id=? AND sid=? AND {where}",
                 (tenant, sid, *params),
-            ).fetchall()
+            )
+            try:
+                for r in rows:
+                    size = r[11]
+                    if max_bytes is not None and events and total + size > max_bytes:
+                        capped = True
+                        break
+                    total += size
+                    events.append(event_from_row(tenant, path, r))
+                    sizes.append(size)
+            finally:
+                rows.close()
         finally:
             conn.execute("COMMIT")
         return ReadPage(
             exists=True,
             head=head,
             pruned_through=pruned_through,
-            events=[event_from_row(tenant, path, r) for r in rows],
+            events=events,
             closed=bool(closed),
+            sizes=sizes,
+            capped=capped,
         )
 
     @retry_reads
