@@ -38,11 +38,14 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
     done: list[str] = []
     await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
     try:
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS yoke_schema_version ("
-            " version integer PRIMARY KEY, name text NOT NULL,"
-            " applied_at timestamptz NOT NULL DEFAULT now())"
-        )
+        # Only when missing: a login that may not create tables (the runtime
+        # role on a database migrated before) finds nothing to do.
+        if not await conn.fetchval("SELECT to_regclass('yoke_schema_version') IS NOT NULL"):
+            await conn.execute(
+                "CREATE TABLE yoke_schema_version ("
+                " version integer PRIMARY KEY, name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
         applied = await applied_versions(conn)
         for version, name, sql in available():
             if version in applied:

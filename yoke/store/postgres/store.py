@@ -1,8 +1,8 @@
 """Server backend: PostgreSQL through asyncpg.
 
-Every query runs as the ``yoke_runtime`` role (no BYPASSRLS) with the tenant
-set per transaction, so row-level security isolates tenants whatever the
-query. The hot paths (group commit, reads) are single round trips into the
+Every query runs as the ``yoke_runtime`` role (no BYPASSRLS, owning no
+table) with the tenant set per transaction, so row-level security isolates
+tenants whatever the query. The hot paths (group commit, reads) are single round trips into the
 SQL functions defined in the migrations.
 """
 
@@ -68,12 +68,32 @@ def with_user(dsn: str, user: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-async def _bypasses_rls(conn: asyncpg.Connection) -> bool:
-    return bool(
-        await conn.fetchval(
-            "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = session_user"
-        )
-    )
+# What lets a login past row-level security: SUPERUSER or BYPASSRLS, or
+# owning Yoke's tables (directly or through a role it is a member of). FORCE'd
+# row-level security binds an owner, but an owner can switch it off (ALTER
+# TABLE ... NO FORCE), and migration 0006 gives a non-privileged owner a
+# SELECT policy on tokens so that yoke_find_token can read as it.
+RLS_ESCAPE = """
+SELECT (SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = session_user),
+       ARRAY(SELECT c.relname::text FROM pg_class c
+             WHERE c.relkind IN ('r', 'p') AND c.relrowsecurity
+               AND c.relnamespace = (SELECT relnamespace FROM pg_class
+                                     WHERE oid = to_regclass('tokens'))
+               AND pg_has_role(session_user, c.relowner, 'MEMBER')
+             ORDER BY c.relname)
+"""
+
+
+async def rls_escape(conn: asyncpg.Connection) -> str | None:
+    """How this connection's login could get past row-level security, or
+    None when it cannot (a runtime login must not)."""
+    privileged, owned = await conn.fetchrow(RLS_ESCAPE)
+    user = await conn.fetchval("SELECT session_user")
+    if privileged:
+        return f"the login {user} is a superuser or has BYPASSRLS"
+    if owned:
+        return f"the login {user} owns (or is a member of the owner of) the tables {', '.join(owned)}"
+    return None
 
 
 async def _keep_session(_conn: asyncpg.Connection) -> None:
@@ -159,13 +179,15 @@ class PostgresStore:
             raise _connect_failed(exc) from exc
         try:
             await migrate(conn)
-            privileged = await _bypasses_rls(conn)
+            hand_over = await rls_escape(conn) is not None
         finally:
             await conn.close()
-        # The runtime must log in as a role that row-level security applies
-        # to. A privileged migration login hands over to the runtime role
-        # (same server and database, YOKE_PG_RUNTIME_URL to set credentials).
-        pool_dsn = self.runtime_dsn or (with_user(self.dsn, self.role) if privileged else self.dsn)
+        # The runtime must log in as a role that row-level security binds:
+        # never the tables' owner, nor a superuser or BYPASSRLS login. Such a
+        # migration login hands over to the runtime role (same server and
+        # database; YOKE_PG_RUNTIME_URL to set credentials).
+        derived = self.runtime_dsn is None and hand_over
+        pool_dsn = self.runtime_dsn or (with_user(self.dsn, self.role) if hand_over else self.dsn)
         try:
             self._pool = await asyncpg.create_pool(
                 pool_dsn,
@@ -174,15 +196,26 @@ class PostgresStore:
                 reset=_keep_session,
                 init=self._note_pid,
             )
+        except asyncpg.InvalidAuthorizationSpecificationError as exc:
+            if not derived:
+                raise _connect_failed(exc) from exc
+            raise errors.YokeError(
+                f"the PostgreSQL runtime role {self.role} could not log in ({exc}): the"
+                " migration login owns the tables or bypasses row-level security, so the"
+                f" runtime logs in as {self.role}; give its credentials in YOKE_PG_RUNTIME_URL"
+            ) from exc
         except Exception as exc:
             raise _connect_failed(exc) from exc
         async with self._connection() as check:
-            if await _bypasses_rls(check):
-                await self._pool.close()
-                raise errors.YokeError(
-                    "the PostgreSQL runtime login bypasses row-level security;"
-                    " use a role without SUPERUSER or BYPASSRLS (YOKE_PG_RUNTIME_URL)"
-                )
+            escape = await rls_escape(check)
+        if escape is not None:
+            await self._pool.close()
+            self._pool = None
+            raise errors.YokeError(
+                f"the PostgreSQL runtime login would get past row-level security: {escape};"
+                " log the runtime in as a role that neither owns Yoke's tables nor has"
+                " SUPERUSER or BYPASSRLS (the default yoke_runtime; YOKE_PG_RUNTIME_URL)"
+            )
         self.listener = Listener(pool_dsn, on_wakeup, on_resync, own_pids=self._own_pids)
         try:
             await self.listener.start()
