@@ -325,8 +325,9 @@ class NotProcessed(YokeError):
 
 
 class Unavailable(YokeError):
-    """The database could not be reached or refused the connection; retry later
-    (an append is safe to retry with the same idempotency key)."""
+    """The database could not be reached, refused the connection, or cancelled
+    or rolled back the statement (``details["reason"]``); retry later (an
+    append is safe to retry with the same idempotency key)."""
 
     code = "unavailable"
     http_status = 503

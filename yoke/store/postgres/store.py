@@ -48,7 +48,7 @@ from ..rows import (
     token_from_row,
 )
 from .actors import PgActorStore
-from .faults import connection_lost, is_closed, refused_before_send
+from .faults import connection_lost, is_closed, refused_before_send, rolled_back
 from .subscriptions import PgSubscriptionStore
 from .listener import Listener
 from .migrate import migrate, pending
@@ -250,8 +250,9 @@ class PostgresStore:
     # Every statement runs through _run (one statement on its own) or _tx
     # (a transaction under a tenant); _connection is for the few units that
     # need neither. They release the connection whatever happens and turn a
-    # lost connection into errors.Unavailable (see faults.py); any other
-    # failure (a SQL error: a bug) passes through unchanged.
+    # lost connection, or a statement the server cancelled or rolled back on
+    # a conflict, into errors.Unavailable (see faults.py); any other failure
+    # (a SQL error: a bug) passes through unchanged.
 
     async def _acquire(self) -> asyncpg.Connection:
         try:
@@ -269,15 +270,31 @@ class PostgresStore:
         except Exception as exc:  # the pool terminated it: nothing of ours depends on it
             log.debug("releasing a connection failed: %r", exc)
 
+    @staticmethod
+    async def _fault(conn: asyncpg.Connection, exc: Exception) -> errors.Unavailable | None:
+        """``Unavailable`` for a database fault (a lost connection, or a
+        statement rolled back by a cancel or a conflict); None for anything
+        else, which passes through unchanged."""
+        if isinstance(exc, errors.YokeError):
+            return None
+        found = rolled_back(exc)
+        if found is not None:
+            reason, message = found
+            return unavailable(message, reason)
+        if await connection_lost(conn, exc):
+            return unavailable(LOST, "connection_lost")
+        return None
+
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[asyncpg.Connection]:
         conn = await self._acquire()
         try:
             yield conn
         except Exception as exc:
-            if isinstance(exc, errors.YokeError) or not await connection_lost(conn, exc):
+            fault = await self._fault(conn, exc)
+            if fault is None:
                 raise
-            raise unavailable(LOST, "connection_lost") from exc
+            raise fault from exc
         finally:
             await self._release(conn)
 
@@ -291,10 +308,12 @@ class PostgresStore:
             try:
                 return await getattr(conn, method)(sql, *args)
             except Exception as exc:
-                if isinstance(exc, errors.YokeError) or not await connection_lost(conn, exc):
+                fault = await self._fault(conn, exc)
+                if fault is None:
                     raise
-                if not refused_before_send(exc) or attempt >= self._pool_max:
-                    raise unavailable(LOST, "connection_lost") from exc
+                if fault.details["reason"] != "connection_lost" or not refused_before_send(exc) \
+                        or attempt >= self._pool_max:
+                    raise fault from exc
                 log.info("a pooled connection had been cut; running the statement on another")
             finally:
                 await self._release(conn)
@@ -315,7 +334,7 @@ class PostgresStore:
     async def _begin(self, tenant: str) -> tuple[asyncpg.Connection, asyncpg.transaction.Transaction]:
         """A connection in a transaction with ``yoke.tenant`` set. BEGIN and
         set_config change nothing, so a connection lost on them is simply
-        replaced by another one."""
+        replaced by another one, and a cancelled one is tried again."""
         for attempt in itertools.count():
             conn = await self._acquire()
             tx = conn.transaction()
@@ -324,19 +343,27 @@ class PostgresStore:
                 await conn.execute("SELECT set_config('yoke.tenant', $1, true)", tenant)
                 return conn, tx
             except BaseException as exc:
-                lost = isinstance(exc, Exception) and await connection_lost(conn, exc)
+                fault = await self._fault(conn, exc) if isinstance(exc, Exception) else None
+                if fault is not None and not is_closed(conn):
+                    # Rolled back (cancelled): end the transaction asyncpg
+                    # still tracks, or drop the connection if that fails.
+                    try:
+                        await tx.rollback()
+                    except Exception:
+                        conn.terminate()
                 await self._release(conn)
-                if not lost:
+                if fault is None:
                     raise
                 if attempt >= self._pool_max:
-                    raise unavailable(LOST, "connection_lost") from exc
+                    raise fault from exc
         raise AssertionError("unreachable")
 
     @asynccontextmanager
     async def _tx(self, tenant: str) -> AsyncIterator[asyncpg.Connection]:
         """One transaction under ``tenant``: committed when the block ends,
         rolled back when it raises. A connection lost on the way is
-        ``Unavailable``; a lost COMMIT leaves the outcome unknown."""
+        ``Unavailable`` (a lost COMMIT leaves the outcome unknown), and so is
+        a statement cancelled or rolled back on a conflict (nothing written)."""
         conn, tx = await self._begin(tenant)
         try:
             try:
@@ -350,9 +377,10 @@ class PostgresStore:
                 raise
             await tx.commit()
         except Exception as exc:
-            if isinstance(exc, errors.YokeError) or not await connection_lost(conn, exc):
+            fault = await self._fault(conn, exc)
+            if fault is None:
                 raise
-            raise unavailable(LOST, "connection_lost") from exc
+            raise fault from exc
         finally:
             await self._release(conn)
 
