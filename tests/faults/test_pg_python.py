@@ -331,3 +331,26 @@ async def test_cancels_under_python_load(caplog) -> None:
             assert "the database connection was lost" not in caplog.text
             print(f"cancel signals={canceller.signalled} retries logged={len(retried)}"
                   f" batches={done.count} events={len(events)} unavailable={dict(reasons)}")
+
+
+async def test_an_unkeyed_append_waits_out_refused_connections() -> None:
+    """Refused connections wrote nothing (``connect_failed``), so the
+    appender tries an append without a key again, like a keyed one: when
+    connections come back within the retry budget it lands, once."""
+    from tests.conftest import admin_sql
+
+    async with pg_database() as url, Cutter(url) as cutter:
+        async with yoke.open(url, executor=False) as y:
+            stream = y.stream("/refused", tenant=TENANT)
+            await stream.append({"type": "before"})
+            await admin_sql(f'ALTER DATABASE "{cutter.database}" ALLOW_CONNECTIONS false')
+            try:
+                await cutter.cut()
+                await asyncio.sleep(0.2)  # the pool has seen its connections end
+                pending = asyncio.create_task(stream.append({"type": "during"}))
+                await asyncio.sleep(0.5)
+                assert not pending.done()
+            finally:
+                await admin_sql(f'ALTER DATABASE "{cutter.database}" ALLOW_CONNECTIONS true')
+            assert (await pending).offset == 2
+            assert [e.type for e in await stream.read()] == ["before", "during"]
