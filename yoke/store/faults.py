@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from typing import ParamSpec, TypeVar
 
@@ -61,6 +62,17 @@ def unavailable(message: str, reason: str) -> errors.Unavailable:
 def nothing_written(exc: errors.Unavailable) -> bool:
     """Whether the failed call provably wrote nothing (``NOTHING_WRITTEN``)."""
     return exc.details.get("reason") in NOTHING_WRITTEN
+
+
+def log_retried(logger: logging.Logger, message: str, *args: object) -> None:
+    """From an ``except`` block of a background pass that will run again: a
+    database fault (``Unavailable``) is expected, one warning line with its
+    message; anything else is a bug, logged with its traceback."""
+    exc = sys.exc_info()[1]
+    if isinstance(exc, errors.Unavailable):
+        logger.warning(message + ": %s", *args, exc.message)
+    else:
+        logger.exception(message, *args)
 
 
 class Backoff:

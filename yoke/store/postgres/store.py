@@ -20,7 +20,7 @@ import orjson
 
 from ... import errors
 from ...events import PreparedEvent
-from ..faults import retry_reads, unavailable
+from ..faults import log_retried, retry_reads, unavailable
 from ..contract import (
     CommitResult,
     ConsumerInfo,
@@ -491,7 +491,7 @@ class PostgresStore:
                 try:
                     removed += await self._prune_stream(tenant, sid, now)
                 except Exception:  # one bad stream must not stop the pass
-                    log.exception("pruning %s stream %s failed", tenant, sid)
+                    log_retried(log, "pruning %s stream %s failed", tenant, sid)
         return removed
 
     async def _tenants(self) -> list[str]:

@@ -54,7 +54,7 @@ from ..rows import (
     token_from_row,
 )
 
-from ..faults import retry_reads, unavailable
+from ..faults import log_retried, retry_reads, unavailable
 from .actors import SqliteActorStore
 from .subscriptions import SqliteSubscriptionStore
 
@@ -459,7 +459,7 @@ class SqliteStore:
             try:
                 removed += await self._write(self._prune_stream, tenant, sid, now)
             except Exception:
-                log.exception("pruning %s stream %s failed", tenant, sid)
+                log_retried(log, "pruning %s stream %s failed", tenant, sid)
         return removed
 
     def _prune_stream(self, tenant: str, sid: int, now: int) -> int:
