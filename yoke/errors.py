@@ -376,3 +376,14 @@ class TooManyConnections(YokeError):
 
     code = "too_many_connections"
     http_status = 503
+
+
+# --- start-up: the database does not match this version of Yoke -------------
+
+
+class SchemaMismatch(YokeError):
+    """The database records a migration this version of Yoke does not have
+    under that number (renumbered, renamed or edited): refusing to start."""
+
+    code = "schema_mismatch"
+    http_status = 500
