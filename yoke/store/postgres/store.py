@@ -166,8 +166,10 @@ class PostgresStore:
         self.listener: Listener | None = None
         self.actors = PgActorStore(self)
         self.subscriptions = PgSubscriptionStore(self)
-        # Server pids of this pool's connections: their NOTIFYs announce what
-        # this process already woke itself for, so the listener skips them.
+        # Server pids of this pool's open connections: their NOTIFYs announce
+        # what this process already woke itself for, so the listener skips
+        # them. A pid leaves with its connection: PostgreSQL reuses pids, and
+        # a NOTIFY from a reused one is another process's.
         self._own_pids: set[int] = set()
 
     # --- lifecycle ----------------------------------------------------------
@@ -224,7 +226,11 @@ class PostgresStore:
             raise _connect_failed(exc) from exc
 
     async def _note_pid(self, conn: asyncpg.Connection) -> None:
-        self._own_pids.add(conn.get_server_pid())
+        """Pool init hook: remember a new connection's pid until it closes
+        (however it closes: cut, terminated, closed by the pool)."""
+        pid = conn.get_server_pid()
+        self._own_pids.add(pid)
+        conn.add_termination_listener(lambda _conn: self._own_pids.discard(pid))
 
     async def close(self) -> None:
         if self.listener is not None:
