@@ -15,8 +15,9 @@ class Settings:
     database_url: str = DEFAULT_DATABASE_URL
     # The role the PostgreSQL runtime logs in as: no BYPASSRLS, so row-level
     # security applies to every query it makes. When database_url logs in
-    # with a privileged role (used for migrations), the runtime connects to
-    # the same database as pg_role, or with pg_runtime_url when set.
+    # with a privileged role or the tables' owner (used for migrations), the
+    # runtime connects to the same database as pg_role, or with
+    # pg_runtime_url when set.
     pg_role: str = "yoke_runtime"
     pg_runtime_url: str = ""
     pg_pool_min: int = 2

@@ -325,8 +325,9 @@ class NotProcessed(YokeError):
 
 
 class Unavailable(YokeError):
-    """The database could not be reached or refused the connection; retry later
-    (an append is safe to retry with the same idempotency key)."""
+    """The database could not be reached, refused the connection, or cancelled
+    or rolled back the statement (``details["reason"]``); retry later (an
+    append is safe to retry with the same idempotency key)."""
 
     code = "unavailable"
     http_status = 503
@@ -375,3 +376,14 @@ class TooManyConnections(YokeError):
 
     code = "too_many_connections"
     http_status = 503
+
+
+# --- start-up: the database does not match this version of Yoke -------------
+
+
+class SchemaMismatch(YokeError):
+    """The database records a migration this version of Yoke does not have
+    under that number (renumbered, renamed or edited): refusing to start."""
+
+    code = "schema_mismatch"
+    http_status = 500

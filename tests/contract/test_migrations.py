@@ -77,3 +77,178 @@ async def test_readiness_checks_the_schema(db_url):
 
     async with yoke.open(db_url) as y:
         await y.ready()
+
+
+# --- the recorded migrations must be this version's files ----------------------
+
+
+async def test_a_migration_recorded_under_another_name_fails_fast(fresh_db):
+    """A database migrated with an older file of the same number (renamed
+    or renumbered since) must not skip the new one silently: migrate, pending
+    (/readyz) and opening the runtime all refuse, naming both files."""
+    import yoke
+    from yoke import errors
+
+    conn = await asyncpg.connect(fresh_db)
+    try:
+        await migrate.migrate(conn)
+        newest = migrate.migrations()[-1]
+        await conn.execute("UPDATE yoke_schema_version SET name = $2 WHERE version = $1",
+                           newest.version, f"{newest.version:04d}_an_older_file.sql")
+        for call in (migrate.migrate(conn), migrate.pending(conn)):
+            with pytest.raises(errors.SchemaMismatch) as caught:
+                await call
+            assert f"{newest.version:04d}_an_older_file.sql" in caught.value.message
+            assert newest.name in caught.value.message
+        # The lock was let go: another session can take it at once.
+        other = await asyncpg.connect(fresh_db)
+        try:
+            assert await other.fetchval("SELECT pg_try_advisory_lock($1)", migrate.MIGRATION_LOCK_KEY)
+        finally:
+            await other.close()
+    finally:
+        await conn.close()
+    with pytest.raises(errors.SchemaMismatch):
+        async with yoke.open(fresh_db, executor=False):
+            pass
+
+
+async def test_an_older_file_of_the_same_number_is_not_skipped(fresh_db, monkeypatch):
+    """The reviewer's case: the database was migrated when migration N was
+    another file; this version's N would have been skipped."""
+    from yoke import errors
+    from yoke.store.schema import Migration
+
+    files = migrate.migrations()
+    older = [*files[:-1], Migration(files[-1].version, f"{files[-1].version:04d}_since_renumbered.sql",
+                                    "SELECT 1")]
+    conn = await asyncpg.connect(fresh_db)
+    try:
+        monkeypatch.setattr(migrate, "migrations", lambda: older)
+        assert await migrate.migrate(conn) == [m.name for m in older]
+        monkeypatch.undo()
+        with pytest.raises(errors.SchemaMismatch) as caught:
+            await migrate.migrate(conn)
+        assert "since_renumbered" in caught.value.message and files[-1].name in caught.value.message
+    finally:
+        await conn.close()
+
+
+async def test_an_edited_migration_and_a_missing_number_fail_fast(fresh_db, monkeypatch):
+    from yoke import errors
+
+    conn = await asyncpg.connect(fresh_db)
+    try:
+        await migrate.migrate(conn)
+        await conn.execute("UPDATE yoke_schema_version SET checksum = repeat('0', 64) WHERE version = 2")
+        with pytest.raises(errors.SchemaMismatch) as caught:
+            await migrate.migrate(conn)
+        assert "0002_actors.sql was applied from a different text" in caught.value.message
+        await conn.execute("UPDATE yoke_schema_version SET checksum = NULL WHERE version = 2")
+        assert await migrate.migrate(conn) == []  # filled in again from the file
+        # A number the database holds but this version has no file for (below
+        # its newest): renumbered. Above its newest: a newer version's, left alone.
+        files = migrate.migrations()
+        monkeypatch.setattr(migrate, "migrations", lambda: [m for m in files if m.version != 3])
+        with pytest.raises(errors.SchemaMismatch) as caught:
+            await migrate.migrate(conn)
+        assert "this Yoke has no migration 3" in caught.value.message
+        monkeypatch.undo()
+        await conn.execute("INSERT INTO yoke_schema_version (version, name) VALUES (9999, '9999_future.sql')")
+        assert await migrate.migrate(conn) == [] and await migrate.pending(conn) == []
+    finally:
+        await conn.close()
+
+
+async def test_a_version_table_without_checksums_gets_them(fresh_db):
+    """A database migrated before checksums were kept: names are checked,
+    the column is added and filled from the files (taken as applied)."""
+    conn = await asyncpg.connect(fresh_db)
+    try:
+        await migrate.migrate(conn)
+        await conn.execute("ALTER TABLE yoke_schema_version DROP COLUMN checksum")
+        assert await migrate.migrate(conn) == []
+        rows = await conn.fetch("SELECT version, name, checksum FROM yoke_schema_version ORDER BY version")
+        assert [tuple(r) for r in rows] == [(m.version, m.name, m.checksum) for m in migrate.migrations()]
+    finally:
+        await conn.close()
+
+
+def test_two_files_with_one_number_are_refused(tmp_path, monkeypatch):
+    from yoke import errors
+    from yoke.store import schema
+
+    (tmp_path / "migrations").mkdir()
+    for name in ("0001_a.sql", "0001_b.sql"):
+        (tmp_path / "migrations" / name).write_text("SELECT 1;")
+    monkeypatch.setattr(schema.resources, "files", lambda _package: tmp_path)
+    with pytest.raises(errors.SchemaMismatch, match="two migrations numbered 1"):
+        schema.read_migrations("whatever")
+
+
+# --- SQLite: PRAGMA user_version holds a number only, so names are recorded too ---
+
+
+def _sqlite(path):
+    import sqlite3
+
+    return sqlite3.connect(path, isolation_level=None)
+
+
+async def test_sqlite_records_and_checks_its_migrations(tmp_path):
+    import yoke
+    from yoke import errors
+    from yoke.store.sqlite.store import _migrations
+
+    path = tmp_path / "yoke.db"
+    async with yoke.open(f"sqlite:///{path}") as y:
+        await y.ready()
+    files = _migrations()
+    db = _sqlite(path)
+    try:
+        rows = db.execute("SELECT version, name, checksum FROM yoke_schema_version ORDER BY version").fetchall()
+        assert rows == [(m.version, m.name, m.checksum) for m in files]
+        assert db.execute("PRAGMA user_version").fetchone()[0] == files[-1].version
+        # Migrated when the newest number was another file: refused, not skipped.
+        db.execute("UPDATE yoke_schema_version SET name = ? WHERE version = ?",
+                   (f"{files[-1].version:04d}_since_renumbered.sql", files[-1].version))
+    finally:
+        db.close()
+    with pytest.raises(errors.SchemaMismatch) as caught:
+        async with yoke.open(f"sqlite:///{path}"):
+            pass
+    assert "since_renumbered" in caught.value.message and files[-1].name in caught.value.message
+    db = _sqlite(path)
+    try:
+        db.execute("UPDATE yoke_schema_version SET name = ?, checksum = ? WHERE version = ?",
+                   (files[-1].name, "0" * 64, files[-1].version))
+    finally:
+        db.close()
+    with pytest.raises(errors.SchemaMismatch, match="applied from a different text"):
+        async with yoke.open(f"sqlite:///{path}"):
+            pass
+
+
+async def test_sqlite_files_from_before_the_record_are_taken_as_applied(tmp_path):
+    """A file migrated by an older Yoke (user_version only): the files up to
+    its user_version are recorded on open, and checked from then on."""
+    import yoke
+    from yoke.store.sqlite.store import _migrations
+
+    path = tmp_path / "yoke.db"
+    async with yoke.open(f"sqlite:///{path}") as y:
+        await y.stream("/s", tenant="t").append({"type": "x"})
+    db = _sqlite(path)
+    try:
+        db.execute("DROP TABLE yoke_schema_version")
+    finally:
+        db.close()
+    async with yoke.open(f"sqlite:///{path}") as y:
+        await y.ready()
+        assert [e.type for e in await y.stream("/s", tenant="t").read()] == ["x"]
+    db = _sqlite(path)
+    try:
+        rows = db.execute("SELECT version, name, checksum FROM yoke_schema_version ORDER BY version").fetchall()
+        assert rows == [(m.version, m.name, m.checksum) for m in _migrations()]
+    finally:
+        db.close()

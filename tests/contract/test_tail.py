@@ -203,3 +203,53 @@ async def test_a_close_in_another_runtime_ends_the_tail(db_url, tenant):
         await b.stream("/elsewhere", tenant=tenant).append({"type": "x"})
         await b.stream("/elsewhere", tenant=tenant).close()
         assert [e.offset for e in await tail] == [1, 2]
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+async def test_postgres_forgets_the_pids_of_closed_connections(db_url, tenant):
+    """The listener skips NOTIFYs sent by this process's own pool
+    connections (it woke its readers itself). The pids it skips are those of
+    open connections only: a connection that ended (cut, replaced) is
+    forgotten, since PostgreSQL reuses pids and another process's wake-up
+    from a reused pid must not be ignored. So the set stays the size of the
+    pool however many connections were replaced."""
+    async with yoke.open(db_url, executor=False, tail_sweep_s=3600) as y:
+        store = y.store
+        stream = y.stream("/pids", tenant=tenant)
+
+        def open_pids() -> set[int]:
+            return {h._con.get_server_pid() for h in store.pool._holders  # noqa: SLF001
+                    if h._con is not None and not h._con.is_closed()}  # noqa: SLF001
+
+        await asyncio.gather(*(stream.read() for _ in range(6)))
+        first = set(store._own_pids)  # noqa: SLF001
+        assert first and first == open_pids()
+        ended: set[int] = set()
+        admin = await asyncpg.connect(db_url)
+        try:
+            for _ in range(3):
+                pids = open_pids()
+                await admin.fetchval(
+                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM unnest($1::int[]) pid",
+                    list(pids))
+                ended |= pids
+                async with asyncio.timeout(10):
+                    while store._own_pids & ended:  # noqa: SLF001
+                        await asyncio.sleep(0.01)
+                await asyncio.gather(*(stream.read() for _ in range(6)))  # the pool opens new ones
+        finally:
+            await admin.close()
+        assert store._own_pids == open_pids()  # noqa: SLF001
+        assert len(store._own_pids) <= store._pool_max  # noqa: SLF001
+        # A NOTIFY from a pid this process used to have is another process's now.
+        listener = store.listener
+        waiter = y.hub.subscribe(tenant, "/pids")
+        try:
+            listener._notified(None, next(iter(ended)), "yoke_stream", f"{tenant}|/pids")  # noqa: SLF001
+            await asyncio.wait_for(waiter.wait(), 1)
+            # ... while one from an open pool connection is still skipped.
+            listener._notified(None, next(iter(open_pids())), "yoke_stream", f"{tenant}|/pids")  # noqa: SLF001
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(waiter.wait(), 0.2)
+        finally:
+            waiter.close()

@@ -160,3 +160,120 @@ async def test_sign_in_with_a_non_superuser_owner(tenant):
     finally:
         await admin_sql(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         await admin_sql(f'DROP ROLE IF EXISTS "{owner}"')
+
+
+async def test_a_non_superuser_owner_login_never_runs_the_runtime(tenant):
+    """The default deployment of a managed database: migrations and the
+    server run with one login that owns the database, is not a superuser
+    and has no BYPASSRLS (CREATEROLE, as creating ``yoke_runtime`` needs).
+    FORCE'd row-level security binds that owner, but the migrations give it
+    a SELECT policy on tokens (for ``yoke_find_token``), and an owner can
+    switch row-level security off: the runtime must hand over to
+    ``yoke_runtime``, with no setting, so that its own pool (and a raw
+    connection as the runtime role) sees, revokes and deletes no token of
+    another tenant, while sign-in still works."""
+    import uuid
+
+    import asyncpg
+
+    import yoke
+    from tests.conftest import PG_ADMIN_URL, admin_sql, with_database
+    from yoke.store.postgres.store import with_user
+
+    owner, database = f"rv_owner_{uuid.uuid4().hex[:8]}", f"yoke_own_{uuid.uuid4().hex[:8]}"
+    await admin_sql(f'CREATE ROLE "{owner}" LOGIN NOSUPERUSER NOBYPASSRLS CREATEROLE')
+    await admin_sql(f'CREATE DATABASE "{database}" OWNER "{owner}"')
+    url = with_database(PG_ADMIN_URL, database)
+    other = tenant + "-b"
+    try:
+        async with yoke.open(with_user(url, owner), executor=False) as y:
+            mine = await y.tokens.create(tenant, ["read"])
+            theirs = await y.tokens.create(other, ["read"])
+            their_id = (await y.tokens.authenticate(theirs.token)).token_id
+            assert (await y.tokens.authenticate(mine.token)).tenant == tenant
+            raw = await asyncpg.connect(with_user(url, "yoke_runtime"))
+            try:
+                async with y.store.pool.acquire() as pooled:
+                    for conn in (pooled, raw):
+                        assert await conn.fetchval("SELECT session_user") == "yoke_runtime"
+                        for own_tenant in (None, tenant):
+                            async with conn.transaction():
+                                if own_tenant is not None:
+                                    await conn.execute(
+                                        "SELECT set_config('yoke.tenant', $1, true)", own_tenant
+                                    )
+                                rows = await conn.fetch("SELECT tenant_id, secret_hash FROM tokens")
+                                expected = [] if own_tenant is None else [tenant]
+                                assert [r["tenant_id"] for r in rows] == expected
+                                assert await conn.execute(
+                                    "UPDATE tokens SET revoked_at = 1 WHERE token_id = $1", their_id
+                                ) == "UPDATE 0"
+                                assert await conn.execute(
+                                    "DELETE FROM tokens WHERE tenant_id <> $1", tenant
+                                ) == "DELETE 0"
+                                assert await conn.execute(
+                                    "UPDATE tokens SET revoked_at = 1 WHERE tenant_id <> $1", tenant
+                                ) == "UPDATE 0"
+                        # and it cannot turn row-level security off
+                        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                            await conn.execute("ALTER TABLE tokens NO FORCE ROW LEVEL SECURITY")
+            finally:
+                await raw.close()
+            # Nothing changed; sign-in still works for both tenants.
+            info = await y.tokens.authenticate(theirs.token)
+            assert (info.tenant, info.revoked_at) == (other, None)
+            assert (await y.tokens.authenticate(mine.token)).tenant == tenant
+    finally:
+        await admin_sql(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        await admin_sql(f'DROP ROLE IF EXISTS "{owner}"')
+
+
+async def test_a_runtime_login_that_owns_the_tables_is_refused(tenant):
+    """A runtime URL naming the tables' owner, or a login that is a member of
+    the owner role, is refused at start with a clear error; a runtime URL
+    naming yoke_runtime is accepted; so is a plain login on a database
+    migrated before (it owns nothing: it runs the pool itself)."""
+    import uuid
+
+    import yoke
+    from tests.conftest import PG_ADMIN_URL, admin_sql, with_database
+    from yoke import errors
+    from yoke.store.postgres.store import with_user
+
+    suffix = uuid.uuid4().hex[:8]
+    owner, member, app = f"rv_owner_{suffix}", f"rv_member_{suffix}", f"rv_app_{suffix}"
+    database = f"yoke_own_{suffix}"
+    await admin_sql(f'CREATE ROLE "{owner}" LOGIN NOSUPERUSER NOBYPASSRLS CREATEROLE')
+    await admin_sql(f'CREATE ROLE "{member}" LOGIN NOSUPERUSER NOBYPASSRLS NOINHERIT IN ROLE "{owner}"')
+    await admin_sql(f'CREATE DATABASE "{database}" OWNER "{owner}"')
+    url = with_database(PG_ADMIN_URL, database)
+    try:
+        for login in (owner, member):
+            with pytest.raises(errors.YokeError) as caught:
+                async with yoke.open(with_user(url, owner), pg_runtime_url=with_user(url, login),
+                                     executor=False):
+                    pass
+            assert "row-level security" in caught.value.message
+            assert "owns (or is a member of the owner of) the tables" in caught.value.message
+            assert "tokens" in caught.value.message
+        with pytest.raises(errors.YokeError) as caught:
+            async with yoke.open(with_user(url, owner), pg_runtime_url=url, executor=False):
+                pass
+        assert "superuser or has BYPASSRLS" in caught.value.message
+        async with yoke.open(with_user(url, owner), pg_runtime_url=with_user(url, "yoke_runtime"),
+                             executor=False) as y:
+            async with y.store.pool.acquire() as conn:
+                assert await conn.fetchval("SELECT session_user") == "yoke_runtime"
+        # A login of the application's own, granted the runtime role's rights
+        # (it owns nothing), on a database migrated before: no hand-over.
+        await admin_sql(f'CREATE ROLE "{app}" LOGIN NOSUPERUSER NOBYPASSRLS IN ROLE yoke_runtime')
+        async with yoke.open(with_user(url, app), executor=False) as y:
+            async with y.store.pool.acquire() as conn:
+                assert await conn.fetchval("SELECT session_user") == app
+            token = await y.tokens.create(tenant, ["read"])
+            assert (await y.tokens.authenticate(token.token)).tenant == tenant
+    finally:
+        await admin_sql(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        await admin_sql(f'DROP ROLE IF EXISTS "{member}"')
+        await admin_sql(f'DROP ROLE IF EXISTS "{app}"')
+        await admin_sql(f'DROP ROLE IF EXISTS "{owner}"')

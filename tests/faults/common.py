@@ -75,6 +75,46 @@ class Cutter:
         )
 
 
+class Canceller:
+    """Cancels the running statement of every active session of the runtime
+    role on one database, as an operator's ``pg_cancel_backend`` (or a
+    ``statement_timeout``) would: the statement fails with SQLSTATE 57014,
+    its transaction is rolled back, and the session lives on."""
+
+    def __init__(self, url: str) -> None:
+        self.database = database_name(url)
+        self._conn: asyncpg.Connection | None = None
+        self.signalled = 0
+        self.appends_signalled = 0  # of them, sessions running yoke_append
+
+    async def __aenter__(self) -> Canceller:
+        self._conn = await asyncpg.connect(PG_ADMIN_URL)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._conn is not None
+        await self._conn.close()
+
+    async def cancel(self) -> int:
+        assert self._conn is not None
+        rows = await self._conn.fetch(
+            "SELECT pg_cancel_backend(pid) AS sent, query LIKE '%yoke_append%' AS append"
+            " FROM pg_stat_activity"
+            " WHERE usename = 'yoke_runtime' AND datname = $1 AND state = 'active'",
+            self.database,
+        )
+        signalled = sum(1 for r in rows if r["sent"])
+        self.signalled += signalled
+        self.appends_signalled += sum(1 for r in rows if r["sent"] and r["append"])
+        return signalled
+
+    async def run(self, stop: asyncio.Event, interval_s: float) -> None:
+        """Cancel every ``interval_s`` until ``stop`` is set."""
+        while not stop.is_set():
+            await self.cancel()
+            await asyncio.sleep(interval_s)
+
+
 class Progress:
     """A counter that tasks can wait on (with a deadline), so faults are
     paced by the work done rather than by the clock."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -20,7 +21,7 @@ import pytest
 import yoke
 from yoke import errors
 
-from .common import Cutter, Progress, assert_exact, is_driver_error, pg_database
+from .common import Canceller, Cutter, Progress, assert_exact, is_driver_error, pg_database
 from .proxy import PgProxy
 
 TENANT = "faults"
@@ -219,3 +220,137 @@ async def test_a_database_refusing_connections_is_unavailable(monkeypatch) -> No
                 await admin_sql(f'ALTER DATABASE "{cutter.database}" ALLOW_CONNECTIONS true')
             await stream.append({"type": "after", "idempotency_key": "k2"})
             assert [e.type for e in await stream.read()] == ["before", "after"]
+
+
+CANCEL_PRODUCERS = 4  # keyed batch producers (the reviewer's load), plus UNKEYED unkeyed ones
+BATCH = 5
+CANCEL_BATCHES = 600  # batches to commit while statements are being cancelled
+ROLLED_BACK_REASONS = {"cancelled", "conflict"}
+
+
+async def test_cancels_under_python_load(caplog) -> None:
+    """``pg_cancel_backend`` on every active runtime session, every few
+    milliseconds, under keyed and unkeyed batch appends, reads and a tail.
+    A cancelled statement's transaction is rolled back and its connection
+    lives on: no driver exception reaches a caller; the only error is
+    ``Unavailable`` with reason ``cancelled`` (or ``conflict``), after the
+    appender retried (keyed and unkeyed groups alike, since nothing was
+    written); a keyed batch sent again lands once, and an unkeyed batch
+    that answered ``cancelled`` is not in the stream at all."""
+    caplog.set_level(logging.INFO, logger="yoke")
+    async with pg_database() as url, Canceller(url) as canceller:
+        async with yoke.open(url, executor=False) as y:
+            stream = y.stream("/cancels", tenant=TENANT)
+            await stream.create()
+            done = Progress()
+            stop = asyncio.Event()
+            keys: list[str] = []
+            unkeyed_ok: dict[str, int] = {}  # payload id -> offset returned
+            unkeyed_refused: set[str] = set()  # answered cancelled/conflict: nothing written
+            reasons: Counter = Counter()
+            unexpected: list[BaseException] = []
+
+            def record(exc: errors.Unavailable) -> None:
+                reasons[exc.details.get("reason")] += 1
+                assert exc.http_status == 503 and exc.details["retry_after"] >= 1
+                assert exc.details["reason"] in ROLLED_BACK_REASONS, exc.details
+
+            async def producer(p: int) -> None:
+                keyed = p < CANCEL_PRODUCERS
+                n = 0
+                while not stop.is_set():
+                    n += 1
+                    ids = [f"p{p}-{n}-{i}" for i in range(BATCH)]
+                    batch = [{"type": "load", "payload": {"id": i}} for i in ids]
+                    if keyed:
+                        for event, i in zip(batch, ids):
+                            event["idempotency_key"] = i
+                    while True:
+                        try:
+                            results = await stream.append_many(batch)
+                            break
+                        except errors.Unavailable as exc:
+                            record(exc)
+                            if keyed:
+                                continue  # the same keys again: at most once
+                            unkeyed_refused.update(ids)
+                            results = None
+                            break
+                        except BaseException as exc:  # noqa: BLE001 - asserted below
+                            unexpected.append(exc)
+                            stop.set()
+                            return
+                    if keyed:
+                        keys.extend(ids)
+                    elif results is not None:
+                        unkeyed_ok.update((i, r.offset) for i, r in zip(ids, results))
+                    await done.add()
+
+            async def reader() -> None:
+                while not stop.is_set():
+                    try:
+                        await stream.read(after=0, limit=100)
+                    except errors.Unavailable as exc:
+                        record(exc)
+                    except BaseException as exc:  # noqa: BLE001
+                        unexpected.append(exc)
+                        stop.set()
+                        return
+
+            tailed: list[yoke.Event] = []
+            seen = Progress()
+            tail = asyncio.create_task(collect(stream, tailed, seen))
+            workers = [asyncio.create_task(producer(p)) for p in range(CANCEL_PRODUCERS + UNKEYED)]
+            workers.append(asyncio.create_task(reader()))
+            cancels = asyncio.create_task(canceller.run(stop, interval_s=0.003))
+            try:
+                async with asyncio.timeout(90):
+                    while done.count < CANCEL_BATCHES and not stop.is_set():
+                        await asyncio.sleep(0.05)
+            finally:
+                stop.set()
+                await asyncio.gather(*workers, cancels)
+            assert not unexpected, [repr(e) for e in unexpected]
+            assert not any(is_driver_error(e) for e in unexpected)
+
+            events = await read_all(stream)
+            assert_exact(events, keys, unkeyed=True)
+            by_id = {e.payload["id"]: e.offset for e in events if e.idempotency_key is None}
+            for i, offset in unkeyed_ok.items():
+                assert by_id.get(i) == offset, i
+            # Cancelled means rolled back: an unkeyed batch that answered so is absent.
+            assert not unkeyed_refused & set(by_id), sorted(unkeyed_refused & set(by_id))[:5]
+            assert set(by_id) == set(unkeyed_ok)
+            await seen.reach(len(events), timeout_s=15)
+            tail.cancel()
+            await asyncio.gather(tail, return_exceptions=True)
+            assert [e.offset for e in tailed] == list(range(1, len(events) + 1))
+            # The cancels did land (statements failed and were tried again).
+            retried = [r for r in caplog.records if "cancel" in r.getMessage()]
+            assert len(retried) >= 20, (canceller.signalled, len(retried))
+            assert "the database connection was lost" not in caplog.text
+            print(f"cancel signals={canceller.signalled} retries logged={len(retried)}"
+                  f" batches={done.count} events={len(events)} unavailable={dict(reasons)}")
+
+
+async def test_an_unkeyed_append_waits_out_refused_connections() -> None:
+    """Refused connections wrote nothing (``connect_failed``), so the
+    appender tries an append without a key again, like a keyed one: when
+    connections come back within the retry budget it lands, once."""
+    from tests.conftest import admin_sql
+
+    async with pg_database() as url, Cutter(url) as cutter:
+        async with yoke.open(url, executor=False) as y:
+            stream = y.stream("/refused", tenant=TENANT)
+            await stream.append({"type": "before"})
+            await admin_sql(f'ALTER DATABASE "{cutter.database}" ALLOW_CONNECTIONS false')
+            try:
+                await cutter.cut()
+                await asyncio.sleep(0.2)  # the pool has seen its connections end
+                pending = asyncio.create_task(stream.append({"type": "during"}))
+                await asyncio.sleep(0.5)
+                assert not pending.done()
+            finally:
+                await admin_sql(f'ALTER DATABASE "{cutter.database}" ALLOW_CONNECTIONS true')
+            assert (await pending).offset == 2
+            assert [e.type for e in await stream.read()] == ["before", "during"]

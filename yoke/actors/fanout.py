@@ -24,6 +24,7 @@ from ..events import now_ms
 from ..routing.filters import Filter
 from ..routing.index import Route, RoutingIndex
 from ..store.actors import QueueItem
+from ..store.faults import log_retried
 from .app import App
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ class Fanout:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("fan-out could not list the streams to route; retrying")
+                log_retried(log, "fan-out could not list the streams to route; retrying")
                 self._everything = True
                 await asyncio.sleep(0.5)
                 self._wake.set()
@@ -123,7 +124,7 @@ class Fanout:
                     except Exception:
                         # One stream's failure must not hold back the others:
                         # it is retried (from its cursor) after a pause.
-                        log.exception("fan-out of %s %s failed; retrying", tenant, path)
+                        log_retried(log, "fan-out of %s %s failed; retrying", tenant, path)
                         self._cursors.pop((tenant, path), None)
                         self._dirty[tenant].add(path)
                         failed = True

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from .. import metrics
 from ..events import Event, now_ms
 from ..store.actors import InstanceInfo, Policy, QueueRow
+from ..store.faults import log_retried
 from .app import ActorDef, App
 from .context import Context
 from .ops import OpHandler
@@ -113,7 +114,7 @@ class _ClaimLoop:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("claiming failed; retrying")
+                log_retried(log, "claiming failed; retrying")
                 self.all = True
                 await asyncio.sleep(0.5)
                 continue

@@ -21,6 +21,7 @@ import orjson
 from .. import errors
 from ..events import new_event_id, now_ms
 from ..store.actors import QueueItem, Schedule
+from ..store.faults import log_retried
 from .ops import next_cron
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ class Timers:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("firing schedules failed")
+                log_retried(log, "firing schedules failed")
 
     async def fire_due(self) -> int:
         fired = 0
@@ -65,8 +66,8 @@ class Timers:
                 except asyncio.CancelledError:
                     raise
                 except Exception:  # one schedule's trouble must not hold back the others
-                    log.exception("schedule %s of %s could not fire; retrying",
-                                  schedule.name, schedule.instance_id)
+                    log_retried(log, "schedule %s of %s could not fire; retrying",
+                                schedule.name, schedule.instance_id)
         return fired
 
     async def _fire(self, s: Schedule) -> bool:

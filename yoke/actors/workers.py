@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..events import now_ms
+from ..store.faults import log_retried
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -75,7 +76,7 @@ class Membership:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("worker heartbeat failed")
+                log_retried(log, "worker heartbeat failed")
 
     async def leave(self) -> None:
         await self._runtime.store.actors.unregister_worker(self.worker_id)

@@ -13,10 +13,11 @@ Nothing here decides whether a call may be repeated; each caller does:
   themselves for a few seconds before answering ``unavailable``;
 - a write is never repeated blindly: its outcome is unknown once the
   connection was lost after the statement left (the commit may have
-  happened). The appender repeats a group commit only when every event in
-  it carries an idempotency key (a repeat then returns the original
-  offsets); the backends repeat a statement only when it provably never
-  reached the database (see ``postgres/store.py``).
+  happened). The appender repeats a group commit for the callers whose
+  every event carries an idempotency key (a repeat then returns the original
+  offsets), and for every caller when the failure says nothing was written
+  (``NOTHING_WRITTEN``); the backends repeat a statement only when it
+  provably never reached the database (see ``postgres/store.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from typing import ParamSpec, TypeVar
 
@@ -42,10 +44,35 @@ FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 1.0
 
 
+# Reasons that say the call wrote nothing: no connection could be opened, or
+# the server rolled the statement's transaction back (a cancel, a deadlock, a
+# serialization failure, a lock not available). Such a call may be made again
+# as it was, even an append without an idempotency key; after any other
+# reason (connection_lost above all) a write's outcome is unknown.
+NOTHING_WRITTEN = frozenset({"connect_failed", "cancelled", "conflict"})
+
+
 def unavailable(message: str, reason: str) -> errors.Unavailable:
     """The error callers see; ``reason`` says which fault it was
-    (connection_lost, connect_failed, database_locked, io_error, disk_full)."""
+    (connection_lost, connect_failed, cancelled, conflict, database_locked,
+    io_error, disk_full)."""
     return errors.Unavailable(message, reason=reason, retry_after=RETRY_AFTER_S)
+
+
+def nothing_written(exc: errors.Unavailable) -> bool:
+    """Whether the failed call provably wrote nothing (``NOTHING_WRITTEN``)."""
+    return exc.details.get("reason") in NOTHING_WRITTEN
+
+
+def log_retried(logger: logging.Logger, message: str, *args: object) -> None:
+    """From an ``except`` block of a background pass that will run again: a
+    database fault (``Unavailable``) is expected, one warning line with its
+    message; anything else is a bug, logged with its traceback."""
+    exc = sys.exc_info()[1]
+    if isinstance(exc, errors.Unavailable):
+        logger.warning(message + ": %s", *args, exc.message)
+    else:
+        logger.exception(message, *args)
 
 
 class Backoff:

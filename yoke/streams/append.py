@@ -7,11 +7,14 @@ lock the stream row, take the offsets, insert every row in one statement,
 commit, resolve each caller, then wake the tails. A caller's batch stays
 atomic, and an invalid or conflicting batch fails only its own call.
 
-When the database is unavailable (``errors.Unavailable``: a lost connection,
-whose commit may or may not have happened), the calls whose every event
-carries an idempotency key are committed again for a few seconds (a repeat
-returns the original offsets); the others fail with ``Unavailable`` at once:
-only their caller can tell whether to retry (with keys, it is safe).
+When the database is unavailable (``errors.Unavailable``), the group is
+committed again for a few seconds: every call in it when the failure says
+nothing was written (no connection, or a statement the server cancelled or
+rolled back on a conflict: ``faults.NOTHING_WRITTEN``); otherwise (a lost
+connection, whose commit may or may not have happened) only the calls whose
+every event carries an idempotency key (a repeat returns the original
+offsets), and the others fail with ``Unavailable`` at once: only their
+caller can tell whether to retry (with keys, it is safe).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from .. import errors, metrics
 from ..events import AppendResult, PreparedEvent, now_ms
 from ..store.contract import CommitResult, Store
-from ..store.faults import Backoff
+from ..store.faults import Backoff, nothing_written
 from .ephemeral import EphemeralBuffer, EphemeralBuffers
 from .wakeups import WakeupHub
 
@@ -51,7 +54,7 @@ REFUSALS = ("conflict", "object", "closed", "unread_full", "quota")
 # other processes on SQLite arrive without a wake-up).
 CREDIT_RECHECK_S = 0.25
 RETRY_AFTER_S = 1
-# How long a group commit of keyed calls keeps trying while the database is unavailable.
+# How long a group commit keeps trying while the database is unavailable.
 APPEND_RETRY_S = 3.0
 
 
@@ -178,30 +181,38 @@ class Appender:
             except BaseException as exc:
                 if buffer is not None:
                     buffer.end_commit()
-                self._ephemeral_inflight = self._ephemeral_inflight and not has_ephemeral
                 failure = exc if isinstance(exc, Exception) else errors.RuntimeClosed()
                 if isinstance(exc, errors.Unavailable) and not service.closing:
-                    # The commit may or may not have happened. Only callers
+                    # Nothing written (no connection, a statement rolled
+                    # back): every caller can be committed again. Otherwise
+                    # the commit may or may not have happened: only callers
                     # whose every event carries an idempotency key can be
                     # committed again safely (a repeat returns the original
                     # offsets); the others learn that the outcome is unknown.
-                    retry = [r for r in group if _keyed(r) and not r.future.done()]
+                    everyone = nothing_written(exc)
+                    retry = [r for r in group if (everyone or _keyed(r)) and not r.future.done()]
                     kept = {id(r) for r in retry}
                     for request in group:
                         if id(request) not in kept:
                             _fail(request, failure)
                     group = retry
+                    if has_ephemeral:  # it keeps running alone while it retries ephemeral events
+                        self._ephemeral_inflight = any(e.ephemeral for r in group for e in r.events)
                     backoff = backoff or Backoff(APPEND_RETRY_S)
                     try:
                         again = bool(group) and await backoff.wait()
                     except BaseException:
+                        if has_ephemeral:
+                            self._ephemeral_inflight = False
                         for request in group:
                             _fail(request, errors.RuntimeClosed())
                         raise
                     if again:
-                        log.info("append to %s %s: %s; committing the keyed calls again",
-                                 self.tenant, self.path, exc.message)
+                        log.info("append to %s %s: %s; committing %s calls again",
+                                 self.tenant, self.path, exc.message, "the" if everyone else "the keyed")
                         continue
+                if has_ephemeral:
+                    self._ephemeral_inflight = False
                 for request in group:
                     _fail(request, failure)
                 if not isinstance(exc, Exception):

@@ -13,6 +13,7 @@ import logging
 
 from ..events import now_ms
 from ..store.contract import Store
+from ..store.faults import log_retried
 
 log = logging.getLogger("yoke.streams.retention")
 
@@ -32,4 +33,4 @@ async def prune_forever(store: Store, interval_s: float) -> None:
             if removed:
                 log.info("retention removed %d events", removed)
         except Exception:  # keep the loop alive; the next pass retries
-            log.exception("retention pass failed")
+            log_retried(log, "retention pass failed")

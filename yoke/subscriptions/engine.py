@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ..events import now_ms
+from ..store.faults import log_retried
 from ..store.subscriptions import Decide, Deliverable, SubscriptionRow
 from ..streams.append import new_stream_id, refusal_error
 from .delivery import Runner
@@ -77,7 +78,7 @@ class Deliveries:
             try:
                 await self._sweep()
             except Exception:
-                log.exception("subscription sweep failed")
+                log_retried(log, "subscription sweep failed")
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.sweep_s):
                     await self._wake.wait()

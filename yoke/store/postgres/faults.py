@@ -1,9 +1,23 @@
-"""Which asyncpg failures mean "the connection is gone", and one that
-provably happened before a statement left.
+"""Which asyncpg failures mean "the connection is gone", which mean "the
+statement was rolled back, try again", and one that provably happened
+before a statement left.
 
 The store runs every statement through ``PostgresStore._run`` or
 ``PostgresStore._tx``; they ask ``connection_lost`` about each failure and
-turn a lost connection into ``errors.Unavailable`` (see ``yoke/store/faults.py``).
+turn a lost connection into ``errors.Unavailable`` (see ``yoke/store/faults.py``),
+and ``rolled_back`` turns a statement the server cancelled or that lost a
+conflict into ``errors.Unavailable`` too, with the reason it returns.
+
+Rolled back. A cancelled statement (57014: ``pg_cancel_backend``, a
+``statement_timeout``), a deadlock victim (40P01), a serialization failure
+(40001) and a lock that could not be taken (55P03: ``lock_timeout``,
+``NOWAIT``) are ordinary errors of the statement: the server rolls back its
+transaction (an explicit one is rolled back by ``_tx``) and the session
+lives on. None of them can strike once the commit has begun (PostgreSQL
+holds interrupts while it commits, a cancel that arrives while the session
+is idle is dropped, and such an error ends the transaction unsuccessfully),
+so the outcome is known: nothing was written, and the same call may be made
+again, even an append without an idempotency key.
 
 The idle-connection trap. ``pg_terminate_backend`` (or a server shutdown)
 makes the server send a FATAL ErrorResponse on every connection it ends,
@@ -50,9 +64,31 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 NOT_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (pgx.ProtocolViolationError,)
 
+# Failures of a statement whose transaction is known to be rolled back, on a
+# connection that stays usable (see above), and the reason callers are given.
+ROLLED_BACK: tuple[tuple[type[BaseException], str, str], ...] = (
+    (pgx.QueryCanceledError, "cancelled",
+     "the database cancelled the statement; nothing was written; retry"),
+    (pgx.DeadlockDetectedError, "conflict",
+     "the statement was chosen as a deadlock victim; nothing was written; retry"),
+    (pgx.SerializationError, "conflict",
+     "the statement conflicted with a concurrent transaction; nothing was written; retry"),
+    (pgx.LockNotAvailableError, "conflict",
+     "a lock the statement needed was not available; nothing was written; retry"),
+)
+
 
 def is_connection_error(exc: BaseException) -> bool:
     return isinstance(exc, CONNECTION_ERRORS) and not isinstance(exc, NOT_CONNECTION_ERRORS)
+
+
+def rolled_back(exc: BaseException) -> tuple[str, str] | None:
+    """``(reason, message)`` when ``exc`` is a statement failure whose
+    transaction is known to be rolled back (cancelled, a conflict); else None."""
+    for kind, reason, message in ROLLED_BACK:
+        if isinstance(exc, kind):
+            return reason, message
+    return None
 
 
 def is_closed(conn: asyncpg.Connection) -> bool:

@@ -2,9 +2,10 @@
 
 NOTIFY payloads are ``tenant|path`` only (never event data) and PostgreSQL
 delivers them at commit, so a wake-up never precedes the commit it
-announces. Notifications sent by this process's own pool connections are
-skipped: the process woke its readers itself when the commit returned. When the listening connection dies (database restart, a killed
-backend), the listener reconnects with backoff, LISTENs again and calls
+announces. Notifications sent by this process's own pool connections (the
+server pids of its open connections, ``own_pids``) are skipped: the process
+woke its readers itself when the commit returned. When the listening
+connection dies (database restart, a killed backend), the listener reconnects with backoff, LISTENs again and calls
 ``on_resync`` so every tail rereads: anything announced while we were deaf
 is picked up from the store.
 """

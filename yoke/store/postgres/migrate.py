@@ -1,63 +1,122 @@
 """Numbered SQL migrations, applied under an advisory lock.
 
 Files ``migrations/NNNN_name.sql`` are applied in order, each in its own
-transaction, and recorded in ``yoke_schema_version``. The advisory lock makes
-two processes starting together apply each migration exactly once: the
-second waits, then finds nothing left to do.
+transaction, and recorded in ``yoke_schema_version`` with their file name
+and checksum. The advisory lock makes two processes starting together apply
+each migration exactly once: the second waits, then finds nothing left to
+do. Before applying anything, the recorded migrations must be this
+version's files (``schema.check_recorded``): a database migrated with an
+older file of the same number fails fast instead of skipping the new one.
 """
 
 from __future__ import annotations
 
-from importlib import resources
-
 import asyncpg
+
+from ..schema import Migration, Recorded, check_recorded, read_migrations
 
 # An arbitrary constant identifying Yoke's migration lock.
 MIGRATION_LOCK_KEY = 0x5E0CE_0001
 
 
 def available() -> list[tuple[int, str, str]]:
-    folder = resources.files(__package__).joinpath("migrations")
-    found = []
-    for entry in folder.iterdir():
-        if entry.name.endswith(".sql"):
-            version = int(entry.name.split("_", 1)[0])
-            found.append((version, entry.name, entry.read_text()))
-    return sorted(found)
+    return [(m.version, m.name, m.sql) for m in migrations()]
+
+
+def migrations() -> list[Migration]:
+    return read_migrations(__package__)
+
+
+async def recorded(conn: asyncpg.Connection) -> dict[int, Recorded]:
+    """The migrations the database records (none before the first)."""
+    exists = await conn.fetchval("SELECT to_regclass('yoke_schema_version') IS NOT NULL")
+    if not exists:
+        return {}
+    checksums = await _has_checksums(conn)
+    rows = await conn.fetch(
+        "SELECT version, name, " + ("checksum" if checksums else "NULL") + " FROM yoke_schema_version"
+    )
+    return {r[0]: Recorded(r[1], r[2]) for r in rows}
 
 
 async def applied_versions(conn: asyncpg.Connection) -> set[int]:
-    exists = await conn.fetchval("SELECT to_regclass('yoke_schema_version') IS NOT NULL")
-    if not exists:
-        return set()
-    return {r[0] for r in await conn.fetch("SELECT version FROM yoke_schema_version")}
+    return set(await recorded(conn))
+
+
+async def _has_checksums(conn: asyncpg.Connection) -> bool:
+    return bool(await conn.fetchval(
+        "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'yoke_schema_version'::regclass"
+        " AND attname = 'checksum' AND NOT attisdropped)"
+    ))
+
+
+async def _prepare_table(conn: asyncpg.Connection) -> bool:
+    """Create ``yoke_schema_version`` if missing, add the checksum column to
+    one made by an older version; whether checksums can be kept. Nothing is
+    changed when nothing needs to be: a login that may not create or alter
+    tables (the runtime role on a database migrated before) passes."""
+    if not await conn.fetchval("SELECT to_regclass('yoke_schema_version') IS NOT NULL"):
+        await conn.execute(
+            "CREATE TABLE yoke_schema_version ("
+            " version integer PRIMARY KEY, name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now(), checksum text)"
+        )
+        return True
+    if await _has_checksums(conn):
+        return True
+    try:
+        await conn.execute("ALTER TABLE yoke_schema_version ADD COLUMN checksum text")
+    except asyncpg.InsufficientPrivilegeError:
+        return False  # names are still checked
+    return True
 
 
 async def migrate(conn: asyncpg.Connection) -> list[str]:
-    """Apply pending migrations; returns the names applied by this call."""
+    """Apply pending migrations; returns the names applied by this call.
+    ``SchemaMismatch`` when the database records other migrations under
+    this version's numbers."""
     done: list[str] = []
+    files = migrations()
     await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
     try:
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS yoke_schema_version ("
-            " version integer PRIMARY KEY, name text NOT NULL,"
-            " applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        applied = await applied_versions(conn)
-        for version, name, sql in available():
-            if version in applied:
+        checksums = await _prepare_table(conn)
+        seen = await recorded(conn)
+        check_recorded(seen, files)
+        for m in files:
+            if m.version in seen:
+                if checksums and seen[m.version].checksum is None:
+                    # Recorded (under this name) before checksums were kept:
+                    # from now on its text is checked too.
+                    try:
+                        await conn.execute(
+                            "UPDATE yoke_schema_version SET checksum = $2"
+                            " WHERE version = $1 AND checksum IS NULL",
+                            m.version, m.checksum,
+                        )
+                    except asyncpg.InsufficientPrivilegeError:
+                        pass  # a login that may not: the owner will
                 continue
             async with conn.transaction():
-                await conn.execute(sql)
-                await conn.execute(
-                    "INSERT INTO yoke_schema_version (version, name) VALUES ($1, $2)", version, name
-                )
-            done.append(name)
+                await conn.execute(m.sql)
+                if checksums:
+                    await conn.execute(
+                        "INSERT INTO yoke_schema_version (version, name, checksum) VALUES ($1, $2, $3)",
+                        m.version, m.name, m.checksum,
+                    )
+                else:
+                    await conn.execute(
+                        "INSERT INTO yoke_schema_version (version, name) VALUES ($1, $2)", m.version, m.name
+                    )
+            done.append(m.name)
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_KEY)
     return done
 
 
 async def pending(conn: asyncpg.Connection) -> list[str]:
-    applied = await applied_versions(conn)
-    return [name for version, name, _ in available() if version not in applied]
+    """Migrations not applied yet; ``SchemaMismatch`` when the recorded ones
+    are not this version's."""
+    files = migrations()
+    seen = await recorded(conn)
+    check_recorded(seen, files)
+    return [m.name for m in files if m.version not in seen]

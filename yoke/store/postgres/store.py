@@ -1,8 +1,8 @@
 """Server backend: PostgreSQL through asyncpg.
 
-Every query runs as the ``yoke_runtime`` role (no BYPASSRLS) with the tenant
-set per transaction, so row-level security isolates tenants whatever the
-query. The hot paths (group commit, reads) are single round trips into the
+Every query runs as the ``yoke_runtime`` role (no BYPASSRLS, owning no
+table) with the tenant set per transaction, so row-level security isolates
+tenants whatever the query. The hot paths (group commit, reads) are single round trips into the
 SQL functions defined in the migrations.
 """
 
@@ -20,7 +20,7 @@ import orjson
 
 from ... import errors
 from ...events import Event, PreparedEvent
-from ..faults import retry_reads, unavailable
+from ..faults import log_retried, retry_reads, unavailable
 from ..contract import (
     CommitResult,
     ConsumerInfo,
@@ -48,7 +48,7 @@ from ..rows import (
     token_from_row,
 )
 from .actors import PgActorStore
-from .faults import connection_lost, is_closed, refused_before_send
+from .faults import connection_lost, is_closed, refused_before_send, rolled_back
 from .subscriptions import PgSubscriptionStore
 from .listener import Listener
 from .migrate import migrate, pending
@@ -68,12 +68,32 @@ def with_user(dsn: str, user: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-async def _bypasses_rls(conn: asyncpg.Connection) -> bool:
-    return bool(
-        await conn.fetchval(
-            "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = session_user"
-        )
-    )
+# What lets a login past row-level security: SUPERUSER or BYPASSRLS, or
+# owning Yoke's tables (directly or through a role it is a member of). FORCE'd
+# row-level security binds an owner, but an owner can switch it off (ALTER
+# TABLE ... NO FORCE), and migration 0006 gives a non-privileged owner a
+# SELECT policy on tokens so that yoke_find_token can read as it.
+RLS_ESCAPE = """
+SELECT (SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = session_user),
+       ARRAY(SELECT c.relname::text FROM pg_class c
+             WHERE c.relkind IN ('r', 'p') AND c.relrowsecurity
+               AND c.relnamespace = (SELECT relnamespace FROM pg_class
+                                     WHERE oid = to_regclass('tokens'))
+               AND pg_has_role(session_user, c.relowner, 'MEMBER')
+             ORDER BY c.relname)
+"""
+
+
+async def rls_escape(conn: asyncpg.Connection) -> str | None:
+    """How this connection's login could get past row-level security, or
+    None when it cannot (a runtime login must not)."""
+    privileged, owned = await conn.fetchrow(RLS_ESCAPE)
+    user = await conn.fetchval("SELECT session_user")
+    if privileged:
+        return f"the login {user} is a superuser or has BYPASSRLS"
+    if owned:
+        return f"the login {user} owns (or is a member of the owner of) the tables {', '.join(owned)}"
+    return None
 
 
 async def _keep_session(_conn: asyncpg.Connection) -> None:
@@ -146,8 +166,10 @@ class PostgresStore:
         self.listener: Listener | None = None
         self.actors = PgActorStore(self)
         self.subscriptions = PgSubscriptionStore(self)
-        # Server pids of this pool's connections: their NOTIFYs announce what
-        # this process already woke itself for, so the listener skips them.
+        # Server pids of this pool's open connections: their NOTIFYs announce
+        # what this process already woke itself for, so the listener skips
+        # them. A pid leaves with its connection: PostgreSQL reuses pids, and
+        # a NOTIFY from a reused one is another process's.
         self._own_pids: set[int] = set()
 
     # --- lifecycle ----------------------------------------------------------
@@ -159,13 +181,15 @@ class PostgresStore:
             raise _connect_failed(exc) from exc
         try:
             await migrate(conn)
-            privileged = await _bypasses_rls(conn)
+            hand_over = await rls_escape(conn) is not None
         finally:
             await conn.close()
-        # The runtime must log in as a role that row-level security applies
-        # to. A privileged migration login hands over to the runtime role
-        # (same server and database, YOKE_PG_RUNTIME_URL to set credentials).
-        pool_dsn = self.runtime_dsn or (with_user(self.dsn, self.role) if privileged else self.dsn)
+        # The runtime must log in as a role that row-level security binds:
+        # never the tables' owner, nor a superuser or BYPASSRLS login. Such a
+        # migration login hands over to the runtime role (same server and
+        # database; YOKE_PG_RUNTIME_URL to set credentials).
+        derived = self.runtime_dsn is None and hand_over
+        pool_dsn = self.runtime_dsn or (with_user(self.dsn, self.role) if hand_over else self.dsn)
         try:
             self._pool = await asyncpg.create_pool(
                 pool_dsn,
@@ -174,15 +198,26 @@ class PostgresStore:
                 reset=_keep_session,
                 init=self._note_pid,
             )
+        except asyncpg.InvalidAuthorizationSpecificationError as exc:
+            if not derived:
+                raise _connect_failed(exc) from exc
+            raise errors.YokeError(
+                f"the PostgreSQL runtime role {self.role} could not log in ({exc}): the"
+                " migration login owns the tables or bypasses row-level security, so the"
+                f" runtime logs in as {self.role}; give its credentials in YOKE_PG_RUNTIME_URL"
+            ) from exc
         except Exception as exc:
             raise _connect_failed(exc) from exc
         async with self._connection() as check:
-            if await _bypasses_rls(check):
-                await self._pool.close()
-                raise errors.YokeError(
-                    "the PostgreSQL runtime login bypasses row-level security;"
-                    " use a role without SUPERUSER or BYPASSRLS (YOKE_PG_RUNTIME_URL)"
-                )
+            escape = await rls_escape(check)
+        if escape is not None:
+            await self._pool.close()
+            self._pool = None
+            raise errors.YokeError(
+                f"the PostgreSQL runtime login would get past row-level security: {escape};"
+                " log the runtime in as a role that neither owns Yoke's tables nor has"
+                " SUPERUSER or BYPASSRLS (the default yoke_runtime; YOKE_PG_RUNTIME_URL)"
+            )
         self.listener = Listener(pool_dsn, on_wakeup, on_resync, own_pids=self._own_pids)
         try:
             await self.listener.start()
@@ -191,7 +226,11 @@ class PostgresStore:
             raise _connect_failed(exc) from exc
 
     async def _note_pid(self, conn: asyncpg.Connection) -> None:
-        self._own_pids.add(conn.get_server_pid())
+        """Pool init hook: remember a new connection's pid until it closes
+        (however it closes: cut, terminated, closed by the pool)."""
+        pid = conn.get_server_pid()
+        self._own_pids.add(pid)
+        conn.add_termination_listener(lambda _conn: self._own_pids.discard(pid))
 
     async def close(self) -> None:
         if self.listener is not None:
@@ -217,8 +256,9 @@ class PostgresStore:
     # Every statement runs through _run (one statement on its own) or _tx
     # (a transaction under a tenant); _connection is for the few units that
     # need neither. They release the connection whatever happens and turn a
-    # lost connection into errors.Unavailable (see faults.py); any other
-    # failure (a SQL error: a bug) passes through unchanged.
+    # lost connection, or a statement the server cancelled or rolled back on
+    # a conflict, into errors.Unavailable (see faults.py); any other failure
+    # (a SQL error: a bug) passes through unchanged.
 
     async def _acquire(self) -> asyncpg.Connection:
         try:
@@ -236,15 +276,31 @@ class PostgresStore:
         except Exception as exc:  # the pool terminated it: nothing of ours depends on it
             log.debug("releasing a connection failed: %r", exc)
 
+    @staticmethod
+    async def _fault(conn: asyncpg.Connection, exc: Exception) -> errors.Unavailable | None:
+        """``Unavailable`` for a database fault (a lost connection, or a
+        statement rolled back by a cancel or a conflict); None for anything
+        else, which passes through unchanged."""
+        if isinstance(exc, errors.YokeError):
+            return None
+        found = rolled_back(exc)
+        if found is not None:
+            reason, message = found
+            return unavailable(message, reason)
+        if await connection_lost(conn, exc):
+            return unavailable(LOST, "connection_lost")
+        return None
+
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[asyncpg.Connection]:
         conn = await self._acquire()
         try:
             yield conn
         except Exception as exc:
-            if isinstance(exc, errors.YokeError) or not await connection_lost(conn, exc):
+            fault = await self._fault(conn, exc)
+            if fault is None:
                 raise
-            raise unavailable(LOST, "connection_lost") from exc
+            raise fault from exc
         finally:
             await self._release(conn)
 
@@ -258,10 +314,12 @@ class PostgresStore:
             try:
                 return await getattr(conn, method)(sql, *args)
             except Exception as exc:
-                if isinstance(exc, errors.YokeError) or not await connection_lost(conn, exc):
+                fault = await self._fault(conn, exc)
+                if fault is None:
                     raise
-                if not refused_before_send(exc) or attempt >= self._pool_max:
-                    raise unavailable(LOST, "connection_lost") from exc
+                if fault.details["reason"] != "connection_lost" or not refused_before_send(exc) \
+                        or attempt >= self._pool_max:
+                    raise fault from exc
                 log.info("a pooled connection had been cut; running the statement on another")
             finally:
                 await self._release(conn)
@@ -282,7 +340,7 @@ class PostgresStore:
     async def _begin(self, tenant: str) -> tuple[asyncpg.Connection, asyncpg.transaction.Transaction]:
         """A connection in a transaction with ``yoke.tenant`` set. BEGIN and
         set_config change nothing, so a connection lost on them is simply
-        replaced by another one."""
+        replaced by another one, and a cancelled one is tried again."""
         for attempt in itertools.count():
             conn = await self._acquire()
             tx = conn.transaction()
@@ -291,19 +349,27 @@ class PostgresStore:
                 await conn.execute("SELECT set_config('yoke.tenant', $1, true)", tenant)
                 return conn, tx
             except BaseException as exc:
-                lost = isinstance(exc, Exception) and await connection_lost(conn, exc)
+                fault = await self._fault(conn, exc) if isinstance(exc, Exception) else None
+                if fault is not None and not is_closed(conn):
+                    # Rolled back (cancelled): end the transaction asyncpg
+                    # still tracks, or drop the connection if that fails.
+                    try:
+                        await tx.rollback()
+                    except Exception:
+                        conn.terminate()
                 await self._release(conn)
-                if not lost:
+                if fault is None:
                     raise
                 if attempt >= self._pool_max:
-                    raise unavailable(LOST, "connection_lost") from exc
+                    raise fault from exc
         raise AssertionError("unreachable")
 
     @asynccontextmanager
     async def _tx(self, tenant: str) -> AsyncIterator[asyncpg.Connection]:
         """One transaction under ``tenant``: committed when the block ends,
         rolled back when it raises. A connection lost on the way is
-        ``Unavailable``; a lost COMMIT leaves the outcome unknown."""
+        ``Unavailable`` (a lost COMMIT leaves the outcome unknown), and so is
+        a statement cancelled or rolled back on a conflict (nothing written)."""
         conn, tx = await self._begin(tenant)
         try:
             try:
@@ -317,9 +383,10 @@ class PostgresStore:
                 raise
             await tx.commit()
         except Exception as exc:
-            if isinstance(exc, errors.YokeError) or not await connection_lost(conn, exc):
+            fault = await self._fault(conn, exc)
+            if fault is None:
                 raise
-            raise unavailable(LOST, "connection_lost") from exc
+            raise fault from exc
         finally:
             await self._release(conn)
 
@@ -430,7 +497,7 @@ class PostgresStore:
                 try:
                     removed += await self._prune_stream(tenant, sid, now)
                 except Exception:  # one bad stream must not stop the pass
-                    log.exception("pruning %s stream %s failed", tenant, sid)
+                    log_retried(log, "pruning %s stream %s failed", tenant, sid)
         return removed
 
     async def _tenants(self) -> list[str]:

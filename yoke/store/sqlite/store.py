@@ -18,14 +18,13 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
-from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
 
 from ... import errors
-from ...events import Event, PreparedEvent
+from ...events import Event, PreparedEvent, now_ms
 from ..contract import (
     CommitResult,
     ConsumerInfo,
@@ -54,7 +53,8 @@ from ..rows import (
     token_from_row,
 )
 
-from ..faults import retry_reads, unavailable
+from ..faults import log_retried, retry_reads, unavailable
+from ..schema import Migration, Recorded, check_recorded, read_migrations
 from .actors import SqliteActorStore
 from .subscriptions import SqliteSubscriptionStore
 
@@ -107,13 +107,32 @@ def path_from_url(url: str) -> Path:
     return Path(url[len("sqlite:///") :])
 
 
-def _migrations() -> list[tuple[int, str]]:
-    folder = resources.files(__package__).joinpath("migrations")
-    found = []
-    for entry in folder.iterdir():
-        if entry.name.endswith(".sql"):
-            found.append((int(entry.name.split("_", 1)[0]), entry.read_text()))
-    return sorted(found)
+def _migrations() -> list[Migration]:
+    return read_migrations(__package__)
+
+
+# Which migrations the file holds: PRAGMA user_version keeps only the
+# newest number, so each one is also recorded by name and checksum (as on
+# PostgreSQL) and checked against the files before anything is applied.
+VERSION_TABLE = (
+    "CREATE TABLE IF NOT EXISTS yoke_schema_version ("
+    " version INTEGER PRIMARY KEY, name TEXT NOT NULL, checksum TEXT, applied_at INTEGER NOT NULL)"
+)
+
+
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _recorded(conn: sqlite3.Connection) -> dict[int, Recorded]:
+    if conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'yoke_schema_version'"
+    ).fetchone() is None:
+        return {}
+    return {
+        r[0]: Recorded(r[1], r[2])
+        for r in conn.execute("SELECT version, name, checksum FROM yoke_schema_version")
+    }
 
 
 class SqliteStore:
@@ -153,13 +172,36 @@ class SqliteStore:
 
     @staticmethod
     def _migrate(conn: sqlite3.Connection) -> None:
+        files = _migrations()
         current = conn.execute("PRAGMA user_version").fetchone()[0]
-        for version, sql in _migrations():
-            if version <= current:
+        seen = _recorded(conn)
+        if current and not seen:
+            # Migrated before names were recorded: take the files up to
+            # user_version as the ones applied (they cannot be checked), so
+            # that from now on every migration is.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(VERSION_TABLE)
+                conn.executemany(
+                    "INSERT OR IGNORE INTO yoke_schema_version VALUES (?, ?, ?, ?)",
+                    [(m.version, m.name, m.checksum, now_ms()) for m in files if m.version <= current],
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            seen = _recorded(conn)
+        check_recorded(seen, files)
+        for m in files:
+            if m.version <= current:
                 continue
             try:
                 conn.executescript(
-                    f"BEGIN IMMEDIATE;\n{sql}\n;PRAGMA user_version = {version};\nCOMMIT;"
+                    f"BEGIN IMMEDIATE;\n{m.sql}\n;{VERSION_TABLE};\n"
+                    f"INSERT INTO yoke_schema_version VALUES ({m.version}, {_sql_text(m.name)},"
+                    f" {_sql_text(m.checksum)}, {now_ms()});\n"
+                    f"PRAGMA user_version = {m.version};\nCOMMIT;"
                 )
             except BaseException:
                 if conn.in_transaction:
@@ -183,10 +225,12 @@ class SqliteStore:
 
     async def ready(self) -> None:
         def check() -> None:
-            version = self._rconn().execute("PRAGMA user_version").fetchone()[0]
-            latest = _migrations()[-1][0]
-            if version < latest:
-                raise errors.YokeError(f"schema version {version}, expected {latest}")
+            conn = self._rconn()
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            files = _migrations()
+            check_recorded(_recorded(conn), files)
+            if version < files[-1].version:
+                raise errors.YokeError(f"schema version {version}, expected {files[-1].version}")
 
         await self._read(check)
 
@@ -459,7 +503,7 @@ class SqliteStore:
             try:
                 removed += await self._write(self._prune_stream, tenant, sid, now)
             except Exception:
-                log.exception("pruning %s stream %s failed", tenant, sid)
+                log_retried(log, "pruning %s stream %s failed", tenant, sid)
         return removed
 
     def _prune_stream(self, tenant: str, sid: int, now: int) -> int:
