@@ -367,6 +367,12 @@ class Ack(BaseModel):
     offset: Offset = Field(description="Acknowledge through this offset (acks only advance)")
 
 
+class WorkflowAck(BaseModel):
+    model_config = closed_config({"sequence": 1}, {"offset": 1})
+    sequence: Offset | None = Field(None, description="Acknowledge through this sequence (the seed's word)")
+    offset: Offset | None = Field(None, description="The same (Yoke's word); give one of the two")
+
+
 class Acked(BaseModel):
     model_config = config({"consumer": "billing", "acked": 1})
     consumer: str

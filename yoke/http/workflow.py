@@ -23,10 +23,11 @@ from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_respons
 from .sse import resolve_cursor, tail_response
 from .objects import COMMIT_BODY, COMMITTED, OBJECT, PREPARE_BODY, PREPARED
 from .schemas import (
-    OBJECT_BYTES, SSE_ANSWER, EventPage, LegalHold, WorkflowDefinition, WorkflowStream, answer, request_body,
+    OBJECT_BYTES, SSE_ANSWER, EventPage, LegalHold, WorkflowAck, WorkflowDefinition, WorkflowStream, answer,
+    request_body,
 )
 from .streams import (
-    ACK_BODY, ACKED, APPEND_BODY, APPENDED, PAGE_LIMIT, STREAM_INFO, ack_body, append_body, ensure_definition, info_dict,
+    ACKED, APPEND_BODY, APPENDED, PAGE_LIMIT, STREAM_INFO, ack_body, append_body, ensure_definition, info_dict,
     object_body, read_page,
 )
 
@@ -38,6 +39,39 @@ RUN = Path(alias="runID", description="The workflow run", openapi_examples={"run
 STREAM = Path(
     alias="streamID", description="The stream within the run", openapi_examples={"output": {"value": "output"}}
 )
+
+
+# The seed's words: records are read after a *cursor* (every read returns
+# sequence > cursor) and acknowledged by *sequence*. Yoke's own words are
+# after and offset; this surface takes both. Anything else in the query is
+# refused rather than ignored, naming the parameter meant where one is.
+MEANT = {"sequence": "cursor", "offset": "cursor", "from": "cursor", "since": "cursor", "start": "cursor"}
+COMMON_QUERY = {"tenant"}
+CURSOR = Query(
+    None, ge=0, description="The seed's word for `after`: records with sequence > cursor. Give one of the two."
+)
+
+
+def check_query(request: Request, allowed: set[str]) -> None:
+    for name in request.query_params:
+        if name in allowed or name in COMMON_QUERY:
+            continue
+        meant = MEANT.get(name)
+        hint = f"; use {meant!r} (records with sequence > cursor)" if meant in allowed else ""
+        raise errors.InvalidInput(
+            f"unknown query parameter {name!r}{hint}; this route takes {', '.join(sorted(allowed))}",
+            field=name, **({"hint": meant} if hint else {}),
+        )
+
+
+def cursor_of(after: int | None, cursor: int | None) -> int | None:
+    """``after`` or its synonym ``cursor`` (both: they must agree)."""
+    if after is not None and cursor is not None and after != cursor:
+        raise errors.InvalidInput(
+            f"after={after} and cursor={cursor} disagree: cursor is the seed's word for after; give one",
+            field="cursor",
+        )
+    return cursor if cursor is not None else after
 
 
 def segment(value: str, name: str) -> str:
@@ -108,10 +142,13 @@ async def read_records(
     request: Request,
     run_id: str = RUN,
     stream_id: str = STREAM,
-    after: int = Query(0, ge=0),
+    after: int | None = Query(None, ge=0, description="Records with sequence (offset) > after; default 0"),
+    cursor: int | None = CURSOR,
     limit: int = Query(1000, ge=1, le=10000, description=PAGE_LIMIT),
     principal: Principal = READ,
 ) -> Response:
+    check_query(request, {"after", "cursor", "limit"})
+    after = cursor_of(after, cursor) or 0
     return await read_page(run_stream(request, principal, run_id, stream_id), after, limit, False)
 
 
@@ -122,17 +159,20 @@ async def subscribe(
     run_id: str = RUN,
     stream_id: str = STREAM,
     after: int | None = Query(None, ge=0),
+    cursor: int | None = CURSOR,
     last_event_id: str | None = Header(None, alias="Last-Event-ID"),
     principal: Principal = READ,
 ) -> Response:
+    check_query(request, {"after", "cursor"})
     stream = run_stream(request, principal, run_id, stream_id)
-    cursor = await resolve_cursor(stream, after, last_event_id)
+    cursor = await resolve_cursor(stream, cursor_of(after, cursor), last_event_id)
     state = request.app.state
     return tail_response(stream, cursor, include_ephemeral=True, heartbeat_s=state.heartbeat_s, shutdown=state.shutdown)
 
 
 @router.post(
-    "/runs/{runID}/streams/{streamID}/consumers/{consumerID}/ack", openapi_extra=ACK_BODY, responses=ACKED,
+    "/runs/{runID}/streams/{streamID}/consumers/{consumerID}/ack", openapi_extra=request_body(WorkflowAck),
+    responses=ACKED,
     summary="Acknowledge",
 )
 async def acknowledge(
@@ -143,7 +183,19 @@ async def acknowledge(
     principal: Principal = READ,
 ) -> Response:
     stream = run_stream(request, principal, run_id, stream_id)
-    return await ack_body(stream, consumer_id, await json_body(request))
+    return await ack_body(stream, consumer_id, sequence_as_offset(await json_body(request)))
+
+
+def sequence_as_offset(body: Any) -> Any:
+    """An acknowledgement by ``sequence`` (the seed's word) or ``offset``."""
+    if not isinstance(body, dict) or "sequence" not in body:
+        return body
+    body = dict(body)
+    sequence = body.pop("sequence")
+    if "offset" in body and body["offset"] != sequence:
+        raise errors.InvalidInput("sequence and offset disagree: they are one thing; give one", field="sequence")
+    body["offset"] = sequence
+    return body
 
 
 @router.post("/runs/{runID}/streams/{streamID}/close", responses=STREAM_INFO, summary="Close")
