@@ -52,6 +52,7 @@ from ..rows import (
 )
 from .actors import PgActorStore
 from .faults import connection_lost, is_closed, refused_before_send, rolled_back
+from .outbox import PgOutboxStore
 from .subscriptions import PgSubscriptionStore
 from .listener import Listener
 from .relay import encode as encode_relayed
@@ -178,6 +179,7 @@ class PostgresStore:
         self.listener: Listener | None = None
         self.actors = PgActorStore(self)
         self.subscriptions = PgSubscriptionStore(self)
+        self.outbox = PgOutboxStore(self)
         # Server pids of this pool's open connections: their NOTIFYs announce
         # what this process already woke itself for, so the listener skips
         # them. A pid leaves with its connection: PostgreSQL reuses pids, and

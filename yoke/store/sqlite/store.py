@@ -57,6 +57,7 @@ from ..rows import (
 from ..faults import log_retried, retry_reads, unavailable
 from ..schema import Migration, Recorded, check_recorded, read_migrations
 from .actors import SqliteActorStore
+from .outbox import SqliteOutboxStore
 from .subscriptions import SqliteSubscriptionStore
 
 T = TypeVar("T")
@@ -148,6 +149,7 @@ class SqliteStore:
         self._wconn: sqlite3.Connection | None = None
         self.actors = SqliteActorStore(self)
         self.subscriptions = SqliteSubscriptionStore(self)
+        self.outbox = SqliteOutboxStore(self)
 
     # --- lifecycle ----------------------------------------------------------
 
