@@ -359,6 +359,19 @@ async def ensure_definition(stream: Stream, body: dict[str, Any], *, pinned: boo
     return await stream.create_if_missing(**retention, limits=limits, metadata=body.get("metadata"), pinned=pinned)
 
 
+@router.delete(
+    "{path:path}",
+    summary="Delete a stream: its events, consumers, objects and subscriptions (the path can be created again)",
+    responses={
+        200: answer(StreamInfoAnswer, "Deleted: the stream as it was"),
+        400: {"model": ErrorBody, "description": "The tenant's global stream / is kept (global_stream)"},
+        409: {"model": ErrorBody, "description": "The stream is under legal hold (legal_hold)"},
+    },
+)
+async def delete(request: Request, path: str = PATH_PARAM, principal: Principal = ADMIN) -> Response:
+    return json_response(info_dict(await stream_of(request, principal, path).delete()))
+
+
 @router.get("{path:path}", responses=STREAM_INFO, summary="Stream info")
 async def info(request: Request, path: str = PATH_PARAM, principal: Principal = READ) -> Response:
     try:

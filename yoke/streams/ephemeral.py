@@ -298,6 +298,23 @@ class EphemeralBuffers:
         """Charged bytes per tenant holding ephemeral events."""
         return {name: share.bytes for name, share in self._tenants.items() if share.bytes}
 
+    def discard(self, tenant: str, path: str) -> None:
+        """Forget every buffered event of a deleted stream (its heap entries
+        go when they surface or when a heap is rebuilt)."""
+        buffer = self._buffers.get((tenant, path))
+        if buffer is None:
+            return
+        entries = buffer._entries
+        if entries:
+            charge = buffer._bytes + STREAM_OVERHEAD
+            buffer._share.bytes -= charge
+            self.bytes -= charge
+            self.events -= len(entries)
+            entries.clear()
+            buffer._bytes = 0
+        if buffer._pending is None:
+            self._free(buffer)
+
     # --- adding and evicting ------------------------------------------------------
 
     def _add(self, buffer: EphemeralBuffer, prepared: PreparedEvent, offset: int, at: int) -> None:
