@@ -166,3 +166,16 @@ async def test_a_tail_in_another_process_ends(db_url, tenant):
         await s.delete()  # b hears of it through NOTIFY
         with pytest.raises(StopAsyncIteration):
             await asyncio.wait_for(pending, 20)
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+async def test_ephemeral_events_relayed_to_another_process_go_with_the_stream(db_url, tenant):
+    async with yoke.open(db_url) as a, yoke.open(db_url) as b:
+        s, seen_by_b = a.stream("/relayed", tenant=tenant), b.stream("/relayed", tenant=tenant)
+        await s.append({"type": "durable"})
+        await s.append_many([{"type": "partial", "ephemeral": True}] * 3)  # 2..4, relayed to b
+        assert [e.type for e in await seen_by_b.read(include_ephemeral=True)] == ["durable"] + ["partial"] * 3
+        await s.delete()  # b keeps what it was relayed until it reads the new stream
+        await s.append_many([{"type": "fresh"}] * 4)
+        events = await seen_by_b.read(include_ephemeral=True)
+        assert [(e.offset, e.type) for e in events] == [(i, "fresh") for i in range(1, 5)]

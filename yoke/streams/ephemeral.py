@@ -1,6 +1,7 @@
 """Ephemeral events: a real offset, never written to the store.
 
-Each stream keeps the newest ephemeral events of this process in memory,
+Each stream keeps the newest ephemeral events of this process (and, on
+PostgreSQL, those other processes relayed: ``relay.py``) in memory,
 evicting the oldest first; a restart forgets them (the stream row's head
 still remembers their offsets, so they are never reused).
 
@@ -131,7 +132,7 @@ class EphemeralBuffer:
 
     __slots__ = (
         "tenant", "path", "_owner", "_share", "_entries", "_bytes", "_pending",
-        "_in_tenant_heap", "_in_process_heap",
+        "_in_tenant_heap", "_in_process_heap", "lifetime",
     )  # fmt: skip
 
     def __init__(self, owner: EphemeralBuffers, share: _Tenant, tenant: str, path: str) -> None:
@@ -144,6 +145,9 @@ class EphemeralBuffer:
         self._pending: asyncio.Future[None] | None = None  # an ephemeral commit in flight
         self._in_tenant_heap = False
         self._in_process_heap = False
+        # The stream_id of the stream the last merged read saw: events
+        # buffered for an earlier stream on this path are dropped, not merged.
+        self.lifetime: str | None = None
 
     def __lt__(self, other: EphemeralBuffer) -> bool:
         return False  # heap entries are ordered by their key alone
@@ -164,6 +168,12 @@ class EphemeralBuffer:
         """Buffer an ephemeral event that took ``offset``, evicting the oldest
         events of the stream, its tenant or the process past their caps."""
         self._owner._add(self, prepared, offset, at)
+
+    def has(self, offset: int) -> bool:
+        for entry in reversed(self._entries):
+            if entry.offset <= offset:
+                return entry.offset == offset
+        return False
 
     # --- the readers' side --------------------------------------------------
 
@@ -224,6 +234,9 @@ class EphemeralBuffer:
 
     def offsets(self) -> Iterator[int]:
         return (entry.offset for entry in self._entries)
+
+    def offsets_descending(self) -> Iterator[int]:
+        return (entry.offset for entry in reversed(self._entries))
 
 
 def _offset(item: Event | _Entry) -> int:
@@ -298,6 +311,19 @@ class EphemeralBuffers:
         """Charged bytes per tenant holding ephemeral events."""
         return {name: share.bytes for name, share in self._tenants.items() if share.bytes}
 
+    def of_lifetime(self, buffer: EphemeralBuffer, stream_id: str) -> EphemeralBuffer | None:
+        """``buffer``, for a read of the stream ``stream_id``: emptied first
+        when it was merged into reads of an earlier stream on its path (one
+        deleted and created again, whose events another process relayed)."""
+        if buffer.lifetime is not None and buffer.lifetime != stream_id:
+            self.discard(buffer.tenant, buffer.path)
+            found = self._buffers.get((buffer.tenant, buffer.path))
+            if found is None:
+                return None
+            buffer = found
+        buffer.lifetime = stream_id
+        return buffer
+
     def discard(self, tenant: str, path: str) -> None:
         """Forget every buffered event of a deleted stream (its heap entries
         go when they surface or when a heap is rebuilt)."""
@@ -324,7 +350,15 @@ class EphemeralBuffers:
         entries = buffer._entries
         charge = entry.charge
         filled = not entries
-        entries.append(entry)
+        if entries and entries[-1].offset > offset:
+            # Relayed from another process after a later local one: keep
+            # the buffer in offset order (the heaps' keys stay lower bounds).
+            position = len(entries)
+            while position and entries[position - 1].offset > offset:
+                position -= 1
+            entries.insert(position, entry)
+        else:
+            entries.append(entry)
         buffer._bytes += charge
         if filled:
             charge += STREAM_OVERHEAD
@@ -332,8 +366,9 @@ class EphemeralBuffers:
         share.bytes += charge
         self.bytes += charge
         self.events += 1
-        # The new event is the newest of its stream, tenant and process, and
-        # each cap admits it alone: none of these loops reaches it.
+        # Each cap admits the new event alone, so these loops end with it or
+        # without it (it is the newest everywhere unless it was relayed in
+        # below a later offset: then it is the stream's first to go).
         while buffer._bytes > self.stream_bytes:
             self._evict(buffer, "stream")
         while share.bytes > self.tenant_bytes:
