@@ -210,8 +210,9 @@ class SubscriptionStore(Protocol):
 
     async def save_checkpoint(self, checkpoint: Checkpoint, now: int) -> bool:
         """Save a (rebuild's) checkpoint while its subscription is still in
-        the checkpoint's generation and source lifetime; False (nothing
-        saved) otherwise."""
+        the checkpoint's generation; False (nothing saved) otherwise. (A
+        checkpoint of another source lifetime is never used: the runner
+        rebuilds it.)"""
 
     async def write_catalogue(
         self, tenant: str, path: str, head: int,

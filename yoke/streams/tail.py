@@ -129,7 +129,7 @@ async def follow(
                 continue
             if page.exists and lifetime is None:
                 lifetime = page.stream_id
-            elif page.stream_id != lifetime:  # gone, or a new stream on the same path
+            elif lifetime is not None and page.stream_id != lifetime:  # gone, or a new stream on its path
                 raise errors.StreamDeleted(
                     f"stream {stream.path} was deleted", path=stream.path, stream_id=lifetime, after=cursor
                 )

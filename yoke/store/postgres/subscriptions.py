@@ -273,9 +273,8 @@ class PgSubscriptionStore:
         c = checkpoint
         async with self._tx(c.tenant) as conn:
             current = await conn.fetchval(
-                f"SELECT 1 FROM subscriptions WHERE {KEY} AND generation=$4 AND source_stream_id=$5"
-                " FOR UPDATE",
-                c.tenant, c.path, c.name, c.generation, c.stream_id,
+                f"SELECT 1 FROM subscriptions WHERE {KEY} AND generation=$4 FOR UPDATE",
+                c.tenant, c.path, c.name, c.generation,
             )
             if current is None:
                 return False

@@ -249,8 +249,8 @@ class SqliteSubscriptionStore:
         def run() -> bool:
             with self._store._transaction() as conn:
                 current = conn.execute(
-                    f"SELECT 1 FROM subscriptions WHERE {KEY} AND generation=? AND source_stream_id=?",
-                    (c.tenant, c.path, c.name, c.generation, c.stream_id),
+                    f"SELECT 1 FROM subscriptions WHERE {KEY} AND generation=?",
+                    (c.tenant, c.path, c.name, c.generation),
                 ).fetchone()
                 if current is None:
                     return False
