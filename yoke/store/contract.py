@@ -64,6 +64,8 @@ class StreamInfo:
     usage: Usage = field(default_factory=Usage)
     pinned: bool = False  # a definition: retention, limits and metadata never change
     metadata: dict[str, Any] = field(default_factory=dict)
+    # A workflow definition's data handling pins (streams/pins.py), as stored.
+    data_handling: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,7 @@ class StreamSettings:
     limits: Limits = field(default_factory=Limits)
     pinned: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
+    data_handling: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -487,13 +487,14 @@ class PostgresStore:
         created = await conn.fetchval(
             "INSERT INTO streams (tenant_id, path, stream_id, created_at, max_age_s, max_events,"
             " max_unread_events, max_unread_bytes, max_total_events, max_total_bytes, overflow,"
-            " block_timeout_s, pinned, metadata)"
-            " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14::json)"
+            " block_timeout_s, pinned, metadata, data_handling)"
+            " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14::json,$15::json)"
             " ON CONFLICT DO NOTHING RETURNING true",
             tenant, path, stream_id, now, ret.max_age_s, ret.max_events,
             lim.max_unread_events, lim.max_unread_bytes, lim.max_total_events,
             lim.max_total_bytes, lim.overflow, lim.block_timeout_s, settings.pinned,
             orjson.dumps(settings.metadata).decode(),
+            None if settings.data_handling is None else orjson.dumps(settings.data_handling).decode(),
         )
         return bool(created)
 

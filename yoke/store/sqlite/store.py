@@ -304,13 +304,14 @@ class SqliteStore:
         conn.execute(
             "INSERT INTO streams (tenant_id, path, sid, stream_id, created_at, max_age_s,"
             " max_events, max_unread_events, max_unread_bytes, max_total_events,"
-            " max_total_bytes, overflow, block_timeout_s, pinned, metadata)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " max_total_bytes, overflow, block_timeout_s, pinned, metadata, data_handling)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 tenant, path, sid, stream_id, now, st.retention.max_age_s,
                 st.retention.max_events, lim.max_unread_events, lim.max_unread_bytes,
                 lim.max_total_events, lim.max_total_bytes, lim.overflow, lim.block_timeout_s,
                 int(st.pinned), orjson.dumps(st.metadata).decode(),
+                None if st.data_handling is None else orjson.dumps(st.data_handling).decode(),
             ),
         )
         row = self._stream_row(conn, tenant, path)
