@@ -125,3 +125,12 @@ async def test_a_writer_killed_mid_run_loses_and_duplicates_no_wake(fresh_url, t
         got = await wakes(y, tenant, "/runs/crash")
         assert sorted(e.payload["sequence"] for e in got) == [r.offset for r in records]
         assert sorted(e.payload["record_id"] for e in got) == sorted(r.id for r in records)
+
+
+async def test_deleting_the_input_stream_drops_its_unpublished_rows(fresh_url, tenant):
+    async with yoke.open(fresh_url, input_dispatch_s=0) as y:
+        stream = y.stream("/runs/r4/input", tenant)
+        await stream.append_input([{"type": "q"}], wake="/runs/r4")
+        assert len(await y.store.outbox.due(2**62, 100)) == 1
+        await stream.delete()
+        assert await y.store.outbox.due(2**62, 100) == []

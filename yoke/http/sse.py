@@ -12,7 +12,9 @@ or two, not the whole page encoded in its socket's buffer. A filter (``?types=``
 events it matches. A failure such as ``cursor_gone`` or ``filter_failed``
 is sent as an ``error`` event before the stream ends. A tail of a closed
 stream ends once it has sent everything up to the head, with a final
-``event: closed`` (``data: {"path", "closed": true}``); a server shutting
+``event: closed`` (``data: {"path", "closed": true}``); a tail of a stream
+that is deleted ends with ``event: deleted`` (``data: {"path", "deleted":
+true, "stream_id"}``: the deleted stream's id); a server shutting
 down ends tails without it (reconnect elsewhere with ``Last-Event-ID``).
 """
 
@@ -103,6 +105,12 @@ def encode_closed(stream: Stream) -> bytes:
     return b"event: closed\ndata: %s\n\n" % orjson.dumps({"path": stream.path, "closed": True})
 
 
+def encode_deleted(stream: Stream, exc: errors.StreamDeleted) -> bytes:
+    return b"event: deleted\ndata: %s\n\n" % orjson.dumps(
+        {"path": stream.path, "deleted": True, "stream_id": exc.details.get("stream_id")}
+    )
+
+
 async def resolve_cursor(stream: Stream, after: int | None, last_event_id: str | None) -> int:
     """``Last-Event-ID`` (a reconnect) wins over ``?after=``; the cursor is
     checked before the response starts, so a bad one is a plain 400/410:
@@ -158,6 +166,8 @@ async def _events(
                     yield b": ping\n\n"
                 for chunk in chunks(batch, redactor):
                     yield chunk
+        except errors.StreamDeleted as exc:
+            yield encode_deleted(stream, exc)
         except errors.YokeError as exc:  # cursor_gone, runtime_closed, filter_failed
             yield encode_error(exc)
         else:

@@ -369,6 +369,23 @@ async def ensure_definition(
     )
 
 
+@router.delete(
+    "{path:path}",
+    summary="Delete a stream: its events, consumers, objects and subscriptions (the path can be created again)",
+    responses={
+        200: answer(StreamInfoAnswer, "Deleted: the stream as it was"),
+        400: {"model": ErrorBody, "description": "The tenant's global stream / is kept (global_stream)"},
+        409: {"model": ErrorBody, "description": "The stream is under legal hold (legal_hold)"},
+    },
+)
+async def delete(request: Request, path: str = PATH_PARAM, principal: Principal = ADMIN) -> Response:
+    try:
+        return json_response(info_dict(await stream_of(request, principal, path).delete()))
+    except errors.StreamNotFound as exc:
+        hinted(request, exc, "DELETE")  # DELETE /v1/streams/a/consumers/c1: the '-' forgotten?
+        raise
+
+
 @router.get("{path:path}", responses=STREAM_INFO, summary="Stream info")
 async def info(request: Request, path: str = PATH_PARAM, principal: Principal = READ) -> Response:
     try:
@@ -376,8 +393,13 @@ async def info(request: Request, path: str = PATH_PARAM, principal: Principal = 
     except errors.StreamNotFound as exc:
         # GET /v1/streams/a/events: the info of a stream /a/events, or the
         # events of /a with the '-' forgotten?
-        details = missing_separator(request.app.state.routes, "GET", request.url.path)
-        if details:
-            exc.message += "; " + hint_sentence(details["hint"])
-            exc.details.update(details)
+        hinted(request, exc, "GET")
         raise
+
+
+def hinted(request: Request, exc: errors.StreamNotFound, method: str) -> None:
+    """A stream named like an action was not found: name the route probably meant."""
+    details = missing_separator(request.app.state.routes, method, request.url.path)
+    if details:
+        exc.message += "; " + hint_sentence(details["hint"])
+        exc.details.update(details)

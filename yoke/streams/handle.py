@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import asdict
@@ -193,6 +194,8 @@ class Stream:
                 upto = page.events[-1].offset if page.capped or len(page.events) >= limit else page.head
                 await self.runtime.relay.settle(self.tenant, self.path, page, after, upto)
                 buffer = self.runtime.buffers.get(self.tenant, self.path)
+            if buffer is not None:
+                buffer = self.runtime.buffers.of_lifetime(buffer, page.stream_id)
             if buffer is not None:
                 return buffer.merge_page(page, after, limit, max_bytes)
         return page
@@ -415,6 +418,36 @@ class Stream:
         info = await self._update(closed=True)
         self.runtime.hub.wake(self.tenant, self.path)  # live tails read through and end
         return info
+
+    async def delete(self) -> StreamInfo:
+        """Delete the stream and everything kept for it, in one transaction:
+        its events, consumers, objects (and their bytes), fan-out cursor, the
+        subscriptions it is the source of (with their processor checkpoints)
+        and the passive-fence records it keeps as a receiver. Returns the
+        deleted stream as it was.
+
+        Open tails of it end (Python: the iteration stops; SSE: a final
+        ``deleted`` event). The path can be created again, by ``create`` or
+        an append, as a new stream: a new ``stream_id`` and ``created_at``,
+        offsets from 1; a subscription of the old one never delivers again.
+        Refused with ``LegalHold`` while a legal hold is on, and for the
+        tenant's global stream ``/`` (``GlobalStreamKept``)."""
+        if self.path == "/":
+            raise errors.GlobalStreamKept(
+                "the tenant's global stream / cannot be deleted", path=self.path
+            )
+        info = await self.info()
+        # Lifetimes are ordered by created_at (the receivers' fence compares
+        # it): a path created again within the old one's millisecond would
+        # tie with it. So the clock must have passed it (at most 1 ms).
+        ahead_ms = info.created_at - now_ms() + 1
+        if ahead_ms > 0:
+            await asyncio.sleep(min(ahead_ms, 1000) / 1000)
+        deleted = await self.runtime.store.delete_stream(self.tenant, self.path)
+        if deleted is None:
+            raise errors.StreamNotFound(f"stream {self.path} does not exist", path=self.path)
+        await self.runtime.stream_deleted(self.tenant, self.path)
+        return deleted
 
     async def set_retention(
         self, *, max_age_s: float | None = None, max_events: int | None = None

@@ -530,6 +530,29 @@ class PostgresStore:
             )
         return stream_from_row(row)
 
+    async def delete_stream(self, tenant: str, path: str) -> StreamInfo | None:
+        async with self._tx(tenant) as conn:
+            s = await conn.fetchrow(
+                "SELECT sid, legal_hold FROM streams WHERE tenant_id=$1 AND path=$2 FOR UPDATE",
+                tenant, path,
+            )
+            if s is None:
+                return None
+            if s["legal_hold"]:
+                raise errors.LegalHold(f"stream {path} is under legal hold", path=path)
+            row = await conn.fetchrow(
+                f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"]
+            )
+            # Object bytes are a column of their rows: they go with them.
+            for table in ("events", "consumers", "objects", "fanout_cursors", "input_outbox"):
+                await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
+            for table in ("subscriptions", "processor_checkpoints", "subscription_inbound"):
+                await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND path=$2", tenant, path)
+            await conn.execute("DELETE FROM streams WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
+            # Tails in other processes read again and see it gone (at commit).
+            await conn.execute("SELECT pg_notify('yoke_stream', $1)", f"{tenant}|{path}")
+        return stream_from_row(row)
+
     async def prune(self, now: int) -> int:
         removed = 0
         for tenant in await self._tenants():
@@ -838,6 +861,7 @@ class PostgresStore:
         if not rows:
             return ReadPage(exists=False, head=0, pruned_through=0, events=[])
         head, pruned_through, closed = rows[0][0], rows[0][1], rows[0][2]
+        stream_id, created_at = rows[0][15], rows[0][16]
         events: list[Event] = []
         sizes: list[int] = []
         total = 0
@@ -850,11 +874,11 @@ class PostgresStore:
                 capped = True  # yoke_read's one row past the cap
                 break
             total += size
-            events.append(event_from_row(tenant, path, r[3:]))
+            events.append(event_from_row(tenant, path, r[3:14]))
             sizes.append(size)
         return ReadPage(
             exists=True, head=head, pruned_through=pruned_through, events=events, closed=closed,
-            sizes=sizes, capped=capped,
+            sizes=sizes, capped=capped, stream_id=stream_id, created_at=created_at,
         )
 
     @retry_reads
