@@ -291,7 +291,7 @@ class Scheduler:
             tb = traceback.format_exc()
         finally:
             if host is not None and host.in_use:  # acquired, but process() was not reached
-                await self.hosts.release(host)
+                self.hosts.release(host)
         finished = time.time()
         if self.on_run is not None:
             self.on_run(row, started, finished, ok)

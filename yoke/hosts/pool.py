@@ -11,6 +11,7 @@ host sends ops; each is answered by the run's own OpHandler, as in-process.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
@@ -196,15 +197,32 @@ class HostPool:
         self.idle: list[Host] = []
         self.hosts: set[Host] = set()
         self.starting = 0
-        self.freed = asyncio.Condition()
+        self.waiters: collections.deque[asyncio.Future[Host]] = collections.deque()
         self.runs = itertools.count(1)
         self.closing = False
         self.started = 0  # host processes started (tests: replacements)
         self.warming: set[asyncio.Task[None]] = set()
 
     async def acquire(self) -> Host:
-        """A started host of this pool, idle; waits while all are busy."""
-        return await self._acquire()
+        """An idle started host of this pool; waits while all are busy
+        (starting one when the pool is below its size)."""
+        if self.closing:
+            raise HostFailure("the host pool is closing")
+        if self.idle:
+            host = self.idle.pop()
+            host.in_use = True
+            return host
+        waiter: asyncio.Future[Host] = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        self.warm()  # below its size (a host died): start one
+        try:
+            host = await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._release(waiter.result())  # handed over as we were cancelled: pass it on
+            raise
+        host.in_use = True
+        return host
 
     async def process(
         self, host: Host, ops: OpHandler, instance: InstanceInfo, event: Event, attempt: int,
@@ -234,10 +252,10 @@ class HostPool:
         finally:
             host.runs.pop(run, None)
             if finished and host.dead is None:
-                await self._release(host)
+                self._release(host)
             else:
                 host.kill(host.killed_because or "its run was cut short")
-                await self._forget(host)
+                self._forget(host)
 
     def warm(self) -> None:
         """Start hosts in the background up to the pool's size, so runs do
@@ -260,72 +278,45 @@ class HostPool:
             host = await self._start()
         except Exception as exc:
             log.warning("could not start a host: %s", exc)
-            host = None
+            # Runs waiting for a host fail rather than wait for one that
+            # cannot start (the next run tries again).
+            while self.waiters:
+                waiter = self.waiters.popleft()
+                if not waiter.done():
+                    waiter.set_exception(HostFailure(str(exc)))
+            return
         finally:
             self.starting -= 1
-        if host is not None:
-            await self._release(host)
-        else:
-            async with self.freed:
-                self.freed.notify()
+        self._release(host)
 
-    async def _acquire(self) -> Host:
-        async with self.freed:
-            while True:
-                if self.closing:
-                    raise HostFailure("the host pool is closing")
-                if self.idle:
-                    host = self.idle.pop()
-                    host.in_use = True
-                    return host
-                if len(self.hosts) + self.starting < self.size:
-                    self.starting += 1
-                    break
-                await self.freed.wait()
-        try:
-            host = await self._start()
-        finally:
-            async with self.freed:
-                self.starting -= 1
-                self.freed.notify()
-        host.in_use = True
-        return host
-
-    async def release(self, host: Host) -> None:
+    def release(self, host: Host) -> None:
         """Give back a host from acquire() that ran nothing."""
-        await self._release(host)
+        self._release(host)
 
-    async def _release(self, host: Host) -> None:
+    def _release(self, host: Host) -> None:
         host.in_use = False
-        async with self.freed:
-            if host.dead is None and host in self.hosts:
-                self.idle.append(host)
-            self.freed.notify()
+        if host.dead is not None or host not in self.hosts:
+            return
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(host)
+                return
+        self.idle.append(host)
 
-    async def _forget(self, host: Host) -> None:
+    def _forget(self, host: Host) -> None:
         host.in_use = False
-        async with self.freed:
-            self.hosts.discard(host)
-            if host in self.idle:
-                self.idle.remove(host)
-            self.freed.notify()
-
-    def gone(self, host: Host) -> None:
-        """A host's process ended (its reader saw it)."""
         self.hosts.discard(host)
         if host in self.idle:
             self.idle.remove(host)
+
+    def gone(self, host: Host) -> None:
+        """A host's process ended (its reader saw it)."""
+        self._forget(host)
         if not self.closing and host.killed_because is None:
             log.warning("host %s: %s", host.pid, host.dead)
         if not self.closing:
             self.warm()  # its replacement
-
-        async def notify() -> None:
-            async with self.freed:
-                self.freed.notify()
-
-        if not self.closing:
-            asyncio.get_running_loop().create_task(notify())
 
     async def _start(self) -> Host:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -351,7 +342,7 @@ class HostPool:
                 })
         except BaseException as exc:
             host.kill("it did not start")
-            await self._forget(host)
+            self._forget(host)
             if isinstance(exc, HostError):
                 raise HostFailure(f"a host could not start: {exc.message}") from None
             if isinstance(exc, TimeoutError):
@@ -361,12 +352,14 @@ class HostPool:
 
     async def close(self) -> None:
         self.closing = True
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(HostFailure("the host pool is closing"))
         for task in list(self.warming):
             task.cancel()
         if self.warming:
             await asyncio.wait(set(self.warming))
-        async with self.freed:
-            self.freed.notify_all()
         hosts = list(self.hosts)
         for host in hosts:
             host.writer.close()  # EOF: the host exits
