@@ -20,7 +20,7 @@ from ..events import (
 )
 from ..routing.filters import Filter
 from ..store.contract import ConsumerInfo, Limits, ReadPage, Retention, StreamInfo, StreamSettings
-from .append import new_stream_id
+from ..lifecycle import GLOBAL, new_stream_id
 from ..subscriptions.operator import Subscribed, Subscriptions, SubscriptionStatus
 from ..subscriptions.receivers import Receiver, copy_to_stream
 from .objects import StreamObjects
@@ -365,6 +365,7 @@ class Stream:
         work; tails end once they have delivered everything up to the head."""
         info = await self._update(closed=True)
         self.runtime.hub.wake(self.tenant, self.path)  # live tails read through and end
+        self.runtime.hub.wake(self.tenant, GLOBAL)  # the yoke.stream.closed fact
         return info
 
     async def set_retention(

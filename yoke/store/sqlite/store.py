@@ -25,6 +25,7 @@ import orjson
 
 from ... import errors
 from ...events import Event, PreparedEvent, now_ms
+from ...lifecycle import GLOBAL, STREAM_CLOSED, STREAM_CREATED, new_stream_id, stream_fact
 from ..contract import (
     CommitResult,
     ConsumerInfo,
@@ -303,9 +304,15 @@ class SqliteStore:
                 int(st.pinned), orjson.dumps(st.metadata).decode(),
             ),
         )
+        if path != GLOBAL:  # the global stream's own creation would take its offset 1
+            self._fact(conn, tenant, stream_fact(STREAM_CREATED, path, stream_id, created_at=now), now)
         row = self._stream_row(conn, tenant, path)
         assert row is not None
         return row, True
+
+    def _fact(self, conn: sqlite3.Connection, tenant: str, event: PreparedEvent, now: int) -> None:
+        """A lifecycle fact on the tenant's global stream, in the caller's transaction."""
+        self._commit_in(conn, tenant, GLOBAL, [event], [0], now, new_stream_id(), kernel=True)
 
     async def commit(
         self,
@@ -485,6 +492,8 @@ class SqliteStore:
                         " WHERE tenant_id=? AND path=?",
                         (*params, tenant, path),
                     )
+                if closed and not row["closed"]:
+                    self._fact(conn, tenant, stream_fact(STREAM_CLOSED, path, row["stream_id"]), now_ms())
             return self._info(conn, tenant, path)
 
         return await self._write(run)
