@@ -22,6 +22,7 @@ from .config import Settings
 from .events import MAX_PATH_CHARS, validate_path, validate_tenant
 from .store import Store, StreamInfo, connect_store
 from .streams.append import AppendService
+from .streams.connections import Connections
 from .streams.ephemeral import EphemeralBuffers
 from .streams.handle import Stream
 from .streams.retention import prune_forever, prune_once
@@ -46,6 +47,7 @@ class Runtime:
         self.hub = WakeupHub()
         self.buffers = EphemeralBuffers.from_settings(settings)
         self.shared_reads = SharedReads(self.hub)
+        self.connections = Connections(self)
         self.appends = AppendService(
             self._store, self.hub, self.buffers, max_group_events=settings.max_group_events
         )
@@ -91,6 +93,7 @@ class Runtime:
         """Stop accepting appends, finish the queued ones, stop background work."""
         if not self._started:
             return
+        await self.connections.close_all()  # their ends recorded while the store is open
         if self.executor is not None:
             # Runs finish first: they may still append.
             await self.executor.stop(self.settings.shutdown_timeout_s)

@@ -423,6 +423,11 @@ class PostgresStore:
         )
         return _commit_result(rows, events)
 
+    async def append_fact(self, tenant: str, event: PreparedEvent, now: int, new_stream_id: str) -> Outcome:
+        async with self._tx(tenant) as conn:
+            result = await self._commit_batch(conn, tenant, "/", [event], now, new_stream_id, kernel=True)
+        return result.outcomes[0]
+
     async def create_stream(
         self, tenant: str, path: str, stream_id: str, now: int, settings: StreamSettings
     ) -> tuple[StreamInfo, bool]:

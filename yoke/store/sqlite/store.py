@@ -310,6 +310,13 @@ class SqliteStore:
         assert row is not None
         return row, True
 
+    async def append_fact(self, tenant: str, event: PreparedEvent, now: int, new_stream_id: str) -> Outcome:
+        def run() -> Outcome:
+            with self._transaction() as conn:
+                return self._commit_in(conn, tenant, GLOBAL, [event], [0], now, new_stream_id, kernel=True).outcomes[0]
+
+        return await self._write(run)
+
     def _fact(self, conn: sqlite3.Connection, tenant: str, event: PreparedEvent, now: int) -> None:
         """A lifecycle fact on the tenant's global stream, in the caller's transaction."""
         self._commit_in(conn, tenant, GLOBAL, [event], [0], now, new_stream_id(), kernel=True)
