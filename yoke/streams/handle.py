@@ -154,7 +154,13 @@ class Stream:
         if include_ephemeral:
             buffer = self.runtime.buffers.get(self.tenant, self.path)
             if buffer is not None:
-                await buffer.settled()
+                await buffer.settled()  # this process's ephemeral commit in flight
+            if self.runtime.store.relays_ephemeral:
+                # Other processes' ephemeral events of this range, still on their way.
+                upto = page.events[-1].offset if page.capped or len(page.events) >= limit else page.head
+                await self.runtime.relay.settle(self.tenant, self.path, page, after, upto)
+                buffer = self.runtime.buffers.get(self.tenant, self.path)
+            if buffer is not None:
                 return buffer.merge_page(page, after, limit, max_bytes)
         return page
 
@@ -169,6 +175,8 @@ class Stream:
             raise errors.StreamNotFound(f"stream {self.path} does not exist", path=self.path)
         if page.events:
             return page.events[0]
+        if offset <= page.head and self.runtime.store.relays_ephemeral:
+            await self.runtime.relay.settle_one(self.tenant, self.path, offset, page.head)
         buffer = self.runtime.buffers.get(self.tenant, self.path)
         ephemeral = buffer.get(offset) if buffer is not None else None
         if ephemeral is not None:
