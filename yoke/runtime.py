@@ -168,6 +168,23 @@ class Runtime:
             self._state_dbs = StateDatabases(storage)
         return self._state_dbs
 
+    async def stream_deleted(self, tenant: str, path: str) -> None:
+        """What this process remembers of a deleted stream goes: its buffered
+        ephemeral events (an ephemeral commit in flight is waited for, its
+        events dropped too), the fan-out cursor it cached and the runners of
+        its subscriptions; its tails wake, read and end."""
+        buffer = self.buffers.get(tenant, path)
+        if buffer is not None:
+            self.buffers.discard(tenant, path)
+            await buffer.settled()
+            self.buffers.discard(tenant, path)
+        self.relay.forget(tenant, path)
+        if self.executor is not None:
+            self.executor.fanout.forget(tenant, path)
+        if self.deliveries is not None:
+            self.deliveries.stream_deleted(tenant, path)
+        self.hub.wake(tenant, path)
+
     def routing_changed(self, tenant: str) -> None:
         if self.executor is not None:
             self.executor.fanout.routing_changed(tenant)

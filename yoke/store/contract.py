@@ -64,6 +64,8 @@ class StreamInfo:
     usage: Usage = field(default_factory=Usage)
     pinned: bool = False  # a definition: retention, limits and metadata never change
     metadata: dict[str, Any] = field(default_factory=dict)
+    # A workflow definition's data handling pins (streams/pins.py), as stored.
+    data_handling: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,7 @@ class StreamSettings:
     limits: Limits = field(default_factory=Limits)
     pinned: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
+    data_handling: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +162,11 @@ class ReadPage:
     # its last one remain (a page of ``limit`` events may also be followed
     # by more; a shorter page that is not capped reached the head).
     capped: bool = False
+    # The lifetime the page was read from (``StreamInfo.stream_id`` and
+    # ``created_at``): a reader that sees it change knows the stream was
+    # deleted and created again since its last page.
+    stream_id: str = ""
+    created_at: int = 0
 
 
 WakeupCallback = Callable[[str, str], None]  # (tenant, path)
@@ -252,6 +260,15 @@ class Store(Protocol):
     ) -> StreamInfo | None:
         """Change settings; None when the stream does not exist. Retention
         and limits of a pinned stream raise ``StreamPinned``."""
+
+    async def delete_stream(self, tenant: str, path: str) -> StreamInfo | None:
+        """One transaction: remove the stream row and everything keyed by it
+        (events, consumers, objects and their bytes, the fan-out cursor, the
+        subscriptions it is the source of and their processor checkpoints,
+        the passive-fence records it keeps as a receiver), NOTIFY its
+        readers; returns the deleted stream as it was, None when missing.
+        A stream under legal hold raises ``LegalHold``, nothing removed. The
+        path can then be created again, with a new ``stream_id``."""
 
     async def prune(self, now: int) -> int:
         """One retention pass over every tenant; returns events removed."""

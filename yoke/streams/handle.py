@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import asdict
@@ -25,6 +26,7 @@ from ..subscriptions.operator import Subscribed, Subscriptions, SubscriptionStat
 from ..subscriptions.receivers import Receiver, copy_to_stream
 from .connections import Connection
 from .objects import StreamObjects
+from .pins import DataHandling
 from .tail import tail
 
 if TYPE_CHECKING:
@@ -160,6 +162,8 @@ class Stream:
                 upto = page.events[-1].offset if page.capped or len(page.events) >= limit else page.head
                 await self.runtime.relay.settle(self.tenant, self.path, page, after, upto)
                 buffer = self.runtime.buffers.get(self.tenant, self.path)
+            if buffer is not None:
+                buffer = self.runtime.buffers.of_lifetime(buffer, page.stream_id)
             if buffer is not None:
                 return buffer.merge_page(page, after, limit, max_bytes)
         return page
@@ -361,8 +365,11 @@ class Stream:
         limits: Limits | None = None,
         pinned: bool = False,
         metadata: Mapping[str, Any] | None = None,
+        data_handling: DataHandling | None = None,
     ) -> tuple[StreamInfo, bool]:
-        """Like ``create``; also says whether this call created the stream."""
+        """Like ``create``; also says whether this call created the stream.
+        ``data_handling``: a workflow definition's pins (``pins.py``; only
+        with ``pinned``)."""
         if metadata is not None and not isinstance(metadata, Mapping):
             raise errors.InvalidInput("metadata must be an object", field="metadata")
         if metadata:
@@ -372,7 +379,10 @@ class Stream:
             limits=check_limits(limits or Limits()),
             pinned=bool(pinned),
             metadata=dict(metadata or {}),
+            data_handling=None if data_handling is None else data_handling.to_dict(),
         )
+        if data_handling is not None and not pinned:
+            raise errors.InvalidInput("data handling is pinned by a definition: give pinned=True", field="pinned")
         info, created = await self.runtime.store.create_stream(
             self.tenant, self.path, new_stream_id(), now_ms(), settings
         )
@@ -380,6 +390,7 @@ class Stream:
             (info.retention, info.limits) != (settings.retention, settings.limits)
             or json_text(info.metadata, "metadata") != json_text(settings.metadata, "metadata")  # true is not 1
             or (settings.pinned and not info.pinned)
+            or info.data_handling != settings.data_handling
         ):
             raise errors.StreamExists(
                 f"stream {info.path} already exists with another definition", path=info.path,
@@ -400,6 +411,36 @@ class Stream:
         self.runtime.hub.wake(self.tenant, self.path)  # live tails read through and end
         self.runtime.hub.wake(self.tenant, GLOBAL)  # the yoke.stream.closed fact
         return info
+
+    async def delete(self) -> StreamInfo:
+        """Delete the stream and everything kept for it, in one transaction:
+        its events, consumers, objects (and their bytes), fan-out cursor, the
+        subscriptions it is the source of (with their processor checkpoints)
+        and the passive-fence records it keeps as a receiver. Returns the
+        deleted stream as it was.
+
+        Open tails of it end (Python: the iteration stops; SSE: a final
+        ``deleted`` event). The path can be created again, by ``create`` or
+        an append, as a new stream: a new ``stream_id`` and ``created_at``,
+        offsets from 1; a subscription of the old one never delivers again.
+        Refused with ``LegalHold`` while a legal hold is on, and for the
+        tenant's global stream ``/`` (``GlobalStreamKept``)."""
+        if self.path == "/":
+            raise errors.GlobalStreamKept(
+                "the tenant's global stream / cannot be deleted", path=self.path
+            )
+        info = await self.info()
+        # Lifetimes are ordered by created_at (the receivers' fence compares
+        # it): a path created again within the old one's millisecond would
+        # tie with it. So the clock must have passed it (at most 1 ms).
+        ahead_ms = info.created_at - now_ms() + 1
+        if ahead_ms > 0:
+            await asyncio.sleep(min(ahead_ms, 1000) / 1000)
+        deleted = await self.runtime.store.delete_stream(self.tenant, self.path)
+        if deleted is None:
+            raise errors.StreamNotFound(f"stream {self.path} does not exist", path=self.path)
+        await self.runtime.stream_deleted(self.tenant, self.path)
+        return deleted
 
     async def set_retention(
         self, *, max_age_s: float | None = None, max_events: int | None = None
@@ -443,8 +484,12 @@ class Stream:
 
 
 def definition_of(info: StreamInfo) -> dict[str, Any]:
-    """What a create request defines: retention, limits, metadata."""
-    return {"retention": asdict(info.retention), "limits": asdict(info.limits), "metadata": info.metadata}
+    """What a create request defines: retention, limits, metadata (and the
+    data handling a workflow definition pins)."""
+    definition = {"retention": asdict(info.retention), "limits": asdict(info.limits), "metadata": info.metadata}
+    if info.data_handling is not None:
+        definition["data_handling"] = info.data_handling
+    return definition
 
 
 CONSUMER_RE = re.compile(r"[A-Za-z0-9._:@\-]{1,128}")
