@@ -184,6 +184,7 @@ class Runtime:
         if self.deliveries is not None:
             self.deliveries.stream_deleted(tenant, path)
         self.hub.wake(tenant, path)
+        self.hub.wake(tenant, "/")  # the yoke.stream.deleted fact
 
     def routing_changed(self, tenant: str) -> None:
         if self.executor is not None:

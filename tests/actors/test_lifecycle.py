@@ -35,6 +35,15 @@ async def test_stream_created_and_closed_are_facts_on_the_global_stream(fresh_ur
         [closed] = await facts(y, "yoke.stream.closed")
         assert closed.payload == {"path": "/orders", "stream_id": info.stream_id}
         assert [e.type for e in await orders.read()] == ["order.placed"]  # its own log is untouched
+        # Deleted: the fact outlives the stream's own log.
+        gone = y.stream("/gone", T)
+        await gone.append({"type": "x"})
+        gone_id = (await gone.info()).stream_id
+        await gone.delete()
+        [deleted] = await facts(y, "yoke.stream.deleted")
+        assert deleted.payload == {"path": "/gone", "stream_id": gone_id}
+        await gone.append({"type": "again"})  # a new stream on the path: created again
+        assert [e.payload["path"] for e in await facts(y, "yoke.stream.created")][-2:] == ["/gone", "/gone"]
         # The global stream closed still takes kernel facts (and records its own close).
         await y.stream("/", T).close()
         await y.stream("/later", T).create()

@@ -121,6 +121,19 @@ async def test_a_failing_callback_and_a_closed_stream_end_it(y, tenant):
     assert closed["e"]["reason"] == "stream_closed"
 
 
+async def test_deleting_the_stream_ends_it(y, tenant):
+    s = y.stream("/doomed", tenant)
+    await s.append({"type": "x"})
+    got = Collector()
+    conn = await s.open_connection(connection_key="k", on_batch=got, replay_after=0)
+    assert [e.type for e in await got.events(1)] == ["x"]
+    await s.delete()
+    async with asyncio.timeout(WAIT_S):
+        assert await conn.wait() == "stream_deleted"
+    [closed] = [f for f in await connection_facts(y, tenant) if f.type.endswith("closed")]
+    assert closed.payload["reason"] == "stream_deleted"
+
+
 async def test_state_updates_instead_of_events(y, tenant):
     s = y.stream("/agents/reviewer", tenant)
     await s.append({"type": "hello"})

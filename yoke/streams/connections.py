@@ -50,7 +50,7 @@ class Connection:
     with``) ends it; ``await wait()`` returns why it ended: ``closed``,
     ``replaced`` (another connection took its key), ``disconnected`` (its
     HTTP client went away), ``stream_closed`` (the stream was closed and
-    everything delivered), ``failed`` (``error`` says why: the callback
+    everything delivered), ``stream_deleted``, ``failed`` (``error`` says why: the callback
     raised, the filter failed, the cursor was removed by retention) or
     ``shutdown``."""
 
@@ -172,6 +172,8 @@ class Connections:
             else:
                 ended = await self._states(connection, on_batch)
             connection._end(connection._stop_reason if connection._stop.is_set() else ended)
+        except errors.StreamDeleted:
+            connection._end("stream_deleted")
         except errors.YokeError as exc:  # cursor_gone, filter_failed, runtime_closed
             connection._end("failed", exc)
         except asyncio.CancelledError:

@@ -25,7 +25,7 @@ import orjson
 
 from ... import errors
 from ...events import Event, PreparedEvent, now_ms
-from ...lifecycle import GLOBAL, STREAM_CLOSED, STREAM_CREATED, new_stream_id, stream_fact
+from ...lifecycle import GLOBAL, STREAM_CLOSED, STREAM_CREATED, STREAM_DELETED, new_stream_id, stream_fact
 from ..contract import (
     CommitResult,
     ConsumerInfo,
@@ -540,6 +540,8 @@ class SqliteStore:
                 for table in self._BY_PATH:
                     conn.execute(f"DELETE FROM {table} WHERE tenant_id=? AND path=?", (tenant, path))
                 conn.execute("DELETE FROM streams WHERE tenant_id=? AND sid=?", (tenant, sid))
+                if path != GLOBAL:  # (the global stream is never deleted)
+                    self._fact(conn, tenant, stream_fact(STREAM_DELETED, path, s["stream_id"]), now_ms())
             # After the commit, still on the writer thread: no upload (nor a
             # new stream that reuses this sid) runs in between. A crash here
             # leaves files no row names, never a row without its file.
