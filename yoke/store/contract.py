@@ -104,6 +104,8 @@ class ObjectInfo:
     created_at: int
     expires_at: int
     committed_offset: int | None
+    schema: str | None = None  # pinned at prepare: the schema the bytes follow
+    authorization: dict[str, Any] | None = None  # the receipt of who prepared it
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +288,7 @@ class Store(Protocol):
     async def prepare_object(
         self, tenant: str, path: str, object_id: str, key: str, sha256: str, size: int,
         content_type: str, now: int, expires_at: int, new_stream_id: str,
+        schema: str | None = None, authorization: dict[str, Any] | None = None,
     ) -> ObjectInfo:
         """Record an intent; the same idempotency key returns the existing one.
         A closed stream takes no new intent (``StreamClosed``); a retry that

@@ -110,7 +110,7 @@ class Stream:
             raise refusal_error(refusal, self.path, prepared)
         self.runtime.hub.wake(self.tenant, self.path)
         self.runtime.inputs.kick()
-        return [AppendResult(o.offset, o.id) for o in result.outcomes]  # type: ignore[arg-type]
+        return [AppendResult(o.offset, o.id, o.at) for o in result.outcomes]  # type: ignore[arg-type]
 
     async def _append(
         self, events: Iterable[Mapping[str, Any]], *, trusted: bool, kernel_key: bool = False

@@ -15,6 +15,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
@@ -717,6 +718,7 @@ class PostgresStore:
     async def prepare_object(
         self, tenant: str, path: str, object_id: str, key: str, sha256: str, size: int,
         content_type: str, now: int, expires_at: int, new_stream_id: str,
+        schema: str | None = None, authorization: dict[str, Any] | None = None,
     ) -> ObjectInfo:
         async with self._tx(tenant) as conn:
             await self._ensure_stream(conn, tenant, path, new_stream_id, now)
@@ -733,9 +735,10 @@ class PostgresStore:
                 return object_from_row(path, row)
             await conn.execute(
                 "INSERT INTO objects (tenant_id, sid, object_id, idempotency_key, sha256, size,"
-                " content_type, state, created_at, expires_at)"
-                " VALUES ($1,$2,$3,$4,$5,$6,$7,'prepared',$8,$9) ON CONFLICT DO NOTHING",
-                tenant, sid, object_id, key, sha256, size, content_type, now, expires_at,
+                " content_type, state, created_at, expires_at, schema_ref, auth_receipt)"
+                " VALUES ($1,$2,$3,$4,$5,$6,$7,'prepared',$8,$9,$10,$11::json) ON CONFLICT DO NOTHING",
+                tenant, sid, object_id, key, sha256, size, content_type, now, expires_at, schema,
+                None if authorization is None else orjson.dumps(authorization).decode(),
             )
             row = await conn.fetchrow(
                 f"SELECT {OBJECT_COLUMNS} FROM objects WHERE tenant_id=$1 AND sid=$2 AND idempotency_key=$3",

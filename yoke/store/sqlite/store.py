@@ -706,6 +706,7 @@ class SqliteStore:
     async def prepare_object(
         self, tenant: str, path: str, object_id: str, key: str, sha256: str, size: int,
         content_type: str, now: int, expires_at: int, new_stream_id: str,
+        schema: str | None = None, authorization: dict[str, Any] | None = None,
     ) -> ObjectInfo:
         def run() -> ObjectInfo:
             with self._transaction() as conn:
@@ -720,9 +721,10 @@ class SqliteStore:
                     return object_from_row(path, row)
                 conn.execute(
                     "INSERT INTO objects (tenant_id, sid, object_id, idempotency_key, sha256, size,"
-                    " content_type, state, created_at, expires_at)"
-                    " VALUES (?,?,?,?,?,?,?, 'prepared', ?, ?) ON CONFLICT DO NOTHING",
-                    (tenant, s["sid"], object_id, key, sha256, size, content_type, now, expires_at),
+                    " content_type, state, created_at, expires_at, schema_ref, auth_receipt)"
+                    " VALUES (?,?,?,?,?,?,?, 'prepared', ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    (tenant, s["sid"], object_id, key, sha256, size, content_type, now, expires_at, schema,
+                     None if authorization is None else orjson.dumps(authorization).decode()),
                 )
                 row = conn.execute(
                     f"SELECT {OBJECT_COLUMNS} FROM objects WHERE tenant_id=? AND sid=? AND idempotency_key=?",
