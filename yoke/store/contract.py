@@ -15,6 +15,7 @@ from ..events import Event, PreparedEvent
 
 if TYPE_CHECKING:
     from .actors import ActorStore
+    from .outbox import OutboxStore
     from .subscriptions import SubscriptionStore
 
 
@@ -103,6 +104,8 @@ class ObjectInfo:
     created_at: int
     expires_at: int
     committed_offset: int | None
+    schema: str | None = None  # pinned at prepare: the schema the bytes follow
+    authorization: dict[str, Any] | None = None  # the receipt of who prepared it
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +182,7 @@ class Store(Protocol):
 
     actors: ActorStore  # the actor tables (store/actors.py)
     subscriptions: SubscriptionStore  # subscriptions, fences, checkpoints (store/subscriptions.py)
+    outbox: OutboxStore  # input records' delivery outbox (store/outbox.py)
 
     # Whether ephemeral events travel between processes (PostgreSQL): then
     # ``commit`` relays them and ``on_ephemeral`` receives other processes'.
@@ -291,6 +295,7 @@ class Store(Protocol):
     async def prepare_object(
         self, tenant: str, path: str, object_id: str, key: str, sha256: str, size: int,
         content_type: str, now: int, expires_at: int, new_stream_id: str,
+        schema: str | None = None, authorization: dict[str, Any] | None = None,
     ) -> ObjectInfo:
         """Record an intent; the same idempotency key returns the existing one.
         A closed stream takes no new intent (``StreamClosed``); a retry that

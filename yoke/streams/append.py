@@ -247,7 +247,7 @@ class Appender:
                     assert o.offset is not None
                     buffer.add(e, o.offset, now)
             if not request.future.done():
-                request.future.set_result([AppendResult(o.offset, o.id) for o in outcomes])  # type: ignore[arg-type]
+                request.future.set_result([AppendResult(o.offset, o.id, o.at) for o in outcomes])  # type: ignore[arg-type]
         if buffer is not None:
             buffer.end_commit()
         service.appended(self.tenant, self.path, len(events))

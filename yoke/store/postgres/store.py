@@ -15,6 +15,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
@@ -53,6 +54,7 @@ from ..rows import (
 )
 from .actors import PgActorStore
 from .faults import connection_lost, is_closed, refused_before_send, rolled_back
+from .outbox import PgOutboxStore
 from .subscriptions import PgSubscriptionStore
 from .listener import Listener
 from .relay import encode as encode_relayed
@@ -179,6 +181,7 @@ class PostgresStore:
         self.listener: Listener | None = None
         self.actors = PgActorStore(self)
         self.subscriptions = PgSubscriptionStore(self)
+        self.outbox = PgOutboxStore(self)
         # Server pids of this pool's open connections: their NOTIFYs announce
         # what this process already woke itself for, so the listener skips
         # them. A pid leaves with its connection: PostgreSQL reuses pids, and
@@ -548,7 +551,7 @@ class PostgresStore:
                 f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"]
             )
             # Object bytes are a column of their rows: they go with them.
-            for table in ("events", "consumers", "objects", "fanout_cursors"):
+            for table in ("events", "consumers", "objects", "fanout_cursors", "input_outbox"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
             for table in ("subscriptions", "processor_checkpoints", "subscription_inbound"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND path=$2", tenant, path)
@@ -724,6 +727,7 @@ class PostgresStore:
     async def prepare_object(
         self, tenant: str, path: str, object_id: str, key: str, sha256: str, size: int,
         content_type: str, now: int, expires_at: int, new_stream_id: str,
+        schema: str | None = None, authorization: dict[str, Any] | None = None,
     ) -> ObjectInfo:
         async with self._tx(tenant) as conn:
             await self._ensure_stream(conn, tenant, path, new_stream_id, now)
@@ -740,9 +744,10 @@ class PostgresStore:
                 return object_from_row(path, row)
             await conn.execute(
                 "INSERT INTO objects (tenant_id, sid, object_id, idempotency_key, sha256, size,"
-                " content_type, state, created_at, expires_at)"
-                " VALUES ($1,$2,$3,$4,$5,$6,$7,'prepared',$8,$9) ON CONFLICT DO NOTHING",
-                tenant, sid, object_id, key, sha256, size, content_type, now, expires_at,
+                " content_type, state, created_at, expires_at, schema_ref, auth_receipt)"
+                " VALUES ($1,$2,$3,$4,$5,$6,$7,'prepared',$8,$9,$10,$11::json) ON CONFLICT DO NOTHING",
+                tenant, sid, object_id, key, sha256, size, content_type, now, expires_at, schema,
+                None if authorization is None else orjson.dumps(authorization).decode(),
             )
             row = await conn.fetchrow(
                 f"SELECT {OBJECT_COLUMNS} FROM objects WHERE tenant_id=$1 AND sid=$2 AND idempotency_key=$3",

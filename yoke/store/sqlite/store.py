@@ -58,6 +58,7 @@ from ..rows import (
 from ..faults import log_retried, retry_reads, unavailable
 from ..schema import Migration, Recorded, check_recorded, read_migrations
 from .actors import SqliteActorStore
+from .outbox import SqliteOutboxStore
 from .subscriptions import SqliteSubscriptionStore
 
 T = TypeVar("T")
@@ -149,6 +150,7 @@ class SqliteStore:
         self._wconn: sqlite3.Connection | None = None
         self.actors = SqliteActorStore(self)
         self.subscriptions = SqliteSubscriptionStore(self)
+        self.outbox = SqliteOutboxStore(self)
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -517,7 +519,7 @@ class SqliteStore:
         return await self._write(run)
 
     # Tables whose rows belong to one stream, by its sid or by its path.
-    _BY_SID = ("events", "consumers", "objects", "fanout_cursors")
+    _BY_SID = ("events", "consumers", "objects", "fanout_cursors", "input_outbox")
     _BY_PATH = ("subscriptions", "processor_checkpoints", "subscription_inbound")
 
     async def delete_stream(self, tenant: str, path: str) -> StreamInfo | None:
@@ -722,6 +724,7 @@ class SqliteStore:
     async def prepare_object(
         self, tenant: str, path: str, object_id: str, key: str, sha256: str, size: int,
         content_type: str, now: int, expires_at: int, new_stream_id: str,
+        schema: str | None = None, authorization: dict[str, Any] | None = None,
     ) -> ObjectInfo:
         def run() -> ObjectInfo:
             with self._transaction() as conn:
@@ -736,9 +739,10 @@ class SqliteStore:
                     return object_from_row(path, row)
                 conn.execute(
                     "INSERT INTO objects (tenant_id, sid, object_id, idempotency_key, sha256, size,"
-                    " content_type, state, created_at, expires_at)"
-                    " VALUES (?,?,?,?,?,?,?, 'prepared', ?, ?) ON CONFLICT DO NOTHING",
-                    (tenant, s["sid"], object_id, key, sha256, size, content_type, now, expires_at),
+                    " content_type, state, created_at, expires_at, schema_ref, auth_receipt)"
+                    " VALUES (?,?,?,?,?,?,?, 'prepared', ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    (tenant, s["sid"], object_id, key, sha256, size, content_type, now, expires_at, schema,
+                     None if authorization is None else orjson.dumps(authorization).decode()),
                 )
                 row = conn.execute(
                     f"SELECT {OBJECT_COLUMNS} FROM objects WHERE tenant_id=? AND sid=? AND idempotency_key=?",
