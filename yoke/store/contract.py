@@ -315,6 +315,11 @@ class Store(Protocol):
 
     async def abort_object(self, tenant: str, path: str, object_id: str) -> ObjectInfo | None: ...
 
+    async def pending_deletions(self) -> int:
+        """Object bytes queued for deletion, not deleted yet: the deletion
+        outbox (SQLite, whose object bytes are files; PostgreSQL keeps them
+        in the object's row, deleted in the same transaction: always 0)."""
+
     async def cleanup_objects(self, now: int) -> int:
         """Remove aborted and expired uncommitted objects (not under legal hold)."""
 

@@ -537,6 +537,7 @@ class SqliteStore:
                         "SELECT object_id FROM objects WHERE tenant_id=? AND sid=?", (tenant, sid)
                     )
                 ]
+                self._queue_deletions(conn, [(tenant, sid, object_id) for object_id in objects])
                 for table in self._BY_SID:
                     conn.execute(f"DELETE FROM {table} WHERE tenant_id=? AND sid=?", (tenant, sid))
                 for table in self._BY_PATH:
@@ -546,13 +547,9 @@ class SqliteStore:
                     self._fact(conn, tenant, stream_fact(STREAM_DELETED, path, s["stream_id"]), now_ms())
             # After the commit, still on the writer thread: no upload (nor a
             # new stream that reuses this sid) runs in between. A crash here
-            # leaves files no row names, never a row without its file.
-            for object_id in objects:
-                target = self._object_file(tenant, sid, object_id)
-                target.unlink(missing_ok=True)
-                target.with_suffix(".part").unlink(missing_ok=True)
-            with suppress(OSError):
-                self._object_file(tenant, sid, "x").parent.rmdir()  # only when empty
+            # leaves the files queued in object_deletions, never a row
+            # without its file; the next cleanup pass deletes them.
+            self._drain_deletions()
             return info
 
         return await self._write(run)
@@ -718,6 +715,41 @@ class SqliteStore:
     def _object_file(self, tenant: str, sid: int, object_id: str) -> Path:
         return self.path.parent / "objects" / tenant / str(sid) / object_id
 
+    # --- the deletion outbox (migration 0007) ---------------------------------
+    # Object bytes are files: the rows that delete objects queue their files
+    # in the same transaction, and the files go after the commit.
+
+    @staticmethod
+    def _queue_deletions(conn: sqlite3.Connection, objects: list[tuple[str, int, str]]) -> None:
+        conn.executemany(
+            "INSERT OR IGNORE INTO object_deletions VALUES (?, ?, ?, ?)",
+            [(tenant, sid, object_id, now_ms()) for tenant, sid, object_id in objects],
+        )
+
+    def _drain_deletions(self) -> int:
+        """Delete the queued files, then their rows (writer thread)."""
+        conn = self._wconn
+        assert conn is not None
+        queued = conn.execute("SELECT tenant_id, sid, object_id FROM object_deletions").fetchall()
+        for tenant, sid, object_id in queued:
+            target = self._object_file(tenant, sid, object_id)
+            target.unlink(missing_ok=True)
+            target.with_suffix(".part").unlink(missing_ok=True)
+            with suppress(OSError):
+                target.parent.rmdir()  # only when empty
+            with self._transaction() as conn:
+                conn.execute(
+                    "DELETE FROM object_deletions WHERE tenant_id=? AND sid=? AND object_id=?",
+                    (tenant, sid, object_id),
+                )
+        return len(queued)
+
+    async def pending_deletions(self) -> int:
+        """Object files queued for deletion and not deleted yet."""
+        return await self._read(
+            lambda: self._rconn().execute("SELECT count(*) FROM object_deletions").fetchone()[0]
+        )
+
     def _object_row(self, conn: sqlite3.Connection, tenant: str, path: str, object_id: str) -> Any:
         return conn.execute(OBJECT_SELECT, (tenant, path, object_id)).fetchone()
 
@@ -831,14 +863,17 @@ class SqliteStore:
                 " AND (o.state = 'aborted' OR o.expires_at < ?)",
                 (now,),
             ).fetchall()
+            self._drain_deletions()  # what a crash left queued
             for tenant, sid, object_id in doomed:
                 with self._transaction() as conn:
-                    conn.execute(
+                    gone = conn.execute(
                         "DELETE FROM objects WHERE tenant_id=? AND sid=? AND object_id=?"
                         " AND state != 'committed'",
                         (tenant, sid, object_id),
-                    )
-                self._object_file(tenant, sid, object_id).unlink(missing_ok=True)
+                    ).rowcount
+                    if gone:
+                        self._queue_deletions(conn, [(tenant, sid, object_id)])
+            self._drain_deletions()
             return len(doomed)
 
         return await self._write(run)
