@@ -24,6 +24,7 @@ from .store import Store, StreamInfo, connect_store
 from .streams.append import AppendService
 from .streams.ephemeral import EphemeralBuffers
 from .streams.handle import Stream
+from .streams.gaps import Gaps
 from .streams.inputs import InputDispatcher
 from .streams.relay import EphemeralRelay
 from .streams.retention import prune_forever, prune_once
@@ -55,6 +56,7 @@ class Runtime:
         )
         self.tokens = Tokens(self._store)
         self.inputs = InputDispatcher(self)
+        self.gaps = Gaps(self)
         self._tasks: list[asyncio.Task[Any]] = []
         self._started = False
 
