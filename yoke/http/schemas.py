@@ -903,6 +903,20 @@ SSE_EXAMPLE = (
     ": ping\n\n"
     'event: closed\ndata: {"path":"/orders","closed":true}\n\n'
 )
+CONNECTION_EXAMPLE = (
+    'event: opened\ndata: {"connection_id":"conn_0123456789abcdef","connection_key":"browser","after":0}\n\n'
+    'id: 1\ndata: {"offset":1,"id":"' + EVENT_ID + '","type":"order.placed","payload":{"order_id":"A-1"},...}\n\n'
+    ": ping\n\n"
+    'event: ended\ndata: {"reason":"replaced"}\n\n'
+)
+CONNECTION_ANSWER = text_answer(
+    "text/event-stream",
+    "Server-Sent Events: `event: opened` (connection id), then each event as `id: <offset>` and"
+    " `data: <event JSON>` (with events=false: `event: state` and the stream's reduced state as data);"
+    " `: ping` comments while idle; `event: ended` with the reason (replaced, stream_closed, failed with"
+    " its error, shutdown) when it ends. Disconnecting closes it.",
+    CONNECTION_EXAMPLE,
+)
 SSE_ANSWER = text_answer(
     "text/event-stream",
     "Server-Sent Events: each event as `id: <offset>` and `data: <event JSON>`; `: ping` comments while idle;"

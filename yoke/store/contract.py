@@ -258,6 +258,13 @@ class Store(Protocol):
     ) -> tuple[StreamInfo, bool]:
         """Create the stream if missing; returns (info, created)."""
 
+    async def append_fact(self, tenant: str, event: PreparedEvent, now: int, new_stream_id: str) -> Outcome:
+        """Append one lifecycle fact (yoke/lifecycle.py) to the tenant's
+        global stream ``/``, as kernel bookkeeping: a closed or full ``/``
+        still takes it. Stream and instance facts are appended by the store
+        itself, in the transaction of their change (``closed`` included:
+        ``update_stream`` records ``yoke.stream.closed`` when it closes)."""
+
     async def update_stream(
         self,
         tenant: str,

@@ -22,7 +22,8 @@ import asyncpg
 import orjson
 
 from ... import errors
-from ...events import Event, PreparedEvent
+from ...events import Event, PreparedEvent, now_ms
+from ...lifecycle import STREAM_DELETED, new_stream_id, stream_fact
 from ..faults import log_retried, retry_reads, unavailable
 from ..contract import (
     CommitResult,
@@ -471,6 +472,11 @@ class PostgresStore:
         )
         return _commit_result(rows, events)
 
+    async def append_fact(self, tenant: str, event: PreparedEvent, now: int, new_stream_id: str) -> Outcome:
+        async with self._tx(tenant) as conn:
+            result = await self._commit_batch(conn, tenant, "/", [event], now, new_stream_id, kernel=True)
+        return result.outcomes[0]
+
     async def create_stream(
         self, tenant: str, path: str, stream_id: str, now: int, settings: StreamSettings
     ) -> tuple[StreamInfo, bool]:
@@ -552,6 +558,9 @@ class PostgresStore:
             for table in ("subscriptions", "processor_checkpoints", "subscription_inbound"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND path=$2", tenant, path)
             await conn.execute("DELETE FROM streams WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
+            if path != "/":  # (the global stream is never deleted)
+                fact = stream_fact(STREAM_DELETED, path, row["stream_id"])
+                await self._commit_batch(conn, tenant, "/", [fact], now_ms(), new_stream_id(), kernel=True)
             # Tails in other processes read again and see it gone (at commit).
             await conn.execute("SELECT pg_notify('yoke_stream', $1)", f"{tenant}|{path}")
         return stream_from_row(row)

@@ -25,6 +25,7 @@ import orjson
 
 from ... import errors
 from ...events import Event, PreparedEvent, now_ms
+from ...lifecycle import GLOBAL, STREAM_CLOSED, STREAM_CREATED, STREAM_DELETED, new_stream_id, stream_fact
 from ..contract import (
     CommitResult,
     ConsumerInfo,
@@ -318,9 +319,22 @@ class SqliteStore:
                 None if st.data_handling is None else orjson.dumps(st.data_handling).decode(),
             ),
         )
+        if path != GLOBAL:  # the global stream's own creation would take its offset 1
+            self._fact(conn, tenant, stream_fact(STREAM_CREATED, path, stream_id, created_at=now), now)
         row = self._stream_row(conn, tenant, path)
         assert row is not None
         return row, True
+
+    async def append_fact(self, tenant: str, event: PreparedEvent, now: int, new_stream_id: str) -> Outcome:
+        def run() -> Outcome:
+            with self._transaction() as conn:
+                return self._commit_in(conn, tenant, GLOBAL, [event], [0], now, new_stream_id, kernel=True).outcomes[0]
+
+        return await self._write(run)
+
+    def _fact(self, conn: sqlite3.Connection, tenant: str, event: PreparedEvent, now: int) -> None:
+        """A lifecycle fact on the tenant's global stream, in the caller's transaction."""
+        self._commit_in(conn, tenant, GLOBAL, [event], [0], now, new_stream_id(), kernel=True)
 
     async def commit(
         self,
@@ -500,6 +514,8 @@ class SqliteStore:
                         " WHERE tenant_id=? AND path=?",
                         (*params, tenant, path),
                     )
+                if closed and not row["closed"]:
+                    self._fact(conn, tenant, stream_fact(STREAM_CLOSED, path, row["stream_id"]), now_ms())
             return self._info(conn, tenant, path)
 
         return await self._write(run)
@@ -529,6 +545,8 @@ class SqliteStore:
                 for table in self._BY_PATH:
                     conn.execute(f"DELETE FROM {table} WHERE tenant_id=? AND path=?", (tenant, path))
                 conn.execute("DELETE FROM streams WHERE tenant_id=? AND sid=?", (tenant, sid))
+                if path != GLOBAL:  # (the global stream is never deleted)
+                    self._fact(conn, tenant, stream_fact(STREAM_DELETED, path, s["stream_id"]), now_ms())
             # After the commit, still on the writer thread: no upload (nor a
             # new stream that reuses this sid) runs in between. A crash here
             # leaves the files queued in object_deletions, never a row
