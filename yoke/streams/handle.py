@@ -21,7 +21,7 @@ from ..events import (
 from ..routing.filters import Filter
 from ..store.contract import ConsumerInfo, Limits, ReadPage, Retention, StreamInfo, StreamSettings
 from .append import new_stream_id
-from ..subscriptions.operator import Subscribed, Subscriptions, SubscriptionStatus
+from ..subscriptions.operator import HISTORY_SCAN, History, Subscribed, Subscriptions, SubscriptionStatus
 from ..subscriptions.receivers import Receiver
 from .objects import StreamObjects
 from .tail import tail
@@ -251,6 +251,11 @@ class Stream:
 
     async def subscriptions(self) -> list[SubscriptionStatus]:
         return await Subscriptions(self).list()
+
+    async def subscription_history(self, name: str, *, after: int = 0, scan: int = HISTORY_SCAN) -> History:
+        """The subscription's control events from this stream's log (a page:
+        read on after ``scanned_through`` until it reaches ``head``)."""
+        return await Subscriptions(self).history(name, after=after, scan=scan)
 
     async def wait_until_processed(
         self, name: str, offset: int, timeout_s: float = 20.0

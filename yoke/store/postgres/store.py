@@ -31,6 +31,7 @@ from ..contract import (
     Retention,
     StreamInfo,
     StreamSettings,
+    StreamTotals,
     TokenInfo,
     WakeupCallback,
 )
@@ -818,6 +819,14 @@ class PostgresStore:
                 f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant_id=$1 AND path=$2", tenant, path
             )
         return stream_from_row(row) if row else None
+
+    @retry_reads
+    async def stream_totals(self, tenant: str) -> StreamTotals:
+        async with self._tx(tenant) as conn:
+            row = await conn.fetchrow(
+                "SELECT count(*), coalesce(sum(head), 0)::bigint FROM streams WHERE tenant_id=$1", tenant
+            )
+        return StreamTotals(row[0], row[1])
 
     @retry_reads
     async def list_streams(

@@ -35,6 +35,7 @@ from ..contract import (
     Retention,
     StreamInfo,
     StreamSettings,
+    StreamTotals,
     TokenInfo,
     WakeupCallback,
 )
@@ -889,6 +890,16 @@ class SqliteStore:
             sizes=sizes,
             capped=capped,
         )
+
+    @retry_reads
+    async def stream_totals(self, tenant: str) -> StreamTotals:
+        def run() -> StreamTotals:
+            row = self._rconn().execute(
+                "SELECT count(*), coalesce(sum(head), 0) FROM streams WHERE tenant_id=?", (tenant,)
+            ).fetchone()
+            return StreamTotals(row[0], row[1])
+
+        return await self._read(run)
 
     @retry_reads
     async def list_streams(
