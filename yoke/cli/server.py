@@ -131,7 +131,7 @@ def serve(
         fail(listen_failure(exc, settings.host, settings.port))
     app = load_app_or_fail(app_spec) if app_spec is not None else None
 
-    def on_ready(settings: Settings, token: str) -> None:
+    def on_ready(settings: Settings, token: str, console: str) -> None:
         from .. import tokenfile
 
         token_file = str(tokenfile.token_file(settings.data_dir, settings.port))
@@ -140,13 +140,13 @@ def serve(
             emit(
                 {
                     "url": url, "token_file": token_file, "database_url": redact(settings.database_url),
-                    "app": app_spec, "executor": not no_executor,
+                    "app": app_spec, "executor": not no_executor, "console": console,
                 },
                 True, str,
             )
             sys.stdout.flush()
             return
-        print_banner(settings, token, token_file)
+        print_banner(settings, token, token_file, console)
         if app is not None:
             mode = "API only (no executor: run `yoke worker`)" if no_executor else "running its actors here"
             click.echo(f"  app:          {app_spec}: {describe_app(app)}; {mode}\n", err=True)
@@ -171,7 +171,7 @@ def cli_name() -> str:
     return argv0 if relative.startswith("..") else relative
 
 
-def print_banner(settings: Settings, token: str, token_file: str) -> None:
+def print_banner(settings: Settings, token: str, token_file: str, console: str) -> None:
     url = f"http://{settings.host}:{settings.port}"
     auth = f'-H "Authorization: Bearer $(cat {token_file})"'
     cli = cli_name() + " read /demo" + ("" if settings.port == 8080 else f" --url {url}")
@@ -180,6 +180,7 @@ def print_banner(settings: Settings, token: str, token_file: str) -> None:
 Yoke is serving {redact(settings.database_url)}
   URL:          {url}   (API docs: {url}/docs)
   admin token:  {token}   (saved in {token_file})
+  console:      {console}   (signs a browser in, once)
 
 Try it (in another terminal, in this directory):
   curl -s -X POST {url}/v1/streams/demo/-/events {auth} -H 'Content-Type: application/json' -d '{{"type":"hello","payload":{{"n":1}}}}'

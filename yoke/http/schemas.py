@@ -859,6 +859,34 @@ class Overview(BaseModel):
     subscriptions: SubscriptionTotals
 
 
+class SignIn(BaseModel):
+    """One of the two: the code of the link ``yoke serve`` printed (once), or a token."""
+
+    model_config = closed_config({"code": "q3V1n0b4Lr9xN2mC5kPz8sT6yW1eH7aJ"}, {"token": "yk_tok_..."})
+    code: str | None = Field(default=None, description="The one-time code of the printed /ui link")
+    token: str | None = Field(default=None, description="An API token's secret")
+
+
+class ConsoleSession(BaseModel):
+    """A signed-in session (``signed_in: false`` and nothing else without one)."""
+
+    model_config = config(
+        {
+            "signed_in": True, "tenant": "default", "scopes": ["admin"], "token_id": "tok_0190a3c4e5f6",
+            "name": "console sign-in", "csrf": "5d41402abc4b2a76b9719d911017c592",
+        },
+        {"signed_in": False},
+    )
+    signed_in: bool
+    tenant: str | None = None
+    scopes: list[str] | None = None
+    token_id: str | None = None
+    name: str | None = None
+    csrf: str | None = Field(
+        default=None, description="Send it as X-Yoke-CSRF with every write made with the session cookie"
+    )
+
+
 # --- operations and portals -----------------------------------------------------------
 
 
