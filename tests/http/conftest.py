@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -143,11 +145,18 @@ def own_database(kind: str, base: Path, prefix: str) -> Iterator[str]:
         yield f"sqlite:///{base}/yoke.db"
         return
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    asyncio.run(admin_sql(f'CREATE DATABASE "{name}"'))
+    run_apart(admin_sql(f'CREATE DATABASE "{name}"'))
     try:
         yield with_database(PG_ADMIN_URL, name)
     finally:
-        asyncio.run(admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        run_apart(admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def run_apart(coroutine: Any) -> Any:
+    """``asyncio.run`` on a thread of its own: callable while this thread runs
+    an event loop (Playwright's sync API keeps one running in the browser tests)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 ROOT = Path(__file__).resolve().parents[2]
