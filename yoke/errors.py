@@ -130,6 +130,26 @@ class Forbidden(YokeError):
     http_status = 403
 
 
+class EgressRefused(YokeError):
+    """The request declares a client region outside the stream's pinned egress regions."""
+
+    code = "egress_refused"
+    http_status = 403
+
+
+class DataHandlingPinned(YokeError):
+    """The stream pins its data handling: only its workflow surface serves it."""
+
+    code = "data_handling_pinned"
+    http_status = 403
+
+
+class ContentClassRefused(InvalidInput):
+    """A record's content class is not allowed on the stream (or on any stream)."""
+
+    code = "content_class_refused"
+
+
 class InvalidFilter(InvalidInput):
     """The filter is invalid (types, stream globs or its JSONata expression)."""
 

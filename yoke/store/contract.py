@@ -64,6 +64,8 @@ class StreamInfo:
     usage: Usage = field(default_factory=Usage)
     pinned: bool = False  # a definition: retention, limits and metadata never change
     metadata: dict[str, Any] = field(default_factory=dict)
+    # A workflow definition's data handling pins (streams/pins.py), as stored.
+    data_handling: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,7 @@ class StreamSettings:
     limits: Limits = field(default_factory=Limits)
     pinned: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
+    data_handling: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +171,8 @@ class ReadPage:
 
 
 WakeupCallback = Callable[[str, str], None]  # (tenant, path)
+# (tenant, path, offset, at, event): an ephemeral event another process appended
+EphemeralCallback = Callable[[str, str, int, int, PreparedEvent], None]
 
 
 class Store(Protocol):
@@ -176,10 +181,23 @@ class Store(Protocol):
     actors: ActorStore  # the actor tables (store/actors.py)
     subscriptions: SubscriptionStore  # subscriptions, fences, checkpoints (store/subscriptions.py)
 
-    async def start(self, on_wakeup: WakeupCallback, on_resync: Callable[[], None]) -> None:
+    # Whether ephemeral events travel between processes (PostgreSQL): then
+    # ``commit`` relays them and ``on_ephemeral`` receives other processes'.
+    relays_ephemeral: bool
+
+    async def start(
+        self, on_wakeup: WakeupCallback, on_resync: Callable[[], None],
+        on_ephemeral: EphemeralCallback | None = None,
+    ) -> None:
         """Open connections and apply migrations. ``on_wakeup`` receives
         appends made by other processes; ``on_resync`` is called when
-        notifications may have been missed (a reconnect)."""
+        notifications may have been missed (a reconnect); ``on_ephemeral``
+        the ephemeral events other processes append, in commit order."""
+
+    async def ephemeral_barrier(self, timeout_s: float) -> bool:
+        """Return once every ephemeral event committed before the call has
+        reached ``on_ephemeral`` (True), or when that cannot be known: a
+        lost connection dropped some, or ``timeout_s`` passed (False)."""
 
     async def close(self) -> None: ...
 

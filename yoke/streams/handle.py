@@ -24,6 +24,7 @@ from .append import new_stream_id
 from ..subscriptions.operator import HISTORY_SCAN, History, Subscribed, Subscriptions, SubscriptionStatus
 from ..subscriptions.receivers import Receiver, copy_to_stream
 from .objects import StreamObjects
+from .pins import DataHandling
 from .tail import tail
 
 if TYPE_CHECKING:
@@ -153,7 +154,13 @@ class Stream:
         if include_ephemeral:
             buffer = self.runtime.buffers.get(self.tenant, self.path)
             if buffer is not None:
-                await buffer.settled()
+                await buffer.settled()  # this process's ephemeral commit in flight
+            if self.runtime.store.relays_ephemeral:
+                # Other processes' ephemeral events of this range, still on their way.
+                upto = page.events[-1].offset if page.capped or len(page.events) >= limit else page.head
+                await self.runtime.relay.settle(self.tenant, self.path, page, after, upto)
+                buffer = self.runtime.buffers.get(self.tenant, self.path)
+            if buffer is not None:
                 return buffer.merge_page(page, after, limit, max_bytes)
         return page
 
@@ -168,6 +175,8 @@ class Stream:
             raise errors.StreamNotFound(f"stream {self.path} does not exist", path=self.path)
         if page.events:
             return page.events[0]
+        if offset <= page.head and self.runtime.store.relays_ephemeral:
+            await self.runtime.relay.settle_one(self.tenant, self.path, offset, page.head)
         buffer = self.runtime.buffers.get(self.tenant, self.path)
         ephemeral = buffer.get(offset) if buffer is not None else None
         if ephemeral is not None:
@@ -333,8 +342,11 @@ class Stream:
         limits: Limits | None = None,
         pinned: bool = False,
         metadata: Mapping[str, Any] | None = None,
+        data_handling: DataHandling | None = None,
     ) -> tuple[StreamInfo, bool]:
-        """Like ``create``; also says whether this call created the stream."""
+        """Like ``create``; also says whether this call created the stream.
+        ``data_handling``: a workflow definition's pins (``pins.py``; only
+        with ``pinned``)."""
         if metadata is not None and not isinstance(metadata, Mapping):
             raise errors.InvalidInput("metadata must be an object", field="metadata")
         if metadata:
@@ -344,7 +356,10 @@ class Stream:
             limits=check_limits(limits or Limits()),
             pinned=bool(pinned),
             metadata=dict(metadata or {}),
+            data_handling=None if data_handling is None else data_handling.to_dict(),
         )
+        if data_handling is not None and not pinned:
+            raise errors.InvalidInput("data handling is pinned by a definition: give pinned=True", field="pinned")
         info, created = await self.runtime.store.create_stream(
             self.tenant, self.path, new_stream_id(), now_ms(), settings
         )
@@ -352,6 +367,7 @@ class Stream:
             (info.retention, info.limits) != (settings.retention, settings.limits)
             or json_text(info.metadata, "metadata") != json_text(settings.metadata, "metadata")  # true is not 1
             or (settings.pinned and not info.pinned)
+            or info.data_handling != settings.data_handling
         ):
             raise errors.StreamExists(
                 f"stream {info.path} already exists with another definition", path=info.path,
@@ -414,8 +430,12 @@ class Stream:
 
 
 def definition_of(info: StreamInfo) -> dict[str, Any]:
-    """What a create request defines: retention, limits, metadata."""
-    return {"retention": asdict(info.retention), "limits": asdict(info.limits), "metadata": info.metadata}
+    """What a create request defines: retention, limits, metadata (and the
+    data handling a workflow definition pins)."""
+    definition = {"retention": asdict(info.retention), "limits": asdict(info.limits), "metadata": info.metadata}
+    if info.data_handling is not None:
+        definition["data_handling"] = info.data_handling
+    return definition
 
 
 CONSUMER_RE = re.compile(r"[A-Za-z0-9._:@\-]{1,128}")

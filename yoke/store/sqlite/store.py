@@ -37,6 +37,7 @@ from ..contract import (
     StreamSettings,
     StreamTotals,
     TokenInfo,
+    EphemeralCallback,
     WakeupCallback,
 )
 from ..rows import (
@@ -159,7 +160,16 @@ class SqliteStore:
         conn.execute("PRAGMA busy_timeout=10000")
         return conn
 
-    async def start(self, on_wakeup: WakeupCallback, on_resync: Callable[[], None]) -> None:
+    # One process owns the file: its ephemeral events never leave it.
+    relays_ephemeral = False
+
+    async def ephemeral_barrier(self, timeout_s: float) -> bool:
+        return True
+
+    async def start(
+        self, on_wakeup: WakeupCallback, on_resync: Callable[[], None],
+        on_ephemeral: EphemeralCallback | None = None,
+    ) -> None:
         # Appends by this process wake tails in-process; other processes on
         # the same file are seen by the tails' periodic sweep.
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -295,13 +305,14 @@ class SqliteStore:
         conn.execute(
             "INSERT INTO streams (tenant_id, path, sid, stream_id, created_at, max_age_s,"
             " max_events, max_unread_events, max_unread_bytes, max_total_events,"
-            " max_total_bytes, overflow, block_timeout_s, pinned, metadata)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " max_total_bytes, overflow, block_timeout_s, pinned, metadata, data_handling)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 tenant, path, sid, stream_id, now, st.retention.max_age_s,
                 st.retention.max_events, lim.max_unread_events, lim.max_unread_bytes,
                 lim.max_total_events, lim.max_total_bytes, lim.overflow, lim.block_timeout_s,
                 int(st.pinned), orjson.dumps(st.metadata).decode(),
+                None if st.data_handling is None else orjson.dumps(st.data_handling).decode(),
             ),
         )
         row = self._stream_row(conn, tenant, path)
