@@ -131,10 +131,8 @@ def test_sign_in_from_the_printed_link_then_sign_out(console: Console) -> None:
     console.open("#/", "sign-in")
     expect(page.locator("#sign-in")).to_be_visible()
     console.shot("sign-in")
-    started = time.monotonic()
     page.goto(printed_link(console.server))
     console.wait("overview")
-    assert time.monotonic() - started < 10
     expect(page.locator("[data-figure=rate]")).to_be_visible()
     assert "#code=" not in page.url  # the code left the address bar
     expect(page.locator("#who")).to_contain_text("default · admin")
@@ -166,12 +164,9 @@ def test_every_page_and_a_stream_appended_through_the_api(console: Console) -> N
     path = unique("orders")
     console.append(path, {"type": "ledger.credit", "payload": {"amount": 5}},
                    {"type": "ledger.debit", "payload": {"amount": -2}}, {"type": "flaky.fail", "payload": {"n": 1}})
-    started = time.monotonic()
-    console.open("#/streams?prefix=" + path)
-    interactive = time.monotonic() - started
+    console.open("#/streams?prefix=" + path)  # how fast: bench/console.py
     row = page.locator("#streams tbody tr").filter(has_text=path)
     expect(row).to_be_visible()
-    assert interactive < 5, interactive  # generous here; bench/console.py measures it
     console.shot("streams")
     row.get_by_role("link", name=path).click()
     console.wait("stream")
@@ -488,10 +483,8 @@ def test_a_hundred_thousand_events_stay_responsive(console: Console) -> None:
                       timeout=60) as client:
         for _ in range(100):
             assert client.post(f"/v1/streams{path}/-/events", json=batch).status_code == 201
-    started = time.monotonic()
-    console.open(f"#/stream?path={path}", "stream")
+    console.open(f"#/stream?path={path}", "stream")  # how fast: bench/console.py
     expect(page.locator("#events tbody tr")).to_have_count(50)
-    shown_s = time.monotonic() - started
     expect(page.locator("#head")).to_have_text("100,000")
     expect(page.locator("#events tbody tr").last).to_have_attribute("data-offset", "100000")
     page.get_by_role("link", name="Oldest").click()
@@ -506,7 +499,6 @@ def test_a_hundred_thousand_events_stay_responsive(console: Console) -> None:
     expect(page.locator("#events tbody tr").first).to_have_attribute("data-offset", "49951")
     # Each page is one bounded read: the DOM holds a page, not the stream.
     assert page.locator("tr").count() < 60
-    assert shown_s < 5, shown_s  # generous here; bench/console.py measures it
     console.shot("stream-100k")
 
 
