@@ -174,6 +174,12 @@ class InvalidSubscription(InvalidInput):
     code = "invalid_subscription"
 
 
+class GlobalStreamKept(InvalidInput):
+    """The tenant's global stream ``/`` cannot be deleted."""
+
+    code = "global_stream"
+
+
 class InvalidTransform(InvalidFilter):
     """The transform is not a valid JSONata expression."""
 
@@ -265,6 +271,20 @@ class StreamPinned(YokeError):
 
     code = "stream_pinned"
     http_status = 409
+
+
+class LegalHold(YokeError):
+    """The stream is under legal hold: it cannot be deleted until the hold is lifted."""
+
+    code = "legal_hold"
+    http_status = 409
+
+
+class StreamDeleted(YokeError):
+    """The stream was deleted (or deleted and created again) while it was being read."""
+
+    code = "stream_deleted"
+    http_status = 410
 
 
 class AckRegression(YokeError):

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from ..events import now_ms
+from ..lifecycle import GLOBAL
 from ..routing.filters import Filter
 from ..routing.index import Route, RoutingIndex
 from ..store.actors import QueueItem
@@ -77,6 +78,10 @@ class Fanout:
 
     def routing_changed(self, tenant: str) -> None:
         self._indexes.pop(tenant, None)
+
+    def forget(self, tenant: str, path: str) -> None:
+        """The stream was deleted: its cached cursor belonged to the old one."""
+        self._cursors.pop((tenant, path), None)
 
     def _remember(self, tenant: str, path: str, through: int) -> None:
         cursors = self._cursors
@@ -161,6 +166,15 @@ class Fanout:
                 return
         while True:
             page = await self._runtime.store.read(tenant, path, through, PAGE)
+            if page.head < through:
+                # A head never goes back: the stream was deleted and created
+                # again since this cursor was cached (in another process).
+                self._cursors.pop((tenant, path), None)
+                moved = await actors.fanout_cursor(tenant, path)
+                if moved is None or moved == through:
+                    return
+                through = moved
+                continue
             if not page.events and page.head <= through:
                 self._remember(tenant, path, through)
                 return
@@ -198,6 +212,8 @@ class Fanout:
             self._remember(tenant, path, through)
             if items:
                 self._on_enqueued(tenant)
+                if any(item.instance_id is None for item in items):  # keyed instances may be new:
+                    self._runtime.hub.wake(tenant, GLOBAL)  # their yoke.instance.created facts
             if not full:
                 # Caught up with the head this read saw; a later append
                 # marks the stream dirty again.

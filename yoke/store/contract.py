@@ -15,6 +15,7 @@ from ..events import Event, PreparedEvent
 
 if TYPE_CHECKING:
     from .actors import ActorStore
+    from .outbox import OutboxStore
     from .subscriptions import SubscriptionStore
 
 
@@ -109,6 +110,8 @@ class ObjectInfo:
     created_at: int
     expires_at: int
     committed_offset: int | None
+    schema: str | None = None  # pinned at prepare: the schema the bytes follow
+    authorization: dict[str, Any] | None = None  # the receipt of who prepared it
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +171,11 @@ class ReadPage:
     # its last one remain (a page of ``limit`` events may also be followed
     # by more; a shorter page that is not capped reached the head).
     capped: bool = False
+    # The lifetime the page was read from (``StreamInfo.stream_id`` and
+    # ``created_at``): a reader that sees it change knows the stream was
+    # deleted and created again since its last page.
+    stream_id: str = ""
+    created_at: int = 0
 
 
 WakeupCallback = Callable[[str, str], None]  # (tenant, path)
@@ -180,6 +188,7 @@ class Store(Protocol):
 
     actors: ActorStore  # the actor tables (store/actors.py)
     subscriptions: SubscriptionStore  # subscriptions, fences, checkpoints (store/subscriptions.py)
+    outbox: OutboxStore  # input records' delivery outbox (store/outbox.py)
 
     # Whether ephemeral events travel between processes (PostgreSQL): then
     # ``commit`` relays them and ``on_ephemeral`` receives other processes'.
@@ -246,6 +255,13 @@ class Store(Protocol):
     ) -> tuple[StreamInfo, bool]:
         """Create the stream if missing; returns (info, created)."""
 
+    async def append_fact(self, tenant: str, event: PreparedEvent, now: int, new_stream_id: str) -> Outcome:
+        """Append one lifecycle fact (yoke/lifecycle.py) to the tenant's
+        global stream ``/``, as kernel bookkeeping: a closed or full ``/``
+        still takes it. Stream and instance facts are appended by the store
+        itself, in the transaction of their change (``closed`` included:
+        ``update_stream`` records ``yoke.stream.closed`` when it closes)."""
+
     async def update_stream(
         self,
         tenant: str,
@@ -258,6 +274,15 @@ class Store(Protocol):
     ) -> StreamInfo | None:
         """Change settings; None when the stream does not exist. Retention
         and limits of a pinned stream raise ``StreamPinned``."""
+
+    async def delete_stream(self, tenant: str, path: str) -> StreamInfo | None:
+        """One transaction: remove the stream row and everything keyed by it
+        (events, consumers, objects and their bytes, the fan-out cursor, the
+        subscriptions it is the source of and their processor checkpoints,
+        the passive-fence records it keeps as a receiver), NOTIFY its
+        readers; returns the deleted stream as it was, None when missing.
+        A stream under legal hold raises ``LegalHold``, nothing removed. The
+        path can then be created again, with a new ``stream_id``."""
 
     async def prune(self, now: int) -> int:
         """One retention pass over every tenant; returns events removed."""
@@ -280,6 +305,7 @@ class Store(Protocol):
     async def prepare_object(
         self, tenant: str, path: str, object_id: str, key: str, sha256: str, size: int,
         content_type: str, now: int, expires_at: int, new_stream_id: str,
+        schema: str | None = None, authorization: dict[str, Any] | None = None,
     ) -> ObjectInfo:
         """Record an intent; the same idempotency key returns the existing one.
         A closed stream takes no new intent (``StreamClosed``); a retry that
@@ -298,6 +324,11 @@ class Store(Protocol):
         """The bytes of a committed object; None when it is missing or not committed."""
 
     async def abort_object(self, tenant: str, path: str, object_id: str) -> ObjectInfo | None: ...
+
+    async def pending_deletions(self) -> int:
+        """Object bytes queued for deletion, not deleted yet: the deletion
+        outbox (SQLite, whose object bytes are files; PostgreSQL keeps them
+        in the object's row, deleted in the same transaction: always 0)."""
 
     async def cleanup_objects(self, now: int) -> int:
         """Remove aborted and expired uncommitted objects (not under legal hold)."""

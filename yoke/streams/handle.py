@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +21,11 @@ from ..events import (
 )
 from ..routing.filters import Filter
 from ..store.contract import ConsumerInfo, Limits, ReadPage, Retention, StreamInfo, StreamSettings
-from .append import new_stream_id
+from ..lifecycle import GLOBAL
+from .append import REFUSALS, new_stream_id, refusal_error
 from ..subscriptions.operator import HISTORY_SCAN, History, Subscribed, Subscriptions, SubscriptionStatus
 from ..subscriptions.receivers import Receiver, copy_to_stream
+from .connections import Connection
 from .objects import StreamObjects
 from .pins import DataHandling
 from .tail import tail
@@ -77,6 +80,39 @@ class Stream:
     async def append_many(self, events: Iterable[Mapping[str, Any]]) -> list[AppendResult]:
         """Append a batch atomically: all events get consecutive offsets, or none is written."""
         return await self._append(events, trusted=False)
+
+    async def append_input(self, events: Iterable[Mapping[str, Any]], *, wake: str) -> list[AppendResult]:
+        """Append input records (a batch, atomically) and, in the same
+        transaction, their delivery outbox: each new record's wake event
+        (``yoke.input.received``, with an id and idempotency key derived
+        from the record) is then published on the stream ``wake`` exactly
+        once, even if this process dies before publishing it
+        (``streams/inputs.py``). Input records cannot be ephemeral."""
+        validate_path(wake)
+        if isinstance(events, (str, bytes, Mapping)):
+            raise errors.InvalidInput("append_input takes a list of events", field="events")
+        limit = self.runtime.settings.max_event_bytes
+        prepared = [prepare(e, max_event_bytes=limit) for e in events]
+        if not prepared:
+            return []
+        if len(prepared) > MAX_BATCH_EVENTS:
+            raise errors.InvalidInput(
+                f"a batch holds at most {MAX_BATCH_EVENTS} events", field="events", limit=MAX_BATCH_EVENTS
+            )
+        if any(e.ephemeral for e in prepared):
+            raise errors.InvalidInput("input records are durable: no ephemeral", field="ephemeral")
+        keys = [e.idempotency_key for e in prepared if e.idempotency_key is not None]
+        if len(keys) != len(set(keys)):
+            raise errors.InvalidIdempotencyKey("an idempotency key appears twice in one batch")
+        result = await self.runtime.store.outbox.append_input(
+            self.tenant, self.path, prepared, now_ms(), new_stream_id(), wake
+        )
+        refusal = next((o.status for o in result.outcomes if o.status in REFUSALS), None)
+        if refusal is not None:
+            raise refusal_error(refusal, self.path, prepared)
+        self.runtime.hub.wake(self.tenant, self.path)
+        self.runtime.inputs.kick()
+        return [AppendResult(o.offset, o.id, o.at) for o in result.outcomes]  # type: ignore[arg-type]
 
     async def _append(
         self, events: Iterable[Mapping[str, Any]], *, trusted: bool, kernel_key: bool = False
@@ -161,6 +197,8 @@ class Stream:
                 await self.runtime.relay.settle(self.tenant, self.path, page, after, upto)
                 buffer = self.runtime.buffers.get(self.tenant, self.path)
             if buffer is not None:
+                buffer = self.runtime.buffers.of_lifetime(buffer, page.stream_id)
+            if buffer is not None:
                 return buffer.merge_page(page, after, limit, max_bytes)
         return page
 
@@ -215,6 +253,30 @@ class Stream:
             include_ephemeral=include_ephemeral,
             sweep_s=self.runtime.settings.tail_sweep_s,
             event_filter=event_filter,
+        )
+
+    async def open_connection(
+        self,
+        *,
+        connection_key: str,
+        on_batch: Callable[[Any], Awaitable[Any]],
+        replay_after: int | None = None,
+        filter: Filter | Mapping[str, Any] | None = None,  # noqa: A002
+        events: bool = True,
+        include_ephemeral: bool = True,
+    ) -> Connection:
+        """A session connection: ``await on_batch(events)`` with the events
+        after ``replay_after`` (None: only those appended from now on), then
+        with new ones as they commit, those ``filter`` matches, ephemeral
+        ones included; with ``events=False``, ``await on_batch(state)`` with
+        the stream's reduced state (subscription catalogue, processor
+        states) now and whenever it changes. A second connection with the
+        same ``connection_key`` on this stream replaces this one; ``close()``
+        (or ``async with``) ends it. Nothing is appended to the stream: its
+        opening and end are facts on ``/``. See streams/connections.py."""
+        return await self.runtime.connections.open(
+            self, connection_key, on_batch, replay_after=replay_after, filter=filter, events=events,
+            include_ephemeral=include_ephemeral,
         )
 
     # --- subscriptions (yoke/subscriptions) --------------------------------------
@@ -386,7 +448,38 @@ class Stream:
         work; tails end once they have delivered everything up to the head."""
         info = await self._update(closed=True)
         self.runtime.hub.wake(self.tenant, self.path)  # live tails read through and end
+        self.runtime.hub.wake(self.tenant, GLOBAL)  # the yoke.stream.closed fact
         return info
+
+    async def delete(self) -> StreamInfo:
+        """Delete the stream and everything kept for it, in one transaction:
+        its events, consumers, objects (and their bytes), fan-out cursor, the
+        subscriptions it is the source of (with their processor checkpoints)
+        and the passive-fence records it keeps as a receiver. Returns the
+        deleted stream as it was.
+
+        Open tails of it end (Python: the iteration stops; SSE: a final
+        ``deleted`` event). The path can be created again, by ``create`` or
+        an append, as a new stream: a new ``stream_id`` and ``created_at``,
+        offsets from 1; a subscription of the old one never delivers again.
+        Refused with ``LegalHold`` while a legal hold is on, and for the
+        tenant's global stream ``/`` (``GlobalStreamKept``)."""
+        if self.path == "/":
+            raise errors.GlobalStreamKept(
+                "the tenant's global stream / cannot be deleted", path=self.path
+            )
+        info = await self.info()
+        # Lifetimes are ordered by created_at (the receivers' fence compares
+        # it): a path created again within the old one's millisecond would
+        # tie with it. So the clock must have passed it (at most 1 ms).
+        ahead_ms = info.created_at - now_ms() + 1
+        if ahead_ms > 0:
+            await asyncio.sleep(min(ahead_ms, 1000) / 1000)
+        deleted = await self.runtime.store.delete_stream(self.tenant, self.path)
+        if deleted is None:
+            raise errors.StreamNotFound(f"stream {self.path} does not exist", path=self.path)
+        await self.runtime.stream_deleted(self.tenant, self.path)
+        return deleted
 
     async def set_retention(
         self, *, max_age_s: float | None = None, max_events: int | None = None
