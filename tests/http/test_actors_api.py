@@ -199,6 +199,12 @@ def test_remove_an_instance_records_the_fact(tenant):
     removed_facts = [e for e in facts if e["type"] == "yoke.instance.removed"]
     assert [e["payload"]["instance_id"] for e in removed_facts] == [a["id"]]
     assert a["id"] in [e["payload"]["instance_id"] for e in facts if e["type"] == "yoke.instance.created"]
+    # The CLI, by id or ACTOR/KEY.
+    b = tenant.create("counter", key="cli-gone")
+    out = tenant.cli("instances", "remove", "counter/cli-gone")
+    assert out.stdout.strip() == f"removed {b['id']} (actor counter, key cli-gone)"
+    gone = tenant.cli("instances", "remove", b["id"], check=False)
+    assert gone.returncode != 0 and "instance_not_found" in gone.stderr + gone.stdout
 
 
 def test_find_an_instance_by_actor_and_key(tenant):

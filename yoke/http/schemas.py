@@ -609,6 +609,22 @@ class ReceiptedAnswer(RootModel[ReceiptedRecord | ReceiptedBatch]):
     model_config = config({"offset": 1, "id": EVENT_ID, "receipt": RECEIPT_EXAMPLE})
 
 
+class Gap(BaseModel):
+    model_config = config({"first": 3, "last": 5, "cause": "sweep", "detected_at": AT, "process": "host:4242"})
+    first: int = Field(description="The first offset found without a wake-up")
+    last: int
+    cause: str = Field(description="What made the tail read: sweep (its periodic reread) or resync (a reconnect)")
+    detected_at: Millis
+    process: str = Field(description="host:pid of the process whose tail found it")
+
+
+class GapList(BaseModel):
+    """Evidence of live gaps repaired on the stream's tails, newest first (the newest 100 are kept)."""
+
+    model_config = config({"gaps": [{"first": 3, "last": 5, "cause": "sweep", "detected_at": AT, "process": "host:4242"}]})
+    gaps: list[Gap]
+
+
 class WorkflowStream(StreamInfo):
     """The stream's info, named by run and stream id; ``stream_id`` is the
     name within the run, its random lifetime id is ``lifetime_id``."""

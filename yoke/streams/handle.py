@@ -20,7 +20,7 @@ from ..events import (
     validate_tenant,
 )
 from ..routing.filters import Filter
-from ..store.contract import ConsumerInfo, Limits, ReadPage, Retention, StreamInfo, StreamSettings
+from ..store.contract import MAX_GAPS, ConsumerInfo, GapEvidence, Limits, ReadPage, Retention, StreamInfo, StreamSettings
 from ..lifecycle import GLOBAL
 from .append import REFUSALS, new_stream_id, refusal_error
 from ..subscriptions.operator import HISTORY_SCAN, History, Subscribed, Subscriptions, SubscriptionStatus
@@ -254,6 +254,12 @@ class Stream:
             sweep_s=self.runtime.settings.tail_sweep_s,
             event_filter=event_filter,
         )
+
+    async def gaps(self, limit: int = 100) -> list[GapEvidence]:
+        """Evidence of live gaps repaired on this stream's tails (``gaps.py``), newest first."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_GAPS:
+            raise errors.InvalidInput(f"limit must be 1-{MAX_GAPS}", field="limit")
+        return await self.runtime.store.gaps(self.tenant, self.path, limit)
 
     async def open_connection(
         self,
