@@ -16,6 +16,12 @@ from .common import DB_OPTION, JSON_OPTION, SettingsCommand, command, emit, fail
 if TYPE_CHECKING:
     from ..config import Settings
 
+ISOLATION_OPTION = click.option(
+    "--isolation", type=click.Choice(["inprocess", "process"]), default=None,
+    help="Where actors' process() runs unless an actor says: inprocess (this process's event loop;"
+         " fast, unisolated) or process (a pool of host processes; docs/hosts.md). Default"
+         " inprocess; YOKE_ISOLATION.",
+)
 APP_OPTION_HELP = "module:attr of a Yoke App to run, like examples.orders:app (imported with the current directory on sys.path)."
 
 
@@ -105,10 +111,12 @@ def describe_app(app: Any) -> str:
     "--body-timeout", type=click.FloatRange(0, min_open=True), default=None, metavar="SECONDS",
     help="Seconds for a request's body to arrive after its headers (default 60; YOKE_HTTP_BODY_TIMEOUT_S).",
 )
+@ISOLATION_OPTION
 @JSON_OPTION
 def serve(
     database_url: str | None, host: str | None, port: int | None, app_spec: str | None, no_executor: bool,
-    max_connections: int | None, header_timeout: float | None, body_timeout: float | None, as_json: bool,
+    max_connections: int | None, header_timeout: float | None, body_timeout: float | None,
+    isolation: str | None, as_json: bool,
 ) -> None:
     """Run the HTTP API (embedded SQLite under ./.yoke by default), and with
     --app the application's actors in the same process.
@@ -120,7 +128,7 @@ def serve(
     """
     settings = settings_or_fail(
         database_url=database_url, host=host, port=port, http_max_connections=max_connections,
-        http_header_timeout_s=header_timeout, http_body_timeout_s=body_timeout,
+        http_header_timeout_s=header_timeout, http_body_timeout_s=body_timeout, isolation=isolation,
     )
     from ..http.server import bind_socket
     from ..http.server import serve as run_server
@@ -199,8 +207,9 @@ class WorkerCommand(SettingsCommand):
 @command(cls=WorkerCommand, short_help="Run an app's actors without HTTP, next to a server on the same database.")
 @DB_OPTION
 @click.option("--app", "app_spec", envvar="YOKE_APP", required=True, metavar="MODULE:ATTR", help=APP_OPTION_HELP)
+@ISOLATION_OPTION
 @JSON_OPTION
-def worker(database_url: str | None, app_spec: str, as_json: bool) -> None:
+def worker(database_url: str | None, app_spec: str, isolation: str | None, as_json: bool) -> None:
     """Run the application's actors without HTTP (fan-out, scheduler,
     schedules, portal loops) until SIGTERM/SIGINT, then stop gracefully:
     runs in progress finish (up to YOKE_SHUTDOWN_TIMEOUT_S), queued appends
@@ -210,7 +219,7 @@ def worker(database_url: str | None, app_spec: str, as_json: bool) -> None:
     import logging
 
     app = load_app_or_fail(app_spec)
-    settings = settings_or_fail(database_url=database_url)
+    settings = settings_or_fail(database_url=database_url, isolation=isolation)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         asyncio.run(_work(settings, app, app_spec, as_json))
