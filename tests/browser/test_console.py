@@ -540,3 +540,104 @@ def test_phone_width_keyboard_and_dark_mode(console: Console) -> None:
     console.go("#/")
     console.shot("overview-dark")
     page.emulate_media(color_scheme="light")
+
+
+# --- the remaining actions, empty states, copy buttons ---------------------------------------
+
+
+def test_empty_states_say_what_to_do_next(console: Console) -> None:
+    page = console.page
+    console.sign_in_to_a_new_tenant()
+    console.open("#/streams")
+    expect(page.locator(".empty pre.cmd")).to_contain_text("curl -s -X POST")
+    expect(page.locator(".empty pre.cmd")).to_contain_text("/v1/streams/demo/-/events")
+    console.shot("streams-empty")
+    console.go("#/actors")
+    expect(page.locator(".empty")).to_contain_text("No actor instances yet")
+    console.go("#/subscriptions")
+    expect(page.locator(".empty")).to_contain_text("No subscriptions in this tenant yet")
+    console.offline.errors_expected.add("404")  # the missing stream's info, asked on purpose
+    console.go("#/stream?path=/nothing-here", "stream")
+    expect(page.locator(".empty")).to_contain_text("does not exist yet")
+    expect(page.locator(".empty pre.cmd")).to_contain_text("/v1/streams/nothing-here/-/events")
+    console.go("#/")
+    expect(page.locator("main")).to_contain_text("No dead letters.")
+
+
+def test_copy_buttons_copy_the_event(console: Console) -> None:
+    page = console.page
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=console.url)
+    console.sign_in()
+    path = unique("copied")
+    console.append(path, {"type": "copy.me", "payload": {"n": 42}})
+    console.open(f"#/event?path={path}&offset=1")
+    page.get_by_role("button", name="Copy payload").click()
+    expect(page.get_by_role("button", name="Copied")).to_be_visible()
+    assert page.evaluate("navigator.clipboard.readText()").replace(" ", "").replace("\n", "") == '{"n":42}'
+    page.get_by_role("button", name="Copy id").click()
+    event = console.api.get(f"/v1/streams{path}/-/events/1").json()
+    assert page.evaluate("navigator.clipboard.readText()") == event["id"]
+
+
+def test_dead_letters_dropped_one_and_all_redriven_all(console: Console) -> None:
+    page = console.page
+    console.sign_in_to_a_new_tenant()
+    path = unique("drops")
+    console.append(path, *({"type": "flaky.fail", "payload": {"n": n}} for n in range(4)))
+    flaky = poll(lambda: console.api.get("/v1/instances", params={"actor": "flaky"}).json()["instances"], "flaky")
+    instance_id = flaky[0]["id"]
+    dlq = f"/v1/instances/{instance_id}/dlq"
+    rows = poll(lambda: len(r := console.api.get(dlq).json()["rows"]) == 4 and r, "four dead rows")
+    console.open(f"#/instance?id={instance_id}&tab=dead", "instance")
+    page.locator(f'tr[data-qid="{rows[0]["qid"]}"] input.pick').check()
+    page.locator("#drop-selected").click()
+    console.confirm()
+    expect(page.locator(".tab-body .ok")).to_have_text("Dropped: 1.")
+    expect(page.locator("table.rows tbody tr")).to_have_count(3)
+    assert [r["qid"] for r in console.api.get(dlq).json()["rows"]] == [r["qid"] for r in rows[1:]]
+    page.locator("#redrive-selected").click()  # nothing selected: said in place
+    expect(page.locator(".tab-body .error")).to_contain_text("nothing_selected")
+    console.append(path, {"type": "flaky.heal"})
+    poll(lambda: (console.api.get(f"/v1/instances/{instance_id}").json()["state"]["value"] or {}).get("healed"),
+         "healed")
+    page.locator("#redrive-all").click()
+    console.confirm()
+    expect(page.locator(".tab-body .ok")).to_have_text("Redriven: 3.")
+    poll(lambda: (console.api.get(f"/v1/instances/{instance_id}").json()["state"]["value"] or {}).get("done") == 3,
+         "the three redriven rows processed")
+    console.append(path, {"type": "flaky.other"})
+    console.go(f"#/instance?id={instance_id}&tab=queue", "instance")
+    console.go(f"#/instance?id={instance_id}&tab=dead", "instance")
+    expect(page.locator(".tab-body .empty")).to_contain_text("No dead letters")
+
+
+def test_a_subscription_cursor_moved_then_removed(console: Console) -> None:
+    page = console.page
+    console.sign_in()
+    path = unique("copies")
+    console.append(path, {"type": "a"}, {"type": "b"}, {"type": "c"})
+    made = console.api.post(f"/v1/streams{path}/-/subscriptions", json={
+        "name": "mirror", "receiver": {"kind": "copy", "target": path + "/mirror"}, "start": "beginning",
+    })
+    assert made.status_code == 201, made.text
+    status_url = f"/v1/streams{path}/-/subscription"
+    status = poll(lambda: (s := console.api.get(status_url, params={"name": "mirror"}).json())["lag"] == 0 and s,
+                  "the copy caught up")
+    console.open(f"#/subscriptions?path={path}")
+    row = page.locator('#subscriptions tr[data-name="mirror"]')
+    expect(row).to_contain_text("copy →")
+    row.locator("[data-action=cursor]").click()
+    row.locator("input[name=after_offset]").fill("1")
+    row.get_by_role("button", name="Move", exact=True).click()
+    console.confirm()
+    console.wait("subscriptions")
+    moved = poll(lambda: (s := console.api.get(status_url, params={"name": "mirror"}).json())["generation"]
+                 > status["generation"] and s, "the cursor moved")
+    assert moved["processed_through_offset"] >= 1
+    console.go(f"#/subscription?path={path}&name=mirror", "subscription")
+    expect(page.locator("#history")).to_contain_text("cursor_set")
+    page.locator("[data-action=remove]").click()
+    console.confirm()
+    console.wait("subscriptions")
+    expect(page.locator("main .empty")).to_contain_text("No subscriptions on")
+    assert console.api.get(status_url, params={"name": "mirror"}).status_code == 404

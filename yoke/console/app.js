@@ -15,6 +15,7 @@ import * as tokens from './pages/tokens.js';
 const PAGES = { '': overview, streams, stream, event, actors, instance, subscriptions, subscription, tokens };
 const main = document.getElementById('main');
 let cleanup = null;
+let generation = 0;
 let session = null;
 
 function parse() {
@@ -42,26 +43,35 @@ async function show() {
       a.removeAttribute('aria-current');
     }
   }
-  clear(main);
+  // Each page renders into a view of its own: a page still loading when the
+  // next one is asked for fills a view no longer shown, then is torn down.
+  const mine = ++generation;
+  const view = h('div', { class: 'view' });
+  clear(main).append(view);
   if (!module) {
-    main.append(h('h1', null, 'Not found'), h('p', null, 'No such page. ', h('a', { href: '#/' }, 'Go to the overview.')));
+    view.append(h('h1', null, 'Not found'), h('p', null, 'No such page. ', h('a', { href: '#/' }, 'Go to the overview.')));
+    document.body.dataset.ready = 'not-found';
     return;
   }
   const controller = new AbortController();
   let own = null;
-  try {
-    own = await module.render(main, params, { signal: controller.signal });
-  } catch (err) {
-    if (err.name !== 'AbortError') {
-      const box = errorBox();
-      box.show(err instanceof ApiError ? err : { code: 'error', message: String(err) });
-      main.append(box);
-    }
-  }
   cleanup = () => {
     controller.abort();
     if (typeof own === 'function') own();
   };
+  try {
+    own = await module.render(view, params, { signal: controller.signal });
+  } catch (err) {
+    if (err.name !== 'AbortError') {
+      const box = errorBox();
+      box.show(err instanceof ApiError ? err : { code: 'error', message: String(err) });
+      view.append(box);
+    }
+  }
+  if (mine !== generation) {
+    if (typeof own === 'function') own();
+    return;
+  }
   document.body.dataset.ready = page || 'overview';  // rendered (what tests wait for)
 }
 
@@ -100,6 +110,7 @@ async function signOut() {
 
 function signInPage(note) {
   if (cleanup) { cleanup(); cleanup = null; }
+  generation += 1;  // a page still loading is not shown
   document.getElementById('nav').hidden = true;
   clear(document.getElementById('who'));
   clear(main);
