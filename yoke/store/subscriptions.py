@@ -170,8 +170,10 @@ class SubscriptionStore(Protocol):
     ) -> list[SubscriptionRow]:
         """Across tenants: lease to ``owner`` every subscription it can
         deliver that is free (or already its own, renewing it) and not
-        halted, or halted but not yet given up by ``version`` (a non-empty
-        version: its runner tries the deployment resume); returns every row
+        halted, or halted by a delivery under a deploy version and not yet
+        given up by ``version`` (a non-empty version: its runner tries the
+        deployment resume; a pause, an operator's halt or a halt recorded
+        without a version waits for the operator); returns every row
         ``owner`` now holds."""
 
     async def release(self, owner: str) -> None:

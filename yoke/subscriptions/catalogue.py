@@ -26,7 +26,8 @@ REMOVED = "yoke.subscription.removed"
 HALTED = "yoke.subscription.halted"
 RESUMED = "yoke.subscription.resumed"
 CURSOR_SET = "yoke.subscription.cursor_set"
-CONTROL_TYPES = frozenset({CONFIGURED, REMOVED, HALTED, RESUMED, CURSOR_SET})
+PAUSED = "yoke.subscription.paused"
+CONTROL_TYPES = frozenset({CONFIGURED, REMOVED, HALTED, RESUMED, CURSOR_SET, PAUSED})
 AUDIT = "yoke.error"  # kernel audit lines (skips, dropped copies): never copied onward
 
 GENERATED_PREFIX = "subscription:"
@@ -141,11 +142,55 @@ def decide_resume(name: str, path: str, *, deploy_version: str | None = None):  
             return Change(reply=row)
         payload: dict[str, Any] = {"name": name, "reason": "operator"}
         if deploy_version is not None:
-            if not deploy_version or deploy_version in row.gave_up:
-                return Change(reply=row)  # this version already gave up on it
+            if not deploy_version or deploy_version in row.gave_up or not deploy_resumable(row.halted):
+                return Change(reply=row)  # this version already gave up on it, or the operator's
             payload = {"name": name, "reason": "deploy", "version": deploy_version}
         new = replace(row, halted=None, attempts=0, skips=0, next_retry_at=0)
         return Change(events=[_event(RESUMED, payload)], row=new, bookkeeping=True, reply=new)
+
+    return decide
+
+
+def deploy_resumable(halted: dict[str, Any]) -> bool:
+    """May a deployment of another version resume this halt? Only a halt
+    the delivery recorded under a deploy version: a pause, an operator's
+    halt and a halt recorded without a version are for the operator doors."""
+    return not halted.get("parked") and bool(halted.get("version"))
+
+
+def decide_pause(name: str, path: str):  # noqa: ANN201
+    """Park a subscription (operator): delivery stops, the cursor stays;
+    ``resume`` continues where it stopped. A halted one stays halted."""
+
+    def decide(row: SubscriptionRow | None, source: SourceState) -> Change:
+        if row is None:
+            raise _missing(name, path)
+        if row.halted is not None:
+            return Change(reply=row)  # already parked, or halted (resume clears either)
+        parked = {"parked": True, "reason": "operator", "offset": row.cursor + 1, "version": "",
+                  "at_offset": source.next_offset}
+        new = replace(row, halted=parked, next_retry_at=0)
+        payload = {"name": name, "reason": "operator", "offset": row.cursor + 1}
+        return Change(events=[_event(PAUSED, payload)], row=new,
+                      bookkeeping=True, reply=new)
+
+    return decide
+
+
+def decide_operator_halt(name: str, path: str):  # noqa: ANN201
+    """Halt a subscription by command: a halted event with reason
+    ``operator`` and no version, so no deployment resumes it."""
+
+    def decide(row: SubscriptionRow | None, source: SourceState) -> Change:
+        if row is None:
+            raise _missing(name, path)
+        if row.halted is not None and not row.halted.get("parked"):
+            return Change(reply=row)  # halted already
+        payload = {"name": name, "reason": "operator", "offset": row.cursor + 1, "attempts": row.attempts,
+                   "error": None, "version": ""}
+        halted = {k: v for k, v in payload.items() if k != "name"} | {"at_offset": source.next_offset}
+        new = replace(row, halted=halted, next_retry_at=0)
+        return Change(events=[_event(HALTED, payload)], row=new, bookkeeping=True, reply=new)
 
     return decide
 
@@ -226,9 +271,17 @@ def reduce_log(
             rows[name] = replace(row, generation=e.offset, cursor=int(p.get("after_offset", 0)))
         elif e.type == HALTED:
             halted = {k: p.get(k) for k in ("offset", "attempts", "error", "version")}
+            if "reason" in p:
+                halted["reason"] = p["reason"]
             version = halted["version"]
             gave_up = row.gave_up if not version or version in row.gave_up else (*row.gave_up, version)
             rows[name] = replace(row, halted={**halted, "at_offset": e.offset}, gave_up=gave_up)
+        elif e.type == PAUSED:
+            if row.halted is None:
+                rows[name] = replace(row, halted={
+                    "parked": True, "reason": p.get("reason", "operator"), "offset": p.get("offset"),
+                    "version": "", "at_offset": e.offset,
+                })
         elif e.type == RESUMED:
             rows[name] = replace(row, halted=None)
     return rows

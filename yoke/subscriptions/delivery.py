@@ -34,6 +34,7 @@ from .catalogue import (
     decide_halt,
     decide_resume,
     decide_skip,
+    deploy_resumable,
     first_hand,
 )
 from .receivers import MAX_BATCH_BYTES, MAX_BATCH_EVENTS
@@ -194,7 +195,7 @@ class Runner:
         version resumes it (one resumed event, whichever process gets here)."""
         version = self.engine.version
         row = self.row
-        if not version or row.halted is None or version in row.gave_up:
+        if not version or row.halted is None or version in row.gave_up or not deploy_resumable(row.halted):
             return False
         resumed = await self.engine.control(row, decide_resume(row.name, row.path, deploy_version=version))
         if resumed is None:

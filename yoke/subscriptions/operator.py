@@ -1,6 +1,6 @@
 """Configuring and operating the subscriptions of one source stream.
 
-``Stream.subscribe``, ``unsubscribe``, ``set_cursor``, ``resume``,
+``Stream.subscribe``, ``unsubscribe``, ``set_cursor``, ``pause``, ``halt``, ``resume``,
 ``set_cursor_and_resume``, ``subscription``, ``subscriptions``,
 ``wait_until_processed`` and ``rebuild_subscriptions`` delegate here.
 """
@@ -23,6 +23,8 @@ from .catalogue import (
     check_name,
     decide_configure,
     decide_cursor,
+    decide_operator_halt,
+    decide_pause,
     decide_remove,
     decide_resume,
     merge_rebuilt,
@@ -69,17 +71,30 @@ class SubscriptionStatus:
     # The delivery engine holding its lease (None: no process delivers it now,
     # e.g. no running application registers its call or processor name).
     delivering: str | None = None
+    # Paused by the operator ({reason, offset, at_offset}): delivery stopped,
+    # the cursor kept; ``resume`` continues. ``halted`` is None meanwhile.
+    parked: dict[str, Any] | None = None
+    # running, retrying, parked or halted
+    state: str = "running"
+    # The source stream's lifetime the subscription delivers (its stream_id).
+    source_stream_id: str = ""
 
     @classmethod
     def of(cls, row: SubscriptionRow) -> SubscriptionStatus:
+        stopped = row.halted
+        parked = stopped is not None and bool(stopped.get("parked"))
+        retrying = bool(row.next_retry_at) and stopped is None
         return cls(
             name=row.name, path=row.path, config=row.config, configured_at=row.configured_at,
             generation=row.generation, processed_through_offset=row.cursor, head=row.head,
-            lag=max(row.head - row.cursor, 0), halted=row.halted, last_error=row.last_error,
-            attempts=row.attempts,
-            next_retry_at=row.next_retry_at if row.next_retry_at and row.halted is None else None,
+            lag=max(row.head - row.cursor, 0), halted=None if parked else stopped,
+            last_error=row.last_error, attempts=row.attempts,
+            next_retry_at=row.next_retry_at if retrying else None,
             delivered=row.delivered, failures=row.failures,
-            delivering=row.lease_owner if row.lease_until > now_ms() else None,
+            delivering=row.lease_owner if row.lease_until > now_ms() and stopped is None else None,
+            parked={k: v for k, v in stopped.items() if k != "parked"} if parked and stopped else None,
+            state="parked" if parked else "halted" if stopped is not None else "retrying" if retrying else "running",
+            source_stream_id=row.source_stream_id,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -168,6 +183,14 @@ class Subscriptions:
     async def set_cursor_and_resume(self, name: str, after_offset: int) -> SubscriptionStatus:
         check_offset(after_offset, "after_offset")
         row = await self._control(check_name(name), decide_cursor(name, self.path, after_offset, True))
+        return SubscriptionStatus.of(row)
+
+    async def pause(self, name: str) -> SubscriptionStatus:
+        row = await self._control(check_name(name), decide_pause(name, self.path))
+        return SubscriptionStatus.of(row)
+
+    async def halt(self, name: str) -> SubscriptionStatus:
+        row = await self._control(check_name(name), decide_operator_halt(name, self.path))
         return SubscriptionStatus.of(row)
 
     async def resume(self, name: str) -> SubscriptionStatus:

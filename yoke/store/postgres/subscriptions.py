@@ -161,7 +161,8 @@ class PgSubscriptionStore:
                 rows = await conn.fetch(
                     "UPDATE subscriptions SET lease_owner=$2, lease_until=$3"
                     " WHERE tenant_id=$1 AND (lease_owner IS NULL OR lease_owner=$2 OR lease_until <= $4)"
-                    " AND (halted IS NULL OR ($5 <> '' AND strpos(coalesce(gave_up, ''), $8) = 0))"
+                    " AND (halted IS NULL OR ($5 <> '' AND strpos(coalesce(gave_up, ''), $8) = 0"
+                    "  AND coalesce(halted->>'version', '') <> '' AND halted->>'parked' IS NULL))"
                     " AND (config->>'kind' IN ('copy', 'webhook') OR config->>'function' = ANY($6)"
                     "  OR config->>'processor' = ANY($7))"
                     f" RETURNING {SUBSCRIPTION_COLUMNS}",

@@ -132,7 +132,9 @@ class SqliteSubscriptionStore:
                 rows = conn.execute(
                     "UPDATE subscriptions SET lease_owner=?, lease_until=?"
                     " WHERE (lease_owner IS NULL OR lease_owner=? OR lease_until <= ?)"
-                    " AND (halted IS NULL OR (? <> '' AND instr(coalesce(gave_up, ''), ?) = 0))"
+                    " AND (halted IS NULL OR (? <> '' AND instr(coalesce(gave_up, ''), ?) = 0"
+                    "  AND coalesce(json_extract(halted, '$.version'), '') <> ''"
+                    "  AND json_extract(halted, '$.parked') IS NULL))"
                     " AND (json_extract(config, '$.kind') IN ('copy', 'webhook')"
                     "  OR json_extract(config, '$.function') IN (SELECT value FROM json_each(?))"
                     "  OR json_extract(config, '$.processor') IN (SELECT value FROM json_each(?)))"
