@@ -169,3 +169,27 @@ def test_generic_routes_refuse_a_stream_that_pins_data_handling(server, http):
     assert http.post(base, json={"stream_id": "free"}).status_code == 201
     plain = "/runs/" + base.split("/runs/")[1].replace("/streams", "/free")
     assert http.post(f"/v1/streams{plain}/-/events", json={"type": "x"}).status_code == 201
+
+
+def test_input_records_wake_the_run(server, http):
+    run = new_run()
+    base = f"/api/workflow-streams/runs/{run}/streams"
+    r = http.post(base, json={"stream_id": "in", "direction": "input"})
+    assert r.status_code == 201 and r.json()["data_handling"]["direction"] == "input"
+    assert code(http.post(base, json={"stream_id": "bad", "direction": "sideways"})) == (400, "invalid_input")
+    one = http.post(f"{base}/in/records", json={"type": "question", "payload": "why?"}, headers={"Idempotency-Key": "q1"})
+    assert one.status_code == 201
+    assert http.post(f"{base}/in/records", json={"type": "question", "payload": "why?"},
+                     headers={"Idempotency-Key": "q1"}).json() == one.json()
+    batch = http.post(f"{base}/in/records", json=[{"type": "answer"}, {"type": "answer"}]).json()["results"]
+    records = [one.json(), *batch]
+    with server.client() as c, connect_sse(c, "GET", f"/v1/streams/runs/{run}/-/tail", params={"after": 0}) as source:
+        wakes = []
+        for sse in source.iter_sse():
+            if sse.data:
+                wakes.append(orjson.loads(sse.data))
+                if len(wakes) == 3:
+                    break
+    assert [(w["type"], w["payload"]["sequence"], w["payload"]["record_id"]) for w in wakes] == [
+        ("yoke.input.received", r["offset"], r["id"]) for r in records
+    ]

@@ -540,6 +540,7 @@ class DataHandling(BaseModel):
     redaction: list[JsonObject]
     authorization: JsonObject
     content_classes: list[str] | None
+    direction: str = "output"
 
 
 class WorkflowDefinition(BaseModel):
@@ -560,6 +561,9 @@ class WorkflowDefinition(BaseModel):
     authorization: Authorization | None = None
     content_classes: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")]] | None = Field(
         None, description="The classes records may declare (metadata.content_class); raw hidden model reasoning never"
+    )
+    direction: Literal["output", "input"] | None = Field(
+        None, description="input: each record's wake event is published on /runs/{runID}, exactly once"
     )
 
 

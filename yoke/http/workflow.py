@@ -156,7 +156,33 @@ async def append_records(
     allowed = await guarded(request, principal, run_id, stream_id, "append")
     body = await json_body(request)
     allowed.check_records(body)
+    if allowed.pins is not None and allowed.pins.direction == "input":
+        return await append_input_body(allowed.stream, body, idempotency_key, f"/runs/{run_id}")
     return await append_body(allowed.stream, body, idempotency_key)
+
+
+async def append_input_body(stream: Stream, body: Any, idempotency_key: str | None, wake: str) -> Response:
+    """``append_body`` for an input stream: the records and their delivery
+    outbox in one transaction; each record's wake event goes to the run's
+    stream ``/runs/{runID}`` (``streams/inputs.py``)."""
+    if isinstance(body, list):
+        if not body:
+            raise errors.InvalidInput("a batch holds at least one event", field="body")
+        if idempotency_key is not None:
+            raise errors.InvalidInput(
+                "Idempotency-Key applies to single events; give each batch event its idempotency_key",
+                field="Idempotency-Key",
+            )
+        results = await stream.append_input(body, wake=wake)
+        return json_response({"results": [{"offset": r.offset, "id": r.id} for r in results]}, status_code=201)
+    if isinstance(body, dict) and idempotency_key is not None:
+        if body.get("idempotency_key", idempotency_key) != idempotency_key:
+            raise errors.InvalidInput(
+                "the Idempotency-Key header and the body's idempotency_key differ", field="Idempotency-Key"
+            )
+        body = {**body, "idempotency_key": idempotency_key}
+    [result] = await stream.append_input([body], wake=wake)
+    return json_response({"offset": result.offset, "id": result.id}, status_code=201)
 
 
 @router.get(

@@ -15,6 +15,7 @@ from ..events import Event, PreparedEvent
 
 if TYPE_CHECKING:
     from .actors import ActorStore
+    from .outbox import OutboxStore
     from .subscriptions import SubscriptionStore
 
 
@@ -179,6 +180,7 @@ class Store(Protocol):
 
     actors: ActorStore  # the actor tables (store/actors.py)
     subscriptions: SubscriptionStore  # subscriptions, fences, checkpoints (store/subscriptions.py)
+    outbox: OutboxStore  # input records' delivery outbox (store/outbox.py)
 
     # Whether ephemeral events travel between processes (PostgreSQL): then
     # ``commit`` relays them and ``on_ephemeral`` receives other processes'.

@@ -21,7 +21,7 @@ from ..events import (
 )
 from ..routing.filters import Filter
 from ..store.contract import ConsumerInfo, Limits, ReadPage, Retention, StreamInfo, StreamSettings
-from .append import new_stream_id
+from .append import REFUSALS, new_stream_id, refusal_error
 from ..subscriptions.operator import Subscribed, Subscriptions, SubscriptionStatus
 from ..subscriptions.receivers import Receiver, copy_to_stream
 from .objects import StreamObjects
@@ -78,6 +78,39 @@ class Stream:
     async def append_many(self, events: Iterable[Mapping[str, Any]]) -> list[AppendResult]:
         """Append a batch atomically: all events get consecutive offsets, or none is written."""
         return await self._append(events, trusted=False)
+
+    async def append_input(self, events: Iterable[Mapping[str, Any]], *, wake: str) -> list[AppendResult]:
+        """Append input records (a batch, atomically) and, in the same
+        transaction, their delivery outbox: each new record's wake event
+        (``yoke.input.received``, with an id and idempotency key derived
+        from the record) is then published on the stream ``wake`` exactly
+        once, even if this process dies before publishing it
+        (``streams/inputs.py``). Input records cannot be ephemeral."""
+        validate_path(wake)
+        if isinstance(events, (str, bytes, Mapping)):
+            raise errors.InvalidInput("append_input takes a list of events", field="events")
+        limit = self.runtime.settings.max_event_bytes
+        prepared = [prepare(e, max_event_bytes=limit) for e in events]
+        if not prepared:
+            return []
+        if len(prepared) > MAX_BATCH_EVENTS:
+            raise errors.InvalidInput(
+                f"a batch holds at most {MAX_BATCH_EVENTS} events", field="events", limit=MAX_BATCH_EVENTS
+            )
+        if any(e.ephemeral for e in prepared):
+            raise errors.InvalidInput("input records are durable: no ephemeral", field="ephemeral")
+        keys = [e.idempotency_key for e in prepared if e.idempotency_key is not None]
+        if len(keys) != len(set(keys)):
+            raise errors.InvalidIdempotencyKey("an idempotency key appears twice in one batch")
+        result = await self.runtime.store.outbox.append_input(
+            self.tenant, self.path, prepared, now_ms(), new_stream_id(), wake
+        )
+        refusal = next((o.status for o in result.outcomes if o.status in REFUSALS), None)
+        if refusal is not None:
+            raise refusal_error(refusal, self.path, prepared)
+        self.runtime.hub.wake(self.tenant, self.path)
+        self.runtime.inputs.kick()
+        return [AppendResult(o.offset, o.id) for o in result.outcomes]  # type: ignore[arg-type]
 
     async def _append(
         self, events: Iterable[Mapping[str, Any]], *, trusted: bool, kernel_key: bool = False

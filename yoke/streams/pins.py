@@ -42,7 +42,8 @@ PATH_STEP = re.compile(r"\.([A-Za-z0-9_-]+)|\[\*\]|\[(\d+)\]")
 MAX_RULES = 64
 
 PLACEMENT = ("metadata_home", "metadata_replicas", "object_regions", "client_egress_regions", "log_region")
-FIELDS = {"placement", "redaction", "authorization", "content_classes"}
+FIELDS = {"placement", "redaction", "authorization", "content_classes", "direction"}
+DIRECTIONS = ("output", "input")
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,9 @@ class DataHandling:
     read: Access | None = None
     append: Access | None = None
     content_classes: tuple[str, ...] | None = None
+    # "input": records are input records, appended with their delivery
+    # outbox (streams/inputs.py); "output" (the default): ordinary records.
+    direction: str = "output"
 
     # --- parsing and storing -----------------------------------------------------
 
@@ -84,6 +88,7 @@ class DataHandling:
             read=_access(body.get("authorization"), "read"),
             append=_access(body.get("authorization"), "append"),
             content_classes=_classes(body.get("content_classes")),
+            direction=_direction(body.get("direction")),
         )
 
     @classmethod
@@ -100,6 +105,7 @@ class DataHandling:
             "redaction": [{"path": r.path, "lifted_by": list(r.lifted_by)} for r in self.redaction],
             "authorization": authorization,
             "content_classes": None if self.content_classes is None else list(self.content_classes),
+            "direction": self.direction,
         }
 
     # --- enforcing ------------------------------------------------------------------
@@ -282,6 +288,14 @@ def _access(value: Any, action: str) -> Access | None:
         scopes=_strings(rule.get("scopes", []), SCOPE_RE, f"authorization.{action}.scopes", "token scopes"),
         subjects=_strings(rule.get("subjects", []), SUBJECT_RE, f"authorization.{action}.subjects", "token ids"),
     )
+
+
+def _direction(value: Any) -> str:
+    if value is None:
+        return "output"
+    if value not in DIRECTIONS:
+        raise errors.InvalidInput("direction is 'output' or 'input'", field="direction")
+    return value
 
 
 def _classes(value: Any) -> tuple[str, ...] | None:

@@ -52,6 +52,7 @@ from ..rows import (
 )
 from .actors import PgActorStore
 from .faults import connection_lost, is_closed, refused_before_send, rolled_back
+from .outbox import PgOutboxStore
 from .subscriptions import PgSubscriptionStore
 from .listener import Listener
 from .relay import encode as encode_relayed
@@ -178,6 +179,7 @@ class PostgresStore:
         self.listener: Listener | None = None
         self.actors = PgActorStore(self)
         self.subscriptions = PgSubscriptionStore(self)
+        self.outbox = PgOutboxStore(self)
         # Server pids of this pool's open connections: their NOTIFYs announce
         # what this process already woke itself for, so the listener skips
         # them. A pid leaves with its connection: PostgreSQL reuses pids, and
@@ -542,7 +544,7 @@ class PostgresStore:
                 f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"]
             )
             # Object bytes are a column of their rows: they go with them.
-            for table in ("events", "consumers", "objects", "fanout_cursors"):
+            for table in ("events", "consumers", "objects", "fanout_cursors", "input_outbox"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
             for table in ("subscriptions", "processor_checkpoints", "subscription_inbound"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND path=$2", tenant, path)

@@ -57,6 +57,7 @@ from ..rows import (
 from ..faults import log_retried, retry_reads, unavailable
 from ..schema import Migration, Recorded, check_recorded, read_migrations
 from .actors import SqliteActorStore
+from .outbox import SqliteOutboxStore
 from .subscriptions import SqliteSubscriptionStore
 
 T = TypeVar("T")
@@ -148,6 +149,7 @@ class SqliteStore:
         self._wconn: sqlite3.Connection | None = None
         self.actors = SqliteActorStore(self)
         self.subscriptions = SqliteSubscriptionStore(self)
+        self.outbox = SqliteOutboxStore(self)
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -501,7 +503,7 @@ class SqliteStore:
         return await self._write(run)
 
     # Tables whose rows belong to one stream, by its sid or by its path.
-    _BY_SID = ("events", "consumers", "objects", "fanout_cursors")
+    _BY_SID = ("events", "consumers", "objects", "fanout_cursors", "input_outbox")
     _BY_PATH = ("subscriptions", "processor_checkpoints", "subscription_inbound")
 
     async def delete_stream(self, tenant: str, path: str) -> StreamInfo | None:
