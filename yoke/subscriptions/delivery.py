@@ -69,11 +69,18 @@ class Batch:
     def delivery_id(self) -> str:
         return f"{self.stream_id}:{self.generation}:{self.events[0].offset}-{self.events[-1].offset}"
 
+    def lifetime(self) -> dict[str, Any]:
+        """The run that produced the batch, for a receiver to fence a
+        superseded one (seed 003, "The receiver's passive fence"): the source
+        stream's lifetime (``stream_id``, ``stream_created_at``) and the
+        configuration generation (the configure or cursor_set offset)."""
+        return {"stream_id": self.stream_id, "stream_created_at": self.created_at, "generation": self.generation}
+
     def to_dict(self) -> dict[str, Any]:
         """What a ``call`` receiver gets."""
         return {
             "events": [e.to_dict() for e in self.events], "path": self.path, "name": self.name,
-            "stream_id": self.stream_id, "attempt": self.attempt, "delivery_id": self.delivery_id,
+            **self.lifetime(), "attempt": self.attempt, "delivery_id": self.delivery_id,
         }
 
 
