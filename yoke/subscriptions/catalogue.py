@@ -30,6 +30,10 @@ PAUSED = "yoke.subscription.paused"
 CONTROL_TYPES = frozenset({CONFIGURED, REMOVED, HALTED, RESUMED, CURSOR_SET, PAUSED})
 AUDIT = "yoke.error"  # kernel audit lines (skips, dropped copies): never copied onward
 
+# The version of reduce_log: a catalogue reduced by another one is rebuilt
+# when a process opens (2: pauses and operator halts).
+REDUCER = "2"
+
 GENERATED_PREFIX = "subscription:"
 MAX_COPIES_INTO = 64  # copy subscriptions into one stream (per tenant)
 MAX_NAME_CHARS = 500
@@ -243,10 +247,12 @@ def first_hand(event: Event) -> bool:
 
 
 def reduce_log(
-    tenant: str, path: str, stream_id: str, events: Iterable[Event]
+    tenant: str, path: str, stream_id: str, events: Iterable[Event],
+    rows: dict[str, SubscriptionRow] | None = None,
 ) -> dict[str, SubscriptionRow]:
-    """The catalogue (configuration columns) from the stream's events alone."""
-    rows: dict[str, SubscriptionRow] = {}
+    """The catalogue (configuration columns) from the stream's events alone,
+    continued from ``rows`` (a rebuild's stage) when given."""
+    rows = {} if rows is None else rows
     for e in events:
         if not first_hand(e):
             continue
@@ -285,6 +291,26 @@ def reduce_log(
         elif e.type == RESUMED:
             rows[name] = replace(row, halted=None)
     return rows
+
+
+def rows_to_json(rows: dict[str, SubscriptionRow]) -> list[dict[str, Any]]:
+    """A rebuild's reduced rows as a stage (configuration columns only)."""
+    return [
+        {"name": r.name, "config": r.config, "configured_at": r.configured_at,
+         "configured_id": r.configured_id, "configured_ms": r.configured_ms,
+         "generation": r.generation, "cursor": r.cursor, "halted": r.halted, "gave_up": list(r.gave_up)}
+        for r in rows.values()
+    ]
+
+
+def rows_from_json(tenant: str, path: str, stream_id: str, stage: list[dict[str, Any]]) -> dict[str, SubscriptionRow]:
+    return {
+        d["name"]: SubscriptionRow(
+            tenant=tenant, path=path, source_stream_id=stream_id,
+            **{**d, "gave_up": tuple(d.get("gave_up") or ())},
+        )
+        for d in stage
+    }
 
 
 def merge_rebuilt(

@@ -546,7 +546,7 @@ class PostgresStore:
             # Object bytes are a column of their rows: they go with them.
             for table in ("events", "consumers", "objects", "fanout_cursors", "input_outbox"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
-            for table in ("subscriptions", "processor_checkpoints", "subscription_inbound"):
+            for table in ("subscriptions", "processor_checkpoints", "subscription_inbound", "subscription_catalogues"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND path=$2", tenant, path)
             await conn.execute("DELETE FROM streams WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
             # Tails in other processes read again and see it gone (at commit).
