@@ -50,8 +50,9 @@ async def test_missing_invalid_and_old_catalogues_are_rebuilt_on_open(fresh_url:
         await s.subscribe("b", yoke.call("not-here"))
         await s.append_many([{"type": "x"}] * 3)
         await s.pause("b")
-        assert await y.catalogues == [] or (tenant, PATH) in await y.catalogues
+        await y.catalogues  # (it may have met the rows already and recorded them)
     # Rows without a record (a database from before records): rebuilt once.
+    await sql(fresh_url, "DELETE FROM subscription_catalogues WHERE tenant_id=$1 AND path=$2", tenant, PATH)
     assert (tenant, PATH) in await reopen(fresh_url)
     assert (tenant, PATH) not in await reopen(fresh_url)  # now it matches
     async with yoke.open(fresh_url, **FAST) as y:
