@@ -31,7 +31,7 @@ is. What this test adds, all on the test side:
   the machine, and a generated ``timeout_s`` of the wait route is capped at
   0.5 s, so a wait that cannot finish does not hold the run for a minute.
 
-SSE operations (``/-/tail``, ``/subscribe``) stream forever and are excluded.
+SSE operations (``/-/tail``, ``/-/connection``, ``/subscribe``) stream forever and are excluded.
 Bounded and reproducible: ``MAX_EXAMPLES`` fuzzing examples per operation,
 derandomized with a fixed seed, no example database written to the repo.
 
@@ -59,7 +59,7 @@ from .conftest import Server
 
 MAX_EXAMPLES = 20
 SEED = 20_260_101
-SSE_OPERATIONS = r"/-/tail$|/subscribe$"
+SSE_OPERATIONS = r"/-/tail$|/-/connection$|/subscribe$"
 HOSTILE_STRINGS = ["\x00", "a\x00b", "%00", "..", "-", "a/-/b", "\u2028", "x" * 600]
 HOSTILE_PROBABILITY = 0.3
 

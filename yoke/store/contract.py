@@ -70,6 +70,12 @@ class StreamInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamTotals:
+    streams: int = 0
+    offsets: int = 0  # the sum of the heads
+
+
+@dataclass(frozen=True, slots=True)
 class StreamSettings:
     """Everything a stream can be created with."""
 
@@ -104,6 +110,8 @@ class ObjectInfo:
     created_at: int
     expires_at: int
     committed_offset: int | None
+    schema: str | None = None  # pinned at prepare: the schema the bytes follow
+    authorization: dict[str, Any] | None = None  # the receipt of who prepared it
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +177,19 @@ class ReadPage:
     stream_id: str = ""
     created_at: int = 0
 
+
+@dataclass(frozen=True, slots=True)
+class GapEvidence:
+    """Events a tail found that no wake-up had announced (streams/gaps.py)."""
+
+    first: int
+    last: int
+    cause: str  # what made the tail read: "sweep" (its periodic reread) or "resync" (a reconnect)
+    detected_at: int
+    process: str
+
+
+MAX_GAPS = 100  # kept per stream, newest first
 
 WakeupCallback = Callable[[str, str], None]  # (tenant, path)
 # (tenant, path, offset, at, event): an ephemeral event another process appended
@@ -238,10 +259,21 @@ class Store(Protocol):
         self, tenant: str, prefix: str, limit: int, after_path: str | None
     ) -> list[StreamInfo]: ...
 
+    async def stream_totals(self, tenant: str) -> StreamTotals:
+        """How many streams the tenant has, and the sum of their heads (every
+        offset ever assigned: a rate of appends from two readings)."""
+
     async def create_stream(
         self, tenant: str, path: str, stream_id: str, now: int, settings: StreamSettings
     ) -> tuple[StreamInfo, bool]:
         """Create the stream if missing; returns (info, created)."""
+
+    async def append_fact(self, tenant: str, event: PreparedEvent, now: int, new_stream_id: str) -> Outcome:
+        """Append one lifecycle fact (yoke/lifecycle.py) to the tenant's
+        global stream ``/``, as kernel bookkeeping: a closed or full ``/``
+        still takes it. Stream and instance facts are appended by the store
+        itself, in the transaction of their change (``closed`` included:
+        ``update_stream`` records ``yoke.stream.closed`` when it closes)."""
 
     async def update_stream(
         self,
@@ -286,6 +318,7 @@ class Store(Protocol):
     async def prepare_object(
         self, tenant: str, path: str, object_id: str, key: str, sha256: str, size: int,
         content_type: str, now: int, expires_at: int, new_stream_id: str,
+        schema: str | None = None, authorization: dict[str, Any] | None = None,
     ) -> ObjectInfo:
         """Record an intent; the same idempotency key returns the existing one.
         A closed stream takes no new intent (``StreamClosed``); a retry that
@@ -304,6 +337,19 @@ class Store(Protocol):
         """The bytes of a committed object; None when it is missing or not committed."""
 
     async def abort_object(self, tenant: str, path: str, object_id: str) -> ObjectInfo | None: ...
+
+    async def record_gap(
+        self, tenant: str, path: str, first: int, last: int, cause: str, at: int, process: str
+    ) -> None:
+        """Keep evidence of a repaired live gap (the newest ``MAX_GAPS`` per stream)."""
+
+    async def gaps(self, tenant: str, path: str, limit: int) -> list[GapEvidence]:
+        """The stream's gap evidence, newest first."""
+
+    async def pending_deletions(self) -> int:
+        """Object bytes queued for deletion, not deleted yet: the deletion
+        outbox (SQLite, whose object bytes are files; PostgreSQL keeps them
+        in the object's row, deleted in the same transaction: always 0)."""
 
     async def cleanup_objects(self, now: int) -> int:
         """Remove aborted and expired uncommitted objects (not under legal hold)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -20,10 +20,12 @@ from ..events import (
     validate_tenant,
 )
 from ..routing.filters import Filter
-from ..store.contract import ConsumerInfo, Limits, ReadPage, Retention, StreamInfo, StreamSettings
+from ..store.contract import MAX_GAPS, ConsumerInfo, GapEvidence, Limits, ReadPage, Retention, StreamInfo, StreamSettings
+from ..lifecycle import GLOBAL
 from .append import REFUSALS, new_stream_id, refusal_error
-from ..subscriptions.operator import Subscribed, Subscriptions, SubscriptionStatus
+from ..subscriptions.operator import HISTORY_SCAN, History, Subscribed, Subscriptions, SubscriptionStatus
 from ..subscriptions.receivers import Receiver, copy_to_stream
+from .connections import Connection
 from .objects import StreamObjects
 from .pins import DataHandling
 from .tail import tail
@@ -110,7 +112,7 @@ class Stream:
             raise refusal_error(refusal, self.path, prepared)
         self.runtime.hub.wake(self.tenant, self.path)
         self.runtime.inputs.kick()
-        return [AppendResult(o.offset, o.id) for o in result.outcomes]  # type: ignore[arg-type]
+        return [AppendResult(o.offset, o.id, o.at) for o in result.outcomes]  # type: ignore[arg-type]
 
     async def _append(
         self, events: Iterable[Mapping[str, Any]], *, trusted: bool, kernel_key: bool = False
@@ -253,6 +255,36 @@ class Stream:
             event_filter=event_filter,
         )
 
+    async def gaps(self, limit: int = 100) -> list[GapEvidence]:
+        """Evidence of live gaps repaired on this stream's tails (``gaps.py``), newest first."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_GAPS:
+            raise errors.InvalidInput(f"limit must be 1-{MAX_GAPS}", field="limit")
+        return await self.runtime.store.gaps(self.tenant, self.path, limit)
+
+    async def open_connection(
+        self,
+        *,
+        connection_key: str,
+        on_batch: Callable[[Any], Awaitable[Any]],
+        replay_after: int | None = None,
+        filter: Filter | Mapping[str, Any] | None = None,  # noqa: A002
+        events: bool = True,
+        include_ephemeral: bool = True,
+    ) -> Connection:
+        """A session connection: ``await on_batch(events)`` with the events
+        after ``replay_after`` (None: only those appended from now on), then
+        with new ones as they commit, those ``filter`` matches, ephemeral
+        ones included; with ``events=False``, ``await on_batch(state)`` with
+        the stream's reduced state (subscription catalogue, processor
+        states) now and whenever it changes. A second connection with the
+        same ``connection_key`` on this stream replaces this one; ``close()``
+        (or ``async with``) ends it. Nothing is appended to the stream: its
+        opening and end are facts on ``/``. See streams/connections.py."""
+        return await self.runtime.connections.open(
+            self, connection_key, on_batch, replay_after=replay_after, filter=filter, events=events,
+            include_ephemeral=include_ephemeral,
+        )
+
     # --- subscriptions (yoke/subscriptions) --------------------------------------
 
     async def subscribe(
@@ -335,6 +367,11 @@ class Stream:
 
     async def subscriptions(self) -> list[SubscriptionStatus]:
         return await Subscriptions(self).list()
+
+    async def subscription_history(self, name: str, *, after: int = 0, scan: int = HISTORY_SCAN) -> History:
+        """The subscription's control events from this stream's log (a page:
+        read on after ``scanned_through`` until it reaches ``head``)."""
+        return await Subscriptions(self).history(name, after=after, scan=scan)
 
     async def wait_until_processed(
         self, name: str, offset: int, timeout_s: float = 20.0
@@ -428,6 +465,7 @@ class Stream:
         work; tails end once they have delivered everything up to the head."""
         info = await self._update(closed=True)
         self.runtime.hub.wake(self.tenant, self.path)  # live tails read through and end
+        self.runtime.hub.wake(self.tenant, GLOBAL)  # the yoke.stream.closed fact
         return info
 
     async def delete(self) -> StreamInfo:

@@ -81,6 +81,25 @@ class PgActorStore:
                 )
         return instance_from_row(row), created
 
+    async def remove_instance(self, tenant: str, instance_id: str) -> InstanceInfo | None:
+        async with self._tx(tenant) as conn:
+            # The delete's trigger appends yoke.instance.removed to '/'.
+            row = await conn.fetchrow(
+                f"DELETE FROM actor_instances WHERE tenant_id=$1 AND instance_id=$2 RETURNING {INSTANCE_COLUMNS}",
+                tenant, instance_id,
+            )
+            if row is None:
+                return None
+            for table in ("actor_queue", "actor_schedules", "actor_sqlite"):
+                await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND instance_id=$2", tenant, instance_id)
+            if row["filter"] is not None:
+                await conn.execute(
+                    "INSERT INTO routing_versions VALUES ($1, 1) ON CONFLICT (tenant_id)"
+                    " DO UPDATE SET version = routing_versions.version + 1",
+                    tenant,
+                )
+        return instance_from_row(row)
+
     @staticmethod
     async def _insert_instance(conn: asyncpg.Connection, i: InstanceInfo) -> Any:
         await conn.execute(
@@ -254,6 +273,15 @@ class PgActorStore:
                 tenant, instance_id, status, limit,
             )
         return [queue_row_from_row(r) for r in rows]
+
+    async def dead_by_instance(self, tenant: str, limit: int) -> list[tuple[str, int]]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                "SELECT instance_id, count(*) AS n FROM actor_queue WHERE tenant_id=$1 AND status='dead'"
+                " GROUP BY instance_id ORDER BY n DESC, instance_id LIMIT $2",
+                tenant, limit,
+            )
+        return [(r[0], r[1]) for r in rows]
 
     async def queue_depth(self, tenant: str, instance_id: str | None) -> QueueDepth:
         async with self._tx(tenant) as conn:

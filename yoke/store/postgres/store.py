@@ -15,13 +15,15 @@ import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
 import orjson
 
 from ... import errors
-from ...events import Event, PreparedEvent
+from ...events import Event, PreparedEvent, now_ms
+from ...lifecycle import STREAM_DELETED, new_stream_id, stream_fact
 from ..faults import log_retried, retry_reads, unavailable
 from ..contract import (
     CommitResult,
@@ -33,7 +35,10 @@ from ..contract import (
     Retention,
     StreamInfo,
     StreamSettings,
+    StreamTotals,
+    MAX_GAPS,
     EphemeralCallback,
+    GapEvidence,
     TokenInfo,
     WakeupCallback,
 )
@@ -468,6 +473,11 @@ class PostgresStore:
         )
         return _commit_result(rows, events)
 
+    async def append_fact(self, tenant: str, event: PreparedEvent, now: int, new_stream_id: str) -> Outcome:
+        async with self._tx(tenant) as conn:
+            result = await self._commit_batch(conn, tenant, "/", [event], now, new_stream_id, kernel=True)
+        return result.outcomes[0]
+
     async def create_stream(
         self, tenant: str, path: str, stream_id: str, now: int, settings: StreamSettings
     ) -> tuple[StreamInfo, bool]:
@@ -544,11 +554,14 @@ class PostgresStore:
                 f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"]
             )
             # Object bytes are a column of their rows: they go with them.
-            for table in ("events", "consumers", "objects", "fanout_cursors", "input_outbox"):
+            for table in ("events", "consumers", "objects", "fanout_cursors", "input_outbox", "gap_evidence"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
             for table in ("subscriptions", "processor_checkpoints", "subscription_inbound", "subscription_catalogues"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND path=$2", tenant, path)
             await conn.execute("DELETE FROM streams WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
+            if path != "/":  # (the global stream is never deleted)
+                fact = stream_fact(STREAM_DELETED, path, row["stream_id"])
+                await self._commit_batch(conn, tenant, "/", [fact], now_ms(), new_stream_id(), kernel=True)
             # Tails in other processes read again and see it gone (at commit).
             await conn.execute("SELECT pg_notify('yoke_stream', $1)", f"{tenant}|{path}")
         return stream_from_row(row)
@@ -717,6 +730,7 @@ class PostgresStore:
     async def prepare_object(
         self, tenant: str, path: str, object_id: str, key: str, sha256: str, size: int,
         content_type: str, now: int, expires_at: int, new_stream_id: str,
+        schema: str | None = None, authorization: dict[str, Any] | None = None,
     ) -> ObjectInfo:
         async with self._tx(tenant) as conn:
             await self._ensure_stream(conn, tenant, path, new_stream_id, now)
@@ -733,9 +747,10 @@ class PostgresStore:
                 return object_from_row(path, row)
             await conn.execute(
                 "INSERT INTO objects (tenant_id, sid, object_id, idempotency_key, sha256, size,"
-                " content_type, state, created_at, expires_at)"
-                " VALUES ($1,$2,$3,$4,$5,$6,$7,'prepared',$8,$9) ON CONFLICT DO NOTHING",
-                tenant, sid, object_id, key, sha256, size, content_type, now, expires_at,
+                " content_type, state, created_at, expires_at, schema_ref, auth_receipt)"
+                " VALUES ($1,$2,$3,$4,$5,$6,$7,'prepared',$8,$9,$10,$11::json) ON CONFLICT DO NOTHING",
+                tenant, sid, object_id, key, sha256, size, content_type, now, expires_at, schema,
+                None if authorization is None else orjson.dumps(authorization).decode(),
             )
             row = await conn.fetchrow(
                 f"SELECT {OBJECT_COLUMNS} FROM objects WHERE tenant_id=$1 AND sid=$2 AND idempotency_key=$3",
@@ -791,6 +806,38 @@ class PostgresStore:
                 tenant, row["sid"], object_id,
             )
         return replace(info, state="aborted")
+
+    async def record_gap(
+        self, tenant: str, path: str, first: int, last: int, cause: str, at: int, process: str
+    ) -> None:
+        async with self._tx(tenant) as conn:
+            sid = await conn.fetchval("SELECT sid FROM streams WHERE tenant_id=$1 AND path=$2", tenant, path)
+            if sid is None:
+                return
+            await conn.execute(
+                "INSERT INTO gap_evidence VALUES ($1,$2,$3,$4,$5,$6,$7) ON CONFLICT DO NOTHING",
+                tenant, sid, at, first, last, cause, process,
+            )
+            await conn.execute(
+                "DELETE FROM gap_evidence WHERE tenant_id=$1 AND sid=$2 AND detected_at < ("
+                " SELECT detected_at FROM gap_evidence WHERE tenant_id=$1 AND sid=$2"
+                " ORDER BY detected_at DESC OFFSET $3 LIMIT 1)",
+                tenant, sid, MAX_GAPS - 1,
+            )
+
+    @retry_reads
+    async def gaps(self, tenant: str, path: str, limit: int) -> list[GapEvidence]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                "SELECT g.first_seq, g.last_seq, g.cause, g.detected_at, g.process FROM gap_evidence g"
+                " JOIN streams s ON s.tenant_id = g.tenant_id AND s.sid = g.sid"
+                " WHERE s.tenant_id=$1 AND s.path=$2 ORDER BY g.detected_at DESC, g.first_seq DESC LIMIT $3",
+                tenant, path, limit,
+            )
+        return [GapEvidence(*r) for r in rows]
+
+    async def pending_deletions(self) -> int:
+        return 0  # object bytes are a column of their row: they go with it
 
     async def cleanup_objects(self, now: int) -> int:
         removed = 0
@@ -888,6 +935,14 @@ class PostgresStore:
                 f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant_id=$1 AND path=$2", tenant, path
             )
         return stream_from_row(row) if row else None
+
+    @retry_reads
+    async def stream_totals(self, tenant: str) -> StreamTotals:
+        async with self._tx(tenant) as conn:
+            row = await conn.fetchrow(
+                "SELECT count(*), coalesce(sum(head), 0)::bigint FROM streams WHERE tenant_id=$1", tenant
+            )
+        return StreamTotals(row[0], row[1])
 
     @retry_reads
     async def list_streams(
