@@ -218,6 +218,7 @@ def test_json_output_of_every_command(cli, server, tmp_path):
     assert js("dlq", "list", created["id"]) == []
     assert js("dlq", "redrive", created["id"]) == {"redriven": 0}
     assert js("dlq", "drop", created["id"]) == {"dropped": 0}
+    assert js("instances", "remove", created["id"])["id"] == created["id"]
 
     new = js("tokens", "create", "--tenant", "jsonland", "--name", "j", db=True)
     assert new["tenant"] == "jsonland" and new["token"].startswith("yk_")
