@@ -39,6 +39,7 @@ FAST = {
 STATUS_FIELDS = {
     "name", "path", "config", "configured_at", "generation", "processed_through_offset", "head", "lag",
     "halted", "last_error", "attempts", "next_retry_at", "delivered", "failures", "delivering",
+    "parked", "state", "source_stream_id",
 }
 
 
@@ -207,6 +208,8 @@ def test_list_show_cursor_and_remove(http, path):
     }
     assert (a["path"], a["configured_at"], a["generation"], a["head"], a["lag"]) == (path, 1, 1, 4, 0)
     assert (a["halted"], a["last_error"], a["attempts"], a["next_retry_at"], a["failures"]) == (None, None, 0, None, 0)
+    assert (a["state"], a["parked"]) == ("running", None)
+    assert a["source_stream_id"] == http.get(f"/v1/streams{path}").json()["stream_id"]
     assert data_types(events_of(http, target)) == ["x", "y"]
     assert [e["payload"] for e in events_of(http, path + "/other")] == [3, 4]  # transformed
 
