@@ -49,6 +49,8 @@ from ..rows import (
 )
 from .actors import PgActorStore
 from .faults import connection_lost, is_closed, refused_before_send, rolled_back
+from ..protocol import Guard
+from .protocol import PgProtocolStore
 from .subscriptions import PgSubscriptionStore
 from .listener import Listener
 from .migrate import migrate, pending
@@ -107,7 +109,7 @@ def _connect_failed(exc: BaseException) -> errors.Unavailable:
     return unavailable("could not connect to the database; retry later", "connect_failed")
 
 
-APPEND = "SELECT * FROM yoke_append($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19)"
+APPEND = "SELECT * FROM yoke_append($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20)"
 
 
 def _append_args(
@@ -134,6 +136,7 @@ def _append_args(
         [e.ephemeral for e in events],
         [e.object_id for e in events],
         kernel,
+        [e.data for e in events] if any(e.data is not None for e in events) else None,
     )
 
 
@@ -166,6 +169,7 @@ class PostgresStore:
         self.listener: Listener | None = None
         self.actors = PgActorStore(self)
         self.subscriptions = PgSubscriptionStore(self)
+        self.protocol = PgProtocolStore(self)
         # Server pids of this pool's open connections: their NOTIFYs announce
         # what this process already woke itself for, so the listener skips
         # them. A pid leaves with its connection: PostgreSQL reuses pids, and
@@ -400,7 +404,10 @@ class PostgresStore:
         batch_of: Sequence[int],
         now: int,
         new_stream_id: str,
+        guards: Sequence[Guard | None] | None = None,
     ) -> CommitResult:
+        if guards is not None:
+            return await self.protocol.commit_guarded(tenant, path, events, batch_of, now, new_stream_id, guards)
         rows = await self._fetch(APPEND, *_append_args(tenant, path, events, batch_of, now, new_stream_id))
         return _commit_result(rows, events)
 
@@ -804,7 +811,7 @@ class PostgresStore:
                 capped = True  # yoke_read's one row past the cap
                 break
             total += size
-            events.append(event_from_row(tenant, path, r[3:]))
+            events.append(event_from_row(tenant, path, r[3:], r[15]))
             sizes.append(size)
         return ReadPage(
             exists=True, head=head, pruned_through=pruned_through, events=events, closed=closed,
