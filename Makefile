@@ -39,7 +39,7 @@ install: $(DEV_STAMP)
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
 		echo "installing Debian's chromium for the browser tests (first time only)…"; \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+		(apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq chromium) \
 			>/tmp/yoke-chromium-install.log 2>&1 \
 		|| { echo "error: could not install chromium, which tests/browser need (see /tmp/yoke-chromium-install.log)"; exit 1; }; }
 
@@ -51,8 +51,10 @@ $(DS_STAMP): $(DS_DIR)/package-lock.json
 
 npm: $(DS_STAMP)
 
+# Three test processes (pytest-xdist), a test file each at a time: most of the
+# suite's time is spent waiting on servers, fsync and timeouts, not on the CPU.
 test: $(DEV_STAMP) chromium npm
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 3 --dist loadfile
 
 run: $(RUN_STAMP)
 	@$(VENV)/bin/yoke serve --app examples.orders:app $(if $(PORT),--port $(PORT))

@@ -16,11 +16,21 @@ with the in-memory buffer full, so that every append evicts.
     events/s. Ephemeral appends still commit (the offset is taken in the
     store), so this figure is bounded by the store; (a) isolates the buffer.
 
+(d) across processes (PostgreSQL): two ``yoke serve`` processes on one
+    database; ``--tails`` SSE tails on server B, one per stream, while a
+    client appends to server A, round-robin over those streams, ``--events``
+    events at ``--rate`` per second (every tenth one durable). Each event
+    carries its send time (CLOCK_MONOTONIC, shared by the processes of the
+    machine); the tails record the delay from the append call being made to
+    the event arriving on B, and check that each stream's events arrive in
+    offset order with none missing. p50 / p99 / max, ephemeral and durable.
+
 The caps are set low (per stream 16 KiB, per tenant 1 MiB, per process
 2 MiB) so eviction runs from the start. The last line printed is one JSON
 object with every figure.
 
     python bench/ephemeral.py [--backend all|postgres|sqlite|none] [--streams 1000] [--quick]
+                              [--tails 8] [--events 4000] [--rate 400]
 """
 
 from __future__ import annotations
@@ -30,9 +40,13 @@ import asyncio
 import dataclasses
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import httpx
+import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -165,12 +179,95 @@ async def through_api(url: str, streams: int, producers: int, batches: int, batc
         return producers * batches * batch / (time.perf_counter() - started)
 
 
+async def across_processes(url: str, tails: int, events: int, rate: float) -> dict[str, Any]:
+    """(d): append on one ``yoke serve``, tail on another."""
+    from http_api import percentile, start_server, stop_server
+
+    with tempfile.TemporaryDirectory(prefix="yoke_bench_") as folder:
+        for name in ("a", "b"):
+            Path(folder, name).mkdir()
+        a = start_server(url, Path(folder, "a"))
+        b = start_server(url, Path(folder, "b"))
+        try:
+            return await _across(a, b, tails, events, rate, percentile)
+        finally:
+            stop_server(a)
+            stop_server(b)
+
+
+async def _across(a: Any, b: Any, tails: int, events: int, rate: float, percentile: Any) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {a.token}"}
+    paths = [f"/across/{i}" for i in range(tails)]
+    delays: dict[bool, list[float]] = {True: [], False: []}
+    arrivals: dict[int, int] = {}  # event n -> when it arrived on B
+    answered: dict[int, int] = {}  # event n -> when A's answer to its append arrived
+    per_stream = [len(range(i, events, tails)) for i in range(tails)]
+    problems: list[str] = []
+    ready = [asyncio.Event() for _ in paths]
+
+    async def tail(i: int) -> None:
+        expected = 1
+        async with httpx.AsyncClient(base_url=b.url, headers=headers, timeout=None) as client:
+            async with client.stream("GET", f"/v1/streams{paths[i]}/-/tail", params={"after": 0}) as response:
+                ready[i].set()
+                count = 0
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    arrived = time.monotonic_ns()
+                    event = orjson.loads(line[5:])
+                    if event["offset"] != expected:
+                        problems.append(f"{paths[i]}: offset {event['offset']}, expected {expected}")
+                    expected = event["offset"] + 1
+                    delays[event["ephemeral"]].append((arrived - event["payload"]["sent"]) / 1e6)
+                    arrivals[event["payload"]["n"]] = arrived
+                    count += 1
+                    if count == per_stream[i]:
+                        return
+
+    async with httpx.AsyncClient(base_url=a.url, headers=headers, timeout=30) as producer:
+        for path in paths:  # create the streams (first offset 1 is the first measured event)
+            (await producer.put(f"/v1/streams{path}", json={})).raise_for_status()
+        readers = [asyncio.create_task(tail(i)) for i in range(tails)]
+        await asyncio.gather(*(r.wait() for r in ready))
+        await asyncio.sleep(0.5)  # the tails' first (empty) reads are done
+        started = time.perf_counter()
+        for n in range(events):
+            pause = started + n / rate - time.perf_counter()
+            if pause > 0:
+                await asyncio.sleep(pause)
+            body = {"type": "tok", "payload": {"sent": time.monotonic_ns(), "n": n}, "ephemeral": n % 10 != 0}
+            (await producer.post(f"/v1/streams{paths[n % tails]}/-/events", json=body)).raise_for_status()
+            answered[n] = time.monotonic_ns()
+        elapsed = time.perf_counter() - started
+        await asyncio.wait_for(asyncio.gather(*readers), 60)
+    figures: dict[str, Any] = {"events": events, "tails": tails, "rate": round(events / elapsed)}
+    for ephemeral, label in ((True, "ephemeral"), (False, "durable")):
+        values = sorted(delays[ephemeral])
+        figures[label] = {
+            "count": len(values),
+            "p50_ms": round(percentile(values, 0.5), 2),
+            "p99_ms": round(percentile(values, 0.99), 2),
+            "max_ms": round(values[-1], 2) if values else None,
+        }
+    # From A's answer: the relay and B's tail alone (negative: B had it first).
+    after_answer = sorted((arrivals[n] - answered[n]) / 1e6 for n in arrivals if n % 10 != 0)
+    figures["ephemeral_after_answer"] = {
+        "p50_ms": round(percentile(after_answer, 0.5), 2), "p99_ms": round(percentile(after_answer, 0.99), 2),
+    }
+    figures["problems"] = problems[:10]
+    return figures
+
+
 async def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("all", "postgres", "sqlite", "none"), default="all")
     parser.add_argument("--streams", type=int, default=1000)
     parser.add_argument("--tenants", type=int, default=10)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--tails", type=int, default=8)
+    parser.add_argument("--events", type=int, default=4000)
+    parser.add_argument("--rate", type=float, default=400)
     args = parser.parse_args(argv)
     adds = 100_000 if args.quick else 1_000_000
     batches = 5 if args.quick else 30
@@ -191,6 +288,19 @@ async def main(argv: list[str]) -> None:
             eps = await through_api(url, args.streams, 64, batches, 100)
         say(backend, f"(b) 64 producers, batches of 100, {args.streams} streams", f"{eps:,.0f} events/s")
         results[backend] = {"api_eps": round(eps)}
+        if backend == "postgres":
+            async with scratch(backend) as (url, _):
+                across = await across_processes(url, args.tails, args.events // (4 if args.quick else 1), args.rate)
+            for label in ("ephemeral", "durable"):
+                f = across[label]
+                say(backend, f"(d) append on A, tail on B: {label} ({f['count']} at {across['rate']}/s)",
+                    f"p50 {f['p50_ms']} ms, p99 {f['p99_ms']} ms, max {f['max_ms']} ms")
+            f = across["ephemeral_after_answer"]
+            say(backend, "(d) the same, ephemeral, from A's answer to the append",
+                f"p50 {f['p50_ms']} ms, p99 {f['p99_ms']} ms")
+            if across["problems"]:
+                say(backend, "(d) ORDER PROBLEMS", "; ".join(across["problems"]))
+            results[backend]["across"] = across
     print(json.dumps(results), flush=True)
 
 

@@ -191,6 +191,13 @@ class PortalNotFound(YokeError):
     http_status = 404
 
 
+class PortalMethodNotFound(YokeError):
+    """The portal has no method with that name."""
+
+    code = "portal_method_not_found"
+    http_status = 404
+
+
 class ConsumerNotFound(YokeError):
     """No such consumer on this stream."""
 
@@ -314,13 +321,28 @@ class EphemeralTooLarge(EventTooLarge):
     code = "ephemeral_too_large"
 
 
-# --- 503 / 504: the runtime cannot serve right now -------------------------
+# --- 502 / 503 / 504: a callee failed, or the runtime cannot serve right now -------------------------
 
 
 class NotProcessed(YokeError):
     """The subscription did not process through the offset within the timeout."""
 
     code = "not_processed"
+    http_status = 504
+
+
+class PortalCallFailed(YokeError):
+    """A portal method called from an actor raised (``details["error"]``
+    names the exception), or answered a value that is not JSON."""
+
+    code = "portal_call_failed"
+    http_status = 502
+
+
+class PortalTimeout(YokeError):
+    """A portal method called from an actor did not answer within its timeout."""
+
+    code = "portal_timeout"
     http_status = 504
 
 

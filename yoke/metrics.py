@@ -51,6 +51,13 @@ EPHEMERAL_LIMIT = Gauge(
 EPHEMERAL_EVICTED = Counter(
     "yoke_ephemeral_evicted_total", "Ephemeral events evicted, by the cap that evicted them", ["cap"]
 )
+EPHEMERAL_RELAYED = Counter(
+    "yoke_ephemeral_relayed_total", "Ephemeral events received from other processes (PostgreSQL) and buffered"
+)
+EPHEMERAL_BARRIERS = Counter(
+    "yoke_ephemeral_barriers_total",
+    "Pings a read sent to make sure ephemeral events relayed from other processes had arrived",
+)
 WAKEUP_WAITERS = Gauge(
     "yoke_wakeup_waiters", "Waiters on stream wake-ups (tails, producers blocked on credit, deliveries)"
 )

@@ -24,6 +24,7 @@ from .store import Store, StreamInfo, connect_store
 from .streams.append import AppendService
 from .streams.ephemeral import EphemeralBuffers
 from .streams.handle import Stream
+from .streams.relay import EphemeralRelay
 from .streams.retention import prune_forever, prune_once
 from .streams.tail import SharedReads
 from .streams.wakeups import WakeupHub
@@ -45,6 +46,8 @@ class Runtime:
         self._store: Store = connect_store(settings)
         self.hub = WakeupHub()
         self.buffers = EphemeralBuffers.from_settings(settings)
+        self.relay = EphemeralRelay(self.buffers, self.hub)
+        self.relay.store = self._store
         self.shared_reads = SharedReads(self.hub)
         self.appends = AppendService(
             self._store, self.hub, self.buffers, max_group_events=settings.max_group_events
@@ -65,7 +68,9 @@ class Runtime:
         return not self._started
 
     async def start(self) -> None:
-        await self._store.start(on_wakeup=self.hub.wake, on_resync=self.hub.resync)
+        await self._store.start(
+            on_wakeup=self.hub.wake, on_resync=self.hub.resync, on_ephemeral=self.relay.receive
+        )
         self._started = True
         if self._want_executor:
             assert self.app is not None

@@ -157,3 +157,47 @@ async def test_an_event_at_the_size_limit_is_still_copied(fresh_url: str) -> Non
         await a.wait_until_processed("s", sent.offset, timeout_s=10)
         [copied] = await b.read()
         assert len(copied.payload["b"]) == size and copied.source["copied_from"][0]["offset"] == sent.offset
+
+
+async def test_a_receiving_stream_subscribes_to_events_from_a_source(fresh_url: str) -> None:
+    """subscribe_to_events_from is declared on the receiver and stores the
+    same configuration in the source's log as subscribe(copy_to_stream)."""
+    async with yoke.open(fresh_url, **FAST) as y:
+        github, reviewer = y.stream("/integrations/github", "acme"), y.stream("/agents/reviewer", "acme")
+        await github.append({"type": "push", "payload": {"repo": "old"}})
+        sub = await reviewer.subscribe_to_events_from(
+            "/integrations/github", name="github-for-reviewer",
+            filter={"types": ["push"], "where": 'payload.repo = "acme/widgets"'},
+        )
+        assert sub.created and sub.name == "github-for-reviewer"
+        [configured] = [e for e in await github.read() if e.type == "yoke.subscription.configured"]
+        assert configured.offset == sub.offset
+        assert configured.payload["config"]["kind"] == "copy"
+        assert configured.payload["config"]["target"] == "/agents/reviewer"
+        assert configured.payload["config"]["start"] == "now"
+        assert await reviewer.read() == []  # nothing stored on the receiver at configure time
+        sent = await github.append_many([
+            {"type": "push", "payload": {"repo": "acme/widgets"}},
+            {"type": "push", "payload": {"repo": "acme/other"}},
+        ])
+        await _settle(github, "github-for-reviewer")
+        [copied] = await reviewer.read()
+        assert copied.payload == {"repo": "acme/widgets"}
+        assert copied.source["copied_from"][0]["offset"] == sent[0].offset
+        # Same name, same configuration, declared either way: nothing appended.
+        again = await github.subscribe(
+            "github-for-reviewer", yoke.copy_to_stream("/agents/reviewer"),
+            filter={"types": ["push"], "where": 'payload.repo = "acme/widgets"'},
+        )
+        assert not again.created and again.offset == sub.offset
+        # A generated name, and the handle form.
+        generated = await reviewer.subscribe_to_events_from(github, start="beginning")
+        assert generated.name == f"subscription:{generated.offset}"
+        await _settle(github, generated.name)
+        assert len([e for e in await reviewer.read() if e.type == "push"]) == 1 + 3
+        with pytest.raises(yoke.InvalidSubscription):
+            await reviewer.subscribe_to_events_from(y.stream("/integrations/github", "other"))
+        with pytest.raises(yoke.InvalidSubscription):
+            await reviewer.subscribe_to_events_from("/agents/reviewer")  # itself
+        with pytest.raises(yoke.InvalidFilter):
+            await reviewer.subscribe_to_events_from(github, filter={"where": "payload.("})

@@ -61,12 +61,28 @@ class PortalDef:
     handler: Handler
     tenant: str = "default"
     start_fn: Handler | None = None
+    # Methods actors call with ctx.portals.call(portal, method, params).
+    methods: dict[str, Handler] = field(default_factory=dict)
 
     def start(self, fn: Handler) -> Handler:
         """Decorate ``async def loop(ctx)``: started with the runtime, restarted
         with backoff if it crashes, cancelled on shutdown."""
         self.start_fn = fn
         return fn
+
+    def method(self, name: str) -> Callable[[Handler], Handler]:
+        """Decorate ``async def fn(ctx, params)``: a method actors call with
+        ``ctx.portals.call(portal, name, params)``; ``params`` and the value
+        it returns are JSON."""
+        _check_registered(name, self.methods, "portal method")
+
+        def register(fn: Handler) -> Handler:
+            if not inspect.iscoroutinefunction(fn):
+                raise errors.InvalidInput(f"portal method {name!r} must be an async function")
+            self.methods[name] = fn
+            return fn
+
+        return register
 
 
 @dataclass

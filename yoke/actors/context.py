@@ -123,6 +123,22 @@ class Conversations:
         )
 
 
+class Portals:
+    def __init__(self, ops: OpHandler) -> None:
+        self._ops = ops
+
+    async def call(
+        self, portal: str, method: str, params: Any = None, *, timeout_s: float | None = None
+    ) -> Any:
+        """Call ``method`` of the application's portal ``portal`` with JSON
+        ``params``; returns its JSON answer. ``timeout_s`` (default 30 s):
+        ``PortalTimeout`` when it has not answered by then."""
+        call = {"portal": portal, "method": method, "params": params}
+        if timeout_s is not None:
+            call["timeout_s"] = timeout_s
+        return await self._ops.call("portal_call", call)
+
+
 class ChildInstances:
     def __init__(self, ops: OpHandler) -> None:
         self._ops = ops
@@ -177,6 +193,10 @@ class Context(BaseContext):
     @cached_property
     def schedules(self) -> Schedules:
         return Schedules(self.ops)
+
+    @cached_property
+    def portals(self) -> Portals:
+        return Portals(self.ops)
 
 
 class PortalContext(BaseContext):

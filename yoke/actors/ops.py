@@ -120,6 +120,19 @@ class OpHandler:
         )
         return instance_dict(info)
 
+    # --- portals -------------------------------------------------------------
+
+    async def _portal_call(self, p: dict[str, Any]) -> Any:
+        from .portals import CALL_TIMEOUT_S, call_method, check_timeout
+
+        self._need_instance()
+        name, method = p.get("portal"), p.get("method")
+        for field, value in (("portal", name), ("method", method)):
+            if not isinstance(value, str) or not 1 <= len(value) <= 200:
+                raise errors.InvalidInput(f"{field} must be 1-200 characters", field=field)
+        timeout_s = check_timeout(p.get("timeout_s", CALL_TIMEOUT_S))
+        return await call_method(self._runtime, self.tenant, name, method, p.get("params"), timeout_s)
+
     # --- schedules -----------------------------------------------------------
 
     async def _schedules_upsert(self, p: dict[str, Any]) -> dict[str, Any]:
@@ -221,6 +234,7 @@ OPS: dict[str, Callable[[OpHandler, dict[str, Any]], Awaitable[Any]]] = {
     "sqlite_exec": OpHandler._sqlite_exec,
     "sqlite_query": OpHandler._sqlite_query,
     "instances_create": OpHandler._instances_create,
+    "portal_call": OpHandler._portal_call,
     "schedules_upsert": OpHandler._schedules_upsert,
     "schedules_cancel": OpHandler._schedules_cancel,
     "schedules_list": OpHandler._schedules_list,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .. import errors
+from ..events import json_bytes
 from .app import App, PortalDef
 from .context import PortalContext
 from .ops import OpHandler
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("yoke.actors.portals")
 
 RESTART_MAX_S = 30.0
+CALL_TIMEOUT_S = 30.0  # ctx.portals.call's default
+MAX_CALL_TIMEOUT_S = 3600.0
 
 
 @dataclass
@@ -60,6 +63,59 @@ async def handle_request(
     if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], int):
         return result[0], result[1]
     return 200, result
+
+
+def check_timeout(timeout_s: Any) -> float:
+    if (
+        isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
+        or not 0 < timeout_s <= MAX_CALL_TIMEOUT_S
+    ):
+        raise errors.InvalidInput(
+            f"timeout_s must be more than 0 and at most {MAX_CALL_TIMEOUT_S:g} seconds", field="timeout_s"
+        )
+    return float(timeout_s)
+
+
+async def call_method(
+    runtime: Runtime, tenant: str, name: str, method: str, params: Any, timeout_s: float
+) -> Any:
+    """Run a portal method for an actor of ``tenant``: the method gets a
+    portal context in that tenant and ``params`` (JSON); its answer goes back
+    as JSON. A YokeError it raises reaches the caller as it is; any other
+    exception, or an answer that is not JSON, is ``PortalCallFailed``; no
+    answer within ``timeout_s`` is ``PortalTimeout`` (the method is cancelled)."""
+    app = runtime.app
+    portal = None if app is None else app.portals.get(name)
+    if portal is None:
+        raise errors.PortalNotFound(f"no portal named {name!r}", portal=name)
+    fn = portal.methods.get(method)
+    if fn is None:
+        raise errors.PortalMethodNotFound(
+            f"portal {name!r} has no method {method!r}", portal=name, method=method
+        )
+    try:
+        async with asyncio.timeout(timeout_s):
+            result = await fn(portal_context(runtime, portal, tenant), params)
+    except TimeoutError:
+        raise errors.PortalTimeout(
+            f"portal {name!r} method {method!r} did not answer within {timeout_s:g}s",
+            portal=name, method=method, timeout_s=timeout_s,
+        ) from None
+    except errors.YokeError:
+        raise
+    except Exception as exc:
+        log.warning("portal %s method %s failed: %r", name, method, exc)
+        raise errors.PortalCallFailed(
+            f"portal {name!r} method {method!r} failed: {type(exc).__name__}: {exc}"[:4096],
+            portal=name, method=method, error=type(exc).__name__,
+        ) from None
+    try:
+        return orjson.loads(json_bytes(result, "result"))
+    except errors.YokeError as exc:
+        raise errors.PortalCallFailed(
+            f"portal {name!r} method {method!r} answered a value that is not JSON: {exc.message}",
+            portal=name, method=method, error="not_json",
+        ) from None
 
 
 async def run_loop(runtime: Runtime, portal: PortalDef) -> None:

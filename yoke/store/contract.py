@@ -166,6 +166,8 @@ class ReadPage:
 
 
 WakeupCallback = Callable[[str, str], None]  # (tenant, path)
+# (tenant, path, offset, at, event): an ephemeral event another process appended
+EphemeralCallback = Callable[[str, str, int, int, PreparedEvent], None]
 
 
 class Store(Protocol):
@@ -175,10 +177,23 @@ class Store(Protocol):
     subscriptions: SubscriptionStore  # subscriptions, fences, checkpoints (store/subscriptions.py)
     protocol: ProtocolStore  # the Durable Streams settings and producers (store/protocol.py)
 
-    async def start(self, on_wakeup: WakeupCallback, on_resync: Callable[[], None]) -> None:
+    # Whether ephemeral events travel between processes (PostgreSQL): then
+    # ``commit`` relays them and ``on_ephemeral`` receives other processes'.
+    relays_ephemeral: bool
+
+    async def start(
+        self, on_wakeup: WakeupCallback, on_resync: Callable[[], None],
+        on_ephemeral: EphemeralCallback | None = None,
+    ) -> None:
         """Open connections and apply migrations. ``on_wakeup`` receives
         appends made by other processes; ``on_resync`` is called when
-        notifications may have been missed (a reconnect)."""
+        notifications may have been missed (a reconnect); ``on_ephemeral``
+        the ephemeral events other processes append, in commit order."""
+
+    async def ephemeral_barrier(self, timeout_s: float) -> bool:
+        """Return once every ephemeral event committed before the call has
+        reached ``on_ephemeral`` (True), or when that cannot be known: a
+        lost connection dropped some, or ``timeout_s`` passed (False)."""
 
     async def close(self) -> None: ...
 

@@ -1,6 +1,7 @@
 """Ephemeral events: a real offset, never written to the store.
 
-Each stream keeps the newest ephemeral events of this process in memory,
+Each stream keeps the newest ephemeral events of this process (and, on
+PostgreSQL, those other processes relayed: ``relay.py``) in memory,
 evicting the oldest first; a restart forgets them (the stream row's head
 still remembers their offsets, so they are never reused).
 
@@ -165,6 +166,12 @@ class EphemeralBuffer:
         events of the stream, its tenant or the process past their caps."""
         self._owner._add(self, prepared, offset, at)
 
+    def has(self, offset: int) -> bool:
+        for entry in reversed(self._entries):
+            if entry.offset <= offset:
+                return entry.offset == offset
+        return False
+
     # --- the readers' side --------------------------------------------------
 
     async def settled(self) -> None:
@@ -224,6 +231,9 @@ class EphemeralBuffer:
 
     def offsets(self) -> Iterator[int]:
         return (entry.offset for entry in self._entries)
+
+    def offsets_descending(self) -> Iterator[int]:
+        return (entry.offset for entry in reversed(self._entries))
 
 
 def _offset(item: Event | _Entry) -> int:
@@ -307,7 +317,15 @@ class EphemeralBuffers:
         entries = buffer._entries
         charge = entry.charge
         filled = not entries
-        entries.append(entry)
+        if entries and entries[-1].offset > offset:
+            # Relayed from another process after a later local one: keep
+            # the buffer in offset order (the heaps' keys stay lower bounds).
+            position = len(entries)
+            while position and entries[position - 1].offset > offset:
+                position -= 1
+            entries.insert(position, entry)
+        else:
+            entries.append(entry)
         buffer._bytes += charge
         if filled:
             charge += STREAM_OVERHEAD
@@ -315,8 +333,9 @@ class EphemeralBuffers:
         share.bytes += charge
         self.bytes += charge
         self.events += 1
-        # The new event is the newest of its stream, tenant and process, and
-        # each cap admits it alone: none of these loops reaches it.
+        # Each cap admits the new event alone, so these loops end with it or
+        # without it (it is the newest everywhere unless it was relayed in
+        # below a later offset: then it is the stream's first to go).
         while buffer._bytes > self.stream_bytes:
             self._evict(buffer, "stream")
         while share.bytes > self.tenant_bytes:

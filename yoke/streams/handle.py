@@ -22,7 +22,7 @@ from ..routing.filters import Filter
 from ..store.contract import ConsumerInfo, Limits, ReadPage, Retention, StreamInfo, StreamSettings
 from .append import new_stream_id
 from ..subscriptions.operator import Subscribed, Subscriptions, SubscriptionStatus
-from ..subscriptions.receivers import Receiver
+from ..subscriptions.receivers import Receiver, copy_to_stream
 from .objects import StreamObjects
 from .tail import tail
 
@@ -153,7 +153,13 @@ class Stream:
         if include_ephemeral:
             buffer = self.runtime.buffers.get(self.tenant, self.path)
             if buffer is not None:
-                await buffer.settled()
+                await buffer.settled()  # this process's ephemeral commit in flight
+            if self.runtime.store.relays_ephemeral:
+                # Other processes' ephemeral events of this range, still on their way.
+                upto = page.events[-1].offset if page.capped or len(page.events) >= limit else page.head
+                await self.runtime.relay.settle(self.tenant, self.path, page, after, upto)
+                buffer = self.runtime.buffers.get(self.tenant, self.path)
+            if buffer is not None:
                 return buffer.merge_page(page, after, limit, max_bytes)
         return page
 
@@ -168,6 +174,8 @@ class Stream:
             raise errors.StreamNotFound(f"stream {self.path} does not exist", path=self.path)
         if page.events:
             return page.events[0]
+        if offset <= page.head and self.runtime.store.relays_ephemeral:
+            await self.runtime.relay.settle_one(self.tenant, self.path, offset, page.head)
         buffer = self.runtime.buffers.get(self.tenant, self.path)
         ephemeral = buffer.get(offset) if buffer is not None else None
         if ephemeral is not None:
@@ -228,6 +236,34 @@ class Stream:
         return await Subscriptions(self).subscribe(
             name, receiver, filter=filter, transform=transform, start=start,
             on_failing_event=on_failing_event,
+        )
+
+    async def subscribe_to_events_from(
+        self,
+        source: str | Stream,
+        *,
+        name: str | None = None,
+        filter: Filter | Mapping[str, Any] | None = None,  # noqa: A002
+        transform: str | None = None,
+        start: str = "now",
+    ) -> Subscribed:
+        """Declared on this (receiving) stream: copy the events of ``source``
+        (a path of the same tenant, or its handle) that match ``filter``
+        into this stream. The same durable configuration as
+        ``source.subscribe(name, copy_to_stream(self.path), ...)``: a
+        ``yoke.subscription.configured`` event in the source's log, the
+        source's cursor and retry ladder, this stream's passive fence; the
+        receiving stream stores nothing at configure time."""
+        if isinstance(source, Stream):
+            if source.tenant != self.tenant:
+                raise errors.InvalidSubscription(
+                    "a copy subscription stays within one tenant", field="source"
+                )
+            source = source.path
+        if not isinstance(source, str):
+            raise errors.InvalidInput("source is a stream path or a Stream", field="source")
+        return await Stream(self.runtime, source, self.tenant).subscribe(
+            name, copy_to_stream(self.path), filter=filter, transform=transform, start=start,
         )
 
     async def unsubscribe(self, name: str) -> None:

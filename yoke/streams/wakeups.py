@@ -73,6 +73,13 @@ class WakeupHub:
         for observer in self.observers:
             observer(tenant, path)
 
+    def wake_waiters(self, tenant: str, path: str) -> None:
+        """Wake the stream's readers only: news for readers, not for fan-out
+        (an ephemeral event relayed from another process)."""
+        self.clock += 1
+        for waiter in self._waiters.get((tenant, path), ()):
+            waiter.wake()
+
     def wake_all(self) -> None:
         self.clock += 1
         for waiters in self._waiters.values():

@@ -8,6 +8,15 @@ woke its readers itself when the commit returned. When the listening
 connection dies (database restart, a killed backend), the listener reconnects with backoff, LISTENs again and calls
 ``on_resync`` so every tail rereads: anything announced while we were deaf
 is picked up from the store.
+
+On the relay channel (``relay.py``) it also receives the ephemeral events
+other processes append, reassembles them and hands them to
+``on_ephemeral``, and answers this process's barrier pings: once a ping
+sent after a read comes back, every notification of a commit that read saw
+has been handled (PostgreSQL delivers notifications in commit order).
+Events relayed while the connection was lost are lost with it (ephemeral
+events may be missed like evicted ones); pings waiting then are answered
+False.
 """
 
 from __future__ import annotations
@@ -18,7 +27,8 @@ from collections.abc import Callable
 
 import asyncpg
 
-from ..contract import WakeupCallback
+from ..contract import EphemeralCallback, WakeupCallback
+from .relay import Reassembly
 
 log = logging.getLogger("yoke.store.postgres.listener")
 
@@ -36,6 +46,8 @@ class Listener:
         on_resync: Callable[[], None],
         on_queue: Callable[[str], None] | None = None,
         own_pids: set[int] | None = None,
+        relay_channel: str | None = None,
+        on_ephemeral: EphemeralCallback | None = None,
     ) -> None:
         self._dsn = dsn
         self._on_wakeup = on_wakeup
@@ -47,6 +59,10 @@ class Listener:
         self._task: asyncio.Task[None] | None = None
         self._connected = asyncio.Condition()
         self.generation = 0  # incremented on every (re)connection
+        self.relay_channel = relay_channel
+        self.on_ephemeral = on_ephemeral
+        self.barriers: dict[str, asyncio.Future[bool]] = {}  # token -> its waiter
+        self._reassembly = Reassembly()
 
     @property
     def backend_pid(self) -> int | None:
@@ -58,6 +74,7 @@ class Listener:
         self._task = asyncio.create_task(self._supervise(), name="yoke-pg-listener")
 
     async def close(self) -> None:
+        self._lost_relayed()
         if self._task is not None:
             self._task.cancel()
             try:
@@ -82,6 +99,30 @@ class Listener:
         if self.on_queue is not None and pid not in self._own_pids:
             self.on_queue(payload)
 
+    def _relayed(self, _conn: object, pid: int, _channel: str, payload: str) -> None:
+        if payload.startswith("b:"):
+            waiter = self.barriers.pop(payload[2:], None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(True)
+            return
+        if pid in self._own_pids or self.on_ephemeral is None:
+            return  # this process buffered its own events when it appended them
+        try:
+            received = self._reassembly.add(payload)
+        except Exception as exc:  # not ours: only Yoke knows the channel
+            log.warning("relay channel: a payload that is not an event chunk (%r)", exc)
+            return
+        if received is not None:
+            self.on_ephemeral(*received)
+
+    def _lost_relayed(self) -> None:
+        """What was in flight on a lost connection never arrives."""
+        self._reassembly.clear()
+        for waiter in self.barriers.values():
+            if not waiter.done():
+                waiter.set_result(False)
+        self.barriers.clear()
+
     def _terminated(self, _conn: object) -> None:
         self._lost.set()
 
@@ -93,6 +134,8 @@ class Listener:
             conn.add_termination_listener(self._terminated)
             await conn.add_listener(CHANNEL, self._notified)
             await conn.add_listener(QUEUE_CHANNEL, self._queued)
+            if self.relay_channel is not None:
+                await conn.add_listener(self.relay_channel, self._relayed)
         except BaseException:
             conn.terminate()
             raise
@@ -123,6 +166,7 @@ class Listener:
             log.warning("LISTEN connection lost; reconnecting")
             if self._conn is not None:
                 self._conn.terminate()
+            self._lost_relayed()
             delay = 0.05
             while True:
                 try:

@@ -8,8 +8,10 @@ SQL functions defined in the migrations.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
+import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -31,6 +33,7 @@ from ..contract import (
     Retention,
     StreamInfo,
     StreamSettings,
+    EphemeralCallback,
     TokenInfo,
     WakeupCallback,
 )
@@ -53,6 +56,7 @@ from ..protocol import Guard
 from .protocol import PgProtocolStore
 from .subscriptions import PgSubscriptionStore
 from .listener import Listener
+from .relay import encode as encode_relayed
 from .migrate import migrate, pending
 
 log = logging.getLogger("yoke.store.postgres")
@@ -110,6 +114,12 @@ def _connect_failed(exc: BaseException) -> errors.Unavailable:
 
 
 APPEND = "SELECT * FROM yoke_append($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20)"
+# The same, and each admitted ephemeral event's chunks NOTIFYed on the relay
+# channel (relay.py, migration 0008).
+APPEND_RELAY = (
+    "SELECT * FROM yoke_append_relay($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,"
+    "$19,$20,$21)"
+)
 
 
 def _append_args(
@@ -151,6 +161,8 @@ def _commit_result(rows: Sequence[asyncpg.Record], events: Sequence[PreparedEven
 
 
 class PostgresStore:
+    relays_ephemeral = True
+
     def __init__(
         self,
         dsn: str,
@@ -175,10 +187,16 @@ class PostgresStore:
         # them. A pid leaves with its connection: PostgreSQL reuses pids, and
         # a NOTIFY from a reused one is another process's.
         self._own_pids: set[int] = set()
+        self._relay_channel: str | None = None  # secret: migration 0008
+        self._barrier_prefix = os.urandom(6).hex()
+        self._barriers = itertools.count()
 
     # --- lifecycle ----------------------------------------------------------
 
-    async def start(self, on_wakeup: WakeupCallback, on_resync: Callable[[], None]) -> None:
+    async def start(
+        self, on_wakeup: WakeupCallback, on_resync: Callable[[], None],
+        on_ephemeral: EphemeralCallback | None = None,
+    ) -> None:
         try:
             conn = await asyncpg.connect(self.dsn)
         except Exception as exc:
@@ -214,6 +232,8 @@ class PostgresStore:
             raise _connect_failed(exc) from exc
         async with self._connection() as check:
             escape = await rls_escape(check)
+            if escape is None:
+                self._relay_channel = await check.fetchval("SELECT channel FROM yoke_relay")
         if escape is not None:
             await self._pool.close()
             self._pool = None
@@ -222,7 +242,10 @@ class PostgresStore:
                 " log the runtime in as a role that neither owns Yoke's tables nor has"
                 " SUPERUSER or BYPASSRLS (the default yoke_runtime; YOKE_PG_RUNTIME_URL)"
             )
-        self.listener = Listener(pool_dsn, on_wakeup, on_resync, own_pids=self._own_pids)
+        self.listener = Listener(
+            pool_dsn, on_wakeup, on_resync, own_pids=self._own_pids,
+            relay_channel=self._relay_channel, on_ephemeral=on_ephemeral,
+        )
         try:
             await self.listener.start()
         except Exception as exc:
@@ -408,8 +431,29 @@ class PostgresStore:
     ) -> CommitResult:
         if guards is not None:
             return await self.protocol.commit_guarded(tenant, path, events, batch_of, now, new_stream_id, guards)
-        rows = await self._fetch(APPEND, *_append_args(tenant, path, events, batch_of, now, new_stream_id))
+        args = _append_args(tenant, path, events, batch_of, now, new_stream_id)
+        if any(e.ephemeral for e in events):
+            # yoke_append_relay: the first 18 (no p_kernel, no p_data: ephemeral events carry no bytes)
+            owners, chunks = encode_relayed(tenant, path, now, events)
+            rows = await self._fetch(APPEND_RELAY, *args[:18], self._relay_channel, owners, chunks)
+        else:
+            rows = await self._fetch(APPEND, *args)
         return _commit_result(rows, events)
+
+    async def ephemeral_barrier(self, timeout_s: float) -> bool:
+        listener = self.listener
+        if listener is None:
+            return False
+        token = f"{self._barrier_prefix}{next(self._barriers):x}"
+        waiter = listener.barriers[token] = asyncio.get_running_loop().create_future()
+        try:
+            await self._execute("SELECT pg_notify($1, $2)", self._relay_channel, "b:" + token)
+            async with asyncio.timeout(timeout_s):
+                return await waiter
+        except (TimeoutError, errors.Unavailable):
+            return False
+        finally:
+            listener.barriers.pop(token, None)
 
     async def _commit_in(
         self, conn: asyncpg.Connection, tenant: str, path: str, events: Sequence[PreparedEvent],

@@ -36,6 +36,7 @@ from ..contract import (
     StreamInfo,
     StreamSettings,
     TokenInfo,
+    EphemeralCallback,
     WakeupCallback,
 )
 from ..rows import (
@@ -161,7 +162,16 @@ class SqliteStore:
         conn.execute("PRAGMA busy_timeout=10000")
         return conn
 
-    async def start(self, on_wakeup: WakeupCallback, on_resync: Callable[[], None]) -> None:
+    # One process owns the file: its ephemeral events never leave it.
+    relays_ephemeral = False
+
+    async def ephemeral_barrier(self, timeout_s: float) -> bool:
+        return True
+
+    async def start(
+        self, on_wakeup: WakeupCallback, on_resync: Callable[[], None],
+        on_ephemeral: EphemeralCallback | None = None,
+    ) -> None:
         # Appends by this process wake tails in-process; other processes on
         # the same file are seen by the tails' periodic sweep.
         self.path.parent.mkdir(parents=True, exist_ok=True)
