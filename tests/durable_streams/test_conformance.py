@@ -39,7 +39,7 @@ def test_conformance_suite(dev_server, tmp_path) -> None:
     report = tmp_path / "report.json"
     env = {**os.environ, "DS_BASE_URL": dev_server.url, "DS_LONG_POLL_MS": str(LONG_POLL_S * 1000), "CI": "1"}
     run = subprocess.run(
-        ["npx", "--no-install", "vitest", "run", "--reporter=json", f"--outputFile={report}"],
+        ["npx", "--no-install", "vitest", "run", "conformance", "--reporter=json", f"--outputFile={report}"],
         cwd=HERE, env=env, capture_output=True, text=True, timeout=600,
     )
     assert report.exists(), run.stdout[-5000:] + run.stderr[-5000:]
