@@ -98,7 +98,8 @@ async def empty_database(url: str) -> None:
     try:
         tables = [r[0] for r in await conn.fetch(
             "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
-            " AND tablename <> 'yoke_schema_version'"
+            # yoke_relay holds the relay channel's name, drawn by its migration
+            " AND tablename NOT IN ('yoke_schema_version', 'yoke_relay')"
         )]
         await conn.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
     finally:

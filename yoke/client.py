@@ -204,6 +204,9 @@ class Client:
     def streams(self, prefix: str = "/", limit: int | None = None, after: str | None = None) -> Any:
         return self.request("GET", "/v1/streams", params={"prefix": prefix, "limit": limit, "after": after})
 
+    def delete_stream(self, path: str) -> Any:
+        return self.request("DELETE", stream_url(path))
+
     def close_stream(self, path: str) -> Any:
         return self.request("POST", stream_url(path, "close"))
 

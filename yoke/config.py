@@ -36,6 +36,10 @@ class Settings:
     tail_sweep_s: float = 1.0
     # How often the runtime runs a retention pass.
     prune_interval_s: float = 60.0
+    # How often each process publishes the wake events of input records
+    # whose outbox rows are due (streams/inputs.py; the appending process
+    # does at once); 0: never (this process leaves them to the others).
+    input_dispatch_s: float = 1.0
     # Where `yoke serve` keeps the admin token file (and SQLite its objects,
     # next to the database file).
     data_dir: str = ".yoke"

@@ -130,6 +130,26 @@ class Forbidden(YokeError):
     http_status = 403
 
 
+class EgressRefused(YokeError):
+    """The request declares a client region outside the stream's pinned egress regions."""
+
+    code = "egress_refused"
+    http_status = 403
+
+
+class DataHandlingPinned(YokeError):
+    """The stream pins its data handling: only its workflow surface serves it."""
+
+    code = "data_handling_pinned"
+    http_status = 403
+
+
+class ContentClassRefused(InvalidInput):
+    """A record's content class is not allowed on the stream (or on any stream)."""
+
+    code = "content_class_refused"
+
+
 class InvalidFilter(InvalidInput):
     """The filter is invalid (types, stream globs or its JSONata expression)."""
 
@@ -152,6 +172,12 @@ class InvalidSubscription(InvalidInput):
     """The subscription configuration is not allowed."""
 
     code = "invalid_subscription"
+
+
+class GlobalStreamKept(InvalidInput):
+    """The tenant's global stream ``/`` cannot be deleted."""
+
+    code = "global_stream"
 
 
 class InvalidTransform(InvalidFilter):
@@ -245,6 +271,20 @@ class StreamPinned(YokeError):
 
     code = "stream_pinned"
     http_status = 409
+
+
+class LegalHold(YokeError):
+    """The stream is under legal hold: it cannot be deleted until the hold is lifted."""
+
+    code = "legal_hold"
+    http_status = 409
+
+
+class StreamDeleted(YokeError):
+    """The stream was deleted (or deleted and created again) while it was being read."""
+
+    code = "stream_deleted"
+    http_status = 410
 
 
 class AckRegression(YokeError):

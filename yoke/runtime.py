@@ -24,6 +24,7 @@ from .store import Store, StreamInfo, connect_store
 from .streams.append import AppendService
 from .streams.ephemeral import EphemeralBuffers
 from .streams.handle import Stream
+from .streams.inputs import InputDispatcher
 from .streams.relay import EphemeralRelay
 from .streams.retention import prune_forever, prune_once
 from .streams.tail import SharedReads
@@ -53,6 +54,7 @@ class Runtime:
             self._store, self.hub, self.buffers, max_group_events=settings.max_group_events
         )
         self.tokens = Tokens(self._store)
+        self.inputs = InputDispatcher(self)
         self._tasks: list[asyncio.Task[Any]] = []
         self._started = False
 
@@ -91,6 +93,10 @@ class Runtime:
         self._tasks.append(
             asyncio.create_task(self.hub.sweep_forever(self.settings.tail_sweep_s), name="yoke-tail-sweep")
         )
+        if self.settings.input_dispatch_s > 0:
+            self._tasks.append(asyncio.create_task(
+                self.inputs.run_forever(self.settings.input_dispatch_s), name="yoke-input-dispatch"
+            ))
 
     async def close(self) -> None:
         """Stop accepting appends, finish the queued ones, stop background work."""
@@ -164,6 +170,23 @@ class Runtime:
             )
             self._state_dbs = StateDatabases(storage)
         return self._state_dbs
+
+    async def stream_deleted(self, tenant: str, path: str) -> None:
+        """What this process remembers of a deleted stream goes: its buffered
+        ephemeral events (an ephemeral commit in flight is waited for, its
+        events dropped too), the fan-out cursor it cached and the runners of
+        its subscriptions; its tails wake, read and end."""
+        buffer = self.buffers.get(tenant, path)
+        if buffer is not None:
+            self.buffers.discard(tenant, path)
+            await buffer.settled()
+            self.buffers.discard(tenant, path)
+        self.relay.forget(tenant, path)
+        if self.executor is not None:
+            self.executor.fanout.forget(tenant, path)
+        if self.deliveries is not None:
+            self.deliveries.stream_deleted(tenant, path)
+        self.hub.wake(tenant, path)
 
     def routing_changed(self, tenant: str) -> None:
         if self.executor is not None:

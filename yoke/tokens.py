@@ -27,12 +27,19 @@ def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+# A scope of the application's own (``pii:read``): what a workflow stream's
+# definition may name to lift a redaction or to allow reading or appending
+# (streams/pins.py). The colon keeps a misspelt built-in scope an error.
+CUSTOM_SCOPE_RE = re.compile(r"[a-z][a-z0-9_.-]{0,31}:[a-z0-9_.-]{1,32}")
+
+
 def check_scopes(scopes: Iterable[str]) -> tuple[str, ...]:
     chosen = tuple(dict.fromkeys(scopes))
-    unknown = [s for s in chosen if s not in SCOPES]
+    unknown = [s for s in chosen if s not in SCOPES and not (isinstance(s, str) and CUSTOM_SCOPE_RE.fullmatch(s))]
     if unknown or not chosen:
         raise errors.InvalidInput(
-            f"scopes are a non-empty subset of {', '.join(SCOPES)}", field="scopes", unknown=unknown
+            f"scopes are a non-empty list of {', '.join(SCOPES)} or scopes of your own written"
+            " name:thing (a-z, 0-9, _ . -)", field="scopes", unknown=unknown,
         )
     return chosen
 

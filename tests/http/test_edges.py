@@ -316,7 +316,6 @@ def test_an_unexpected_server_failure_is_json_too(tmp_path):
         ("POST", "/v1/streams/a/close", "/v1/streams/a/-/close"),
         ("POST", "/v1/streams/a/objects", "/v1/streams/a/-/objects"),
         ("POST", "/v1/streams/a/subscription/resume?name=s", "/v1/streams/a/-/subscription/resume"),
-        ("DELETE", "/v1/streams/a/consumers/c1", "/v1/streams/a/-/consumers/c1"),
     ],
 )
 def test_a_405_for_a_forgotten_separator_names_the_route_meant(http, method, url, meant):
@@ -325,8 +324,16 @@ def test_a_405_for_a_forgotten_separator_names_the_route_meant(http, method, url
     error = r.json()["error"]
     assert error["hint"] == f"{method} {meant}"
     assert f"did you mean {method} {meant}?" in error["message"]
-    assert error["allowed"] == ["GET", "PUT"]  # the stream's own URL: info and create
-    assert r.headers["allow"] == "GET, PUT"
+    assert error["allowed"] == ["GET", "PUT", "DELETE"]  # the stream's own URL: info, create, delete
+    assert r.headers["allow"] == "GET, PUT, DELETE"
+
+
+def test_deleting_a_missing_stream_named_like_an_action_hints_at_the_action(http, path):
+    # DELETE is the stream's own method: a stream /a/consumers/c1 would be
+    # deleted; none exists, and the 404 names the route probably meant.
+    r = http.delete(f"/v1/streams{path}/consumers/c1")
+    assert error_of(r) == (404, "stream_not_found")
+    assert r.json()["error"]["hint"] == f"DELETE /v1/streams{path}/-/consumers/c1"
 
 
 def test_the_hinted_route_is_the_right_one(http, path):

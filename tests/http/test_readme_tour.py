@@ -102,6 +102,7 @@ def run_tour(server, lines: list[str], home: Path) -> None:
     assert "/demo" in output_of("yoke streams")
     closed_tail = output_of("yoke tail /demo")
     assert "hello" in closed_tail and "note.added" in closed_tail
+    assert output_of("yoke stream delete /demo").startswith("deleted /demo (stream id str_")
     assert '"order_id":"A-1"' in output_of("portals/shop/orders")
     assert "order.placed" in output_of("yoke read /orders/A-1")
     assert "payments" in output_of("yoke instances list")

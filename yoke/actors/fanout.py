@@ -78,6 +78,10 @@ class Fanout:
     def routing_changed(self, tenant: str) -> None:
         self._indexes.pop(tenant, None)
 
+    def forget(self, tenant: str, path: str) -> None:
+        """The stream was deleted: its cached cursor belonged to the old one."""
+        self._cursors.pop((tenant, path), None)
+
     def _remember(self, tenant: str, path: str, through: int) -> None:
         cursors = self._cursors
         if (tenant, path) not in cursors and len(cursors) >= self.max_cursors:
@@ -161,6 +165,15 @@ class Fanout:
                 return
         while True:
             page = await self._runtime.store.read(tenant, path, through, PAGE)
+            if page.head < through:
+                # A head never goes back: the stream was deleted and created
+                # again since this cursor was cached (in another process).
+                self._cursors.pop((tenant, path), None)
+                moved = await actors.fanout_cursor(tenant, path)
+                if moved is None or moved == through:
+                    return
+                through = moved
+                continue
             if not page.events and page.head <= through:
                 self._remember(tenant, path, through)
                 return

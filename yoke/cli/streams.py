@@ -1,8 +1,9 @@
 """Stream commands over HTTP: ``append``, ``read``, ``tail``, ``streams`` and
-``stream info|close|retention|hold``."""
+``stream info|close|delete|retention|hold``."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -15,6 +16,7 @@ from .common import (
     command,
     compact,
     emit,
+    fail,
     group,
     http_command,
     parse_json,
@@ -154,7 +156,7 @@ def streams(client: Remote, as_json: bool, prefix: str, limit: int, after: str |
 
 @group()
 def stream() -> None:
-    """Inspect and change one stream: info, close, retention, hold."""
+    """Inspect and change one stream: info, close, delete, retention, hold."""
 
 
 @stream.command("info")
@@ -171,6 +173,29 @@ def stream_info(client: Remote, as_json: bool, path: str) -> None:
 def stream_close(client: Remote, as_json: bool, path: str) -> None:
     """Close a stream: appends are refused from now on, reads keep working."""
     emit(client.close_stream(path), as_json, lambda i: f"closed {i['path']} at head {i['head']}")
+
+
+@stream.command("delete", short_help="Delete a stream and everything kept for it (asks first; --yes).")
+@argument("path", PATH_HELP)
+@click.option("--yes", "-y", "yes", is_flag=True, help="Delete without asking (needed when not at a terminal).")
+@http_command
+def stream_delete(client: Remote, as_json: bool, path: str, yes: bool) -> None:
+    """Delete the stream PATH: its events, consumers, objects and the
+    subscriptions it is the source of, for good. Its open tails end; the
+    path can be created again as a new stream (offsets from 1). Refused
+    under legal hold, and for the global stream /."""
+    if not yes:
+        info = client.info(path)
+        if not sys.stdin.isatty():
+            fail(f"deleting {info['path']} cannot be undone: add --yes to delete it")
+        question = (
+            f"Delete {info['path']} ({info['usage']['durable_events']} events, head {info['head']},"
+            f" stream id {info['stream_id']}) for good?"
+        )
+        if not click.confirm(question, default=False):
+            fail("nothing deleted")
+    emit(client.delete_stream(path), as_json,
+         lambda i: f"deleted {i['path']} (stream id {i['stream_id']}, head {i['head']})")
 
 
 @stream.command("retention")

@@ -114,8 +114,9 @@ def runtime_of(request: Request) -> Runtime:
     return request.app.state.runtime
 
 
-async def authorize(state: Any, token: str | None, tenant: str | None, scope: str) -> Principal:
-    """The caller behind ``token``, if it may act with ``scope`` on ``tenant``.
+async def authorize(state: Any, token: str | None, tenant: str | None, scope: str | None) -> Principal:
+    """The caller behind ``token``, if it may act with ``scope`` on ``tenant``
+    (``scope`` None: whatever its scopes, for checks that only need the tenant).
     A server started with ``--dev`` takes a request without a token as
     tenant ``default`` with every scope."""
     if not token and getattr(state, "dev", False):
@@ -130,7 +131,7 @@ async def authorize(state: Any, token: str | None, tenant: str | None, scope: st
         cache.put(key, info)
         if cache.revoked(info.token_id):  # revoked while we were looking it up
             raise errors.Unauthorized("a valid bearer token is required")
-    if scope not in info.scopes and "admin" not in info.scopes:
+    if scope is not None and scope not in info.scopes and "admin" not in info.scopes:
         raise errors.Forbidden(f"this token lacks the {scope!r} scope", scope=scope)
     if tenant is not None and tenant != info.tenant:
         raise errors.Forbidden("this token belongs to another tenant")

@@ -21,6 +21,7 @@ from starlette.responses import Response
 from .. import errors
 from .auth import authorize, bearer_token
 from .responses import check_json_content_type, error_response, json_response, parse_json
+from .pinned import refuse_pinned
 from .streams import append_body, stream_of_principal
 
 log = logging.getLogger("yoke.http")
@@ -68,6 +69,7 @@ class HotPath:
             check_json_content_type(headers)
             body = await read_body(receive)
             stream = stream_of_principal(self.state.runtime, principal, path)
+            await refuse_pinned(self.state.runtime, principal.tenant, stream.path)
             return await append_body(stream, parse_json(body), headers.get("idempotency-key"))
         except errors.YokeError as exc:
             return error_response(exc)

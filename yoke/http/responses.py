@@ -39,7 +39,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (403, "Missing scope, or another tenant (forbidden)"),
         (404, "Not found (stream_not_found, event_not_found, object_not_found, ...)"),
         (409, "Conflict (stream_closed, stream_exists, idempotency_conflict, ack_regression, stream_pinned, object_state,"
-              " object_not_committed)"),
+              " object_not_committed, legal_hold)"),
         (410, "Events after the cursor were removed by retention (cursor_gone)"),
         (413, "Too large (event_too_large, object_too_large)"),
         (422, "Uploaded bytes do not match the prepared object (object_mismatch)"),

@@ -367,6 +367,12 @@ class Ack(BaseModel):
     offset: Offset = Field(description="Acknowledge through this offset (acks only advance)")
 
 
+class WorkflowAck(BaseModel):
+    model_config = closed_config({"sequence": 1}, {"offset": 1})
+    sequence: Offset | None = Field(None, description="Acknowledge through this sequence (the seed's word)")
+    offset: Offset | None = Field(None, description="The same (Yoke's word); give one of the two")
+
+
 class Acked(BaseModel):
     model_config = config({"consumer": "billing", "acked": 1})
     consumer: str
@@ -389,7 +395,11 @@ class ConsumerList(BaseModel):
 
 class TokenRequest(BaseModel):
     model_config = closed_config({"scopes": ["read", "append"], "name": "shop frontend"})
-    scopes: list[Literal["read", "append", "admin"]] = Field(min_length=1, description="admin includes the others")
+    scopes: list[Literal["read", "append", "admin"] | Annotated[str, Field(pattern=r"^[a-z][a-z0-9_.-]{0,31}:[a-z0-9_.-]{1,32}$")]] = Field(
+        min_length=1,
+        description="admin includes the others; scopes of your own (name:thing, such as pii:read) are named by"
+        " workflow stream definitions (docs/workflow.md)",
+    )
     name: str = Field(default="", max_length=200)
 
 
@@ -480,14 +490,81 @@ OBJECT_BYTES = {
 # --- workflow streams (seed 004) --------------------------------------------------------
 
 
+Region = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")]
+ScopeName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_.-]{0,31}(:[a-z0-9_.-]{1,32})?$")]
+
+
+class Placement(BaseModel):
+    """Recorded as pinned; only client_egress_regions is enforced (one deployment
+    keeps its data in one database: docs/workflow.md)."""
+
+    model_config = closed_config({"metadata_home": "eu-west-1", "client_egress_regions": ["eu-west-1"]})
+    metadata_home: Region | None = None
+    metadata_replicas: list[Region] | None = None
+    object_regions: list[Region] | None = None
+    client_egress_regions: list[Region] | None = Field(
+        None, description="A request declaring another region (Client-Region header) is refused: 403 egress_refused"
+    )
+    log_region: Region | None = None
+
+
+class RedactionRule(BaseModel):
+    model_config = closed_config({"path": "$.payload.user.email", "lifted_by": ["pii:read"]})
+    path: str = Field(description="$.payload... or $.metadata...: .name, [*] (every element) or [n] steps")
+    lifted_by: list[ScopeName] = Field(default_factory=list, description="Token scopes that see the value")
+
+
+class AccessRule(BaseModel):
+    model_config = closed_config({"scopes": ["run:read"], "subjects": ["tok_0123456789abcdef"]})
+    scopes: list[ScopeName] = Field(default_factory=list, description="A token holding one of these may")
+    subjects: list[Annotated[str, Field(pattern=r"^tok_[0-9a-f]{16}$")]] = Field(
+        default_factory=list, description="These tokens (ids) may"
+    )
+
+
+class Authorization(BaseModel):
+    model_config = closed_config({"read": {"scopes": ["run:read"]}, "append": {"scopes": ["run:write"]}})
+    read: AccessRule | None = None
+    append: AccessRule | None = None
+
+
+class DataHandling(BaseModel):
+    model_config = config({
+        "placement": {"metadata_home": "eu-west-1", "metadata_replicas": None, "object_regions": None,
+                      "client_egress_regions": ["eu-west-1"], "log_region": None},
+        "redaction": [{"path": "$.payload.user.email", "lifted_by": ["pii:read"]}],
+        "authorization": {"read": {"scopes": ["run:read"], "subjects": []}},
+        "content_classes": ["model_output"],
+    })  # fmt: skip
+    placement: JsonObject
+    redaction: list[JsonObject]
+    authorization: JsonObject
+    content_classes: list[str] | None
+    direction: str = "output"
+
+
 class WorkflowDefinition(BaseModel):
     """A stream of the run, defined for life (pinned)."""
 
-    model_config = closed_config({"stream_id": "output", "retention": {"max_age_s": 604800}, "metadata": {"step": "render"}})
+    model_config = closed_config(
+        {"stream_id": "output", "retention": {"max_age_s": 604800}, "metadata": {"step": "render"}},
+        {"stream_id": "answer", "placement": {"metadata_home": "eu-west-1", "client_egress_regions": ["eu-west-1"]},
+         "redaction": [{"path": "$.payload.user.email", "lifted_by": ["pii:read"]}],
+         "authorization": {"read": {"scopes": ["run:read"]}}, "content_classes": ["model_output"]},
+    )
     stream_id: str = Field(pattern=r"^[A-Za-z0-9._~:@\-]{1,512}$", description="Not . .. or -")
     retention: Retention | None = None
     limits: Limits | None = None
     metadata: JsonObject | None = None
+    placement: Placement | None = None
+    redaction: list[RedactionRule] | None = None
+    authorization: Authorization | None = None
+    content_classes: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")]] | None = Field(
+        None, description="The classes records may declare (metadata.content_class); raw hidden model reasoning never"
+    )
+    direction: Literal["output", "input"] | None = Field(
+        None, description="input: each record's wake event is published on /runs/{runID}, exactly once"
+    )
 
 
 class WorkflowStream(StreamInfo):
@@ -501,6 +578,7 @@ class WorkflowStream(StreamInfo):
     stream_id: str = Field(description="The stream's name within the run")
     run_id: str
     lifetime_id: str
+    data_handling: DataHandling | None = Field(None, description="The pins of the definition (docs/workflow.md)")
 
 
 # --- subscriptions --------------------------------------------------------------------

@@ -12,7 +12,9 @@ or two, not the whole page encoded in its socket's buffer. A filter (``?types=``
 events it matches. A failure such as ``cursor_gone`` or ``filter_failed``
 is sent as an ``error`` event before the stream ends. A tail of a closed
 stream ends once it has sent everything up to the head, with a final
-``event: closed`` (``data: {"path", "closed": true}``); a server shutting
+``event: closed`` (``data: {"path", "closed": true}``); a tail of a stream
+that is deleted ends with ``event: deleted`` (``data: {"path", "deleted":
+true, "stream_id"}``: the deleted stream's id); a server shutting
 down ends tails without it (reconnect elsewhere with ``Last-Event-ID``).
 """
 
@@ -29,6 +31,7 @@ from .. import errors, metrics
 from ..events import MAX_OFFSET, Event
 from ..routing.filters import Filter
 from ..streams.handle import Stream
+from ..streams.pins import Redactor
 from ..streams.tail import follow
 
 HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
@@ -44,7 +47,7 @@ class FrameCache:
     and ``max_bytes`` bytes of them (events may be large), oldest out first."""
 
     def __init__(self, size: int = 4096, max_bytes: int = 8 * 1024 * 1024) -> None:
-        self._frames: OrderedDict[tuple[str, str, int], bytes] = OrderedDict()
+        self._frames: OrderedDict[tuple[str, str, int, tuple[str, ...]], bytes] = OrderedDict()
         self._size = size
         self._max_bytes = max_bytes
         self.bytes = 0
@@ -52,11 +55,14 @@ class FrameCache:
     def __len__(self) -> int:
         return len(self._frames)
 
-    def frame(self, event: Event) -> bytes:
-        key = (event.tenant, event.path, event.offset)
+    def frame(self, event: Event, redactor: Redactor | None = None) -> bytes:
+        """The event's frame; with ``redactor``, as a reader it masks sees it
+        (cached apart from the unmasked frame)."""
+        key = (event.tenant, event.path, event.offset, redactor.key if redactor is not None else ())
         frame = self._frames.get(key)
         if frame is None:
-            frame = b"id: %d\ndata: %s\n\n" % (event.offset, orjson.dumps(event.to_dict()))
+            record = event.to_dict() if redactor is None else redactor.apply(event.to_dict())
+            frame = b"id: %d\ndata: %s\n\n" % (event.offset, orjson.dumps(record))
             self._frames[key] = frame
             self.bytes += len(frame)
             while len(self._frames) > self._size or self.bytes > self._max_bytes:
@@ -68,13 +74,13 @@ class FrameCache:
 FRAMES = FrameCache()
 
 
-def chunks(batch: list[Event]) -> Iterator[bytes]:
+def chunks(batch: list[Event], redactor: Redactor | None = None) -> Iterator[bytes]:
     """The frames of ``batch``, in order, in pieces of at most ``CHUNK``
     bytes (a frame larger than that is split; SSE does not mind where)."""
     pending: list[bytes] = []
     size = 0
     for event in batch:
-        frame = FRAMES.frame(event)
+        frame = FRAMES.frame(event, redactor)
         pending.append(frame)
         size += len(frame)
         if size >= CHUNK:
@@ -97,6 +103,12 @@ def encode_error(error: errors.YokeError) -> bytes:
 
 def encode_closed(stream: Stream) -> bytes:
     return b"event: closed\ndata: %s\n\n" % orjson.dumps({"path": stream.path, "closed": True})
+
+
+def encode_deleted(stream: Stream, exc: errors.StreamDeleted) -> bytes:
+    return b"event: deleted\ndata: %s\n\n" % orjson.dumps(
+        {"path": stream.path, "deleted": True, "stream_id": exc.details.get("stream_id")}
+    )
 
 
 async def resolve_cursor(stream: Stream, after: int | None, last_event_id: str | None) -> int:
@@ -123,9 +135,10 @@ def tail_response(
     heartbeat_s: float,
     shutdown: asyncio.Event,
     event_filter: Filter | None = None,
+    redactor: Redactor | None = None,
 ) -> StreamingResponse:
     return StreamingResponse(
-        _events(stream, after, include_ephemeral, heartbeat_s, shutdown, event_filter),
+        _events(stream, after, include_ephemeral, heartbeat_s, shutdown, event_filter, redactor),
         media_type="text/event-stream",
         headers=HEADERS,
     )
@@ -133,7 +146,7 @@ def tail_response(
 
 async def _events(
     stream: Stream, after: int, include_ephemeral: bool, heartbeat_s: float, shutdown: asyncio.Event,
-    event_filter: Filter | None,
+    event_filter: Filter | None, redactor: Redactor | None = None,
 ) -> AsyncIterator[bytes]:
     batches = follow(
         stream,
@@ -151,8 +164,10 @@ async def _events(
             async for batch in batches:
                 if not batch:
                     yield b": ping\n\n"
-                for chunk in chunks(batch):
+                for chunk in chunks(batch, redactor):
                     yield chunk
+        except errors.StreamDeleted as exc:
+            yield encode_deleted(stream, exc)
         except errors.YokeError as exc:  # cursor_gone, runtime_closed, filter_failed
             yield encode_error(exc)
         else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from starlette.responses import Response
 
 from .. import errors
@@ -19,10 +19,12 @@ from ..events import check_text
 from ..routing.filters import Filter
 from ..runtime import Runtime
 from ..store.contract import Limits, StreamInfo
+from ..streams.pins import DataHandling, Redactor
 from ..streams.handle import Stream
 from ..streams.tail import PAGE_BYTES
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
 from .hints import hint_sentence, missing_separator
+from .pinned import generic_routes_guard
 from .responses import ERROR_RESPONSES, ErrorBody, json_body, json_body_bytes, json_response, parse_json
 from .schemas import (
     SSE_ANSWER, Ack, Acked, AppendAnswer, AppendBody, ConsumerList, EventOutput, EventPage, LegalHold, Retention,
@@ -31,7 +33,9 @@ from .schemas import (
 from .schemas import Limits as LimitsBody, StreamInfo as StreamInfoAnswer
 from .sse import resolve_cursor, tail_response
 
-router = APIRouter(prefix="/v1/streams", tags=["streams"], responses=ERROR_RESPONSES)
+router = APIRouter(
+    prefix="/v1/streams", tags=["streams"], responses=ERROR_RESPONSES, dependencies=[Depends(generic_routes_guard)]
+)
 
 PATH_PARAM = Path(
     description="The stream path, e.g. /orders/eu ('' for the root stream '/')",
@@ -135,7 +139,9 @@ PAGE_LIMIT = (
 )
 
 
-async def read_page(stream: Stream, after: int, limit: int, include_ephemeral: bool) -> Response:
+async def read_page(
+    stream: Stream, after: int, limit: int, include_ephemeral: bool, redactor: Redactor | None = None
+) -> Response:
     """A page of events; 404 ``stream_not_found`` for a stream never created
     (as its info), where Python's ``Stream.read`` returns ``[]``. At most
     ``limit`` events and ``PAGE_BYTES`` of them (the first whatever its
@@ -149,7 +155,7 @@ async def read_page(stream: Stream, after: int, limit: int, include_ephemeral: b
     events = page.events
     return json_response(
         {
-            "events": [e.to_dict() for e in events],
+            "events": [e.to_dict() if redactor is None else redactor.apply(e.to_dict()) for e in events],
             "next_after": events[-1].offset if events else after,
         }
     )
@@ -350,13 +356,34 @@ async def create(request: Request, path: str = PATH_PARAM, principal: Principal 
 # --- definitions: one rule for PUT /v1/streams/{path} and the seed-004 surface ----
 
 
-async def ensure_definition(stream: Stream, body: dict[str, Any], *, pinned: bool) -> tuple[StreamInfo, bool]:
+async def ensure_definition(
+    stream: Stream, body: dict[str, Any], *, pinned: bool, data_handling: DataHandling | None = None
+) -> tuple[StreamInfo, bool]:
     """Create ``stream`` with the definition in ``body`` (retention, limits,
     metadata): ``Stream.create_if_missing``'s one rule, 201 / 200 / 409
     ``stream_exists`` (settings change through their own routes)."""
     retention = object_body(body.get("retention") or {}, {"max_age_s", "max_events"}, "retention")
     limits = limits_from(body.get("limits"))
-    return await stream.create_if_missing(**retention, limits=limits, metadata=body.get("metadata"), pinned=pinned)
+    return await stream.create_if_missing(
+        **retention, limits=limits, metadata=body.get("metadata"), pinned=pinned, data_handling=data_handling
+    )
+
+
+@router.delete(
+    "{path:path}",
+    summary="Delete a stream: its events, consumers, objects and subscriptions (the path can be created again)",
+    responses={
+        200: answer(StreamInfoAnswer, "Deleted: the stream as it was"),
+        400: {"model": ErrorBody, "description": "The tenant's global stream / is kept (global_stream)"},
+        409: {"model": ErrorBody, "description": "The stream is under legal hold (legal_hold)"},
+    },
+)
+async def delete(request: Request, path: str = PATH_PARAM, principal: Principal = ADMIN) -> Response:
+    try:
+        return json_response(info_dict(await stream_of(request, principal, path).delete()))
+    except errors.StreamNotFound as exc:
+        hinted(request, exc, "DELETE")  # DELETE /v1/streams/a/consumers/c1: the '-' forgotten?
+        raise
 
 
 @router.get("{path:path}", responses=STREAM_INFO, summary="Stream info")
@@ -366,8 +393,13 @@ async def info(request: Request, path: str = PATH_PARAM, principal: Principal = 
     except errors.StreamNotFound as exc:
         # GET /v1/streams/a/events: the info of a stream /a/events, or the
         # events of /a with the '-' forgotten?
-        details = missing_separator(request.app.state.routes, "GET", request.url.path)
-        if details:
-            exc.message += "; " + hint_sentence(details["hint"])
-            exc.details.update(details)
+        hinted(request, exc, "GET")
         raise
+
+
+def hinted(request: Request, exc: errors.StreamNotFound, method: str) -> None:
+    """A stream named like an action was not found: name the route probably meant."""
+    details = missing_separator(request.app.state.routes, method, request.url.path)
+    if details:
+        exc.message += "; " + hint_sentence(details["hint"])
+        exc.details.update(details)

@@ -24,7 +24,7 @@ async def create(request: Request, principal: Principal = ADMIN) -> Response:
     body = object_body(await json_body(request), {"scopes", "name"})
     scopes = body.get("scopes")
     if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
-        raise errors.InvalidInput("scopes is a list of read, append, admin", field="scopes")
+        raise errors.InvalidInput("scopes is a list of read, append, admin or name:thing", field="scopes")
     new = await runtime_of(request).tokens.create(principal.tenant, scopes, body.get("name", ""))
     return json_response({"token": new.token, **new.info.to_dict()}, status_code=201)
 

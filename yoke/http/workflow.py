@@ -1,5 +1,9 @@
 """The seed-004 surface, ``/api/workflow-streams``: workflow data streams.
 
+A definition may also pin data handling (``streams/pins.py``): every route
+checks the request against the stream's pins first (``pinned.guard``), and
+reads mask what the reader's scopes do not lift.
+
 ``/runs/{runID}/streams/{streamID}`` is the stream ``/runs/{runID}/{streamID}``
 of the token's tenant. A definition pins its retention, limits and metadata
 at creation; creating it again with the same definition is a no-op (200),
@@ -16,17 +20,21 @@ from starlette.responses import Response
 
 from .. import errors
 from ..events import PATH_SEGMENT_RE
+from ..store.contract import StreamInfo
 from ..streams.handle import Stream
+from ..streams.pins import FIELDS as PIN_FIELDS, DataHandling
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
 from .objects import commit_body, object_dict, prepare_body, read_body
-from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_response
+from .pinned import REGION_HEADER, Guarded, guard
+from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_response, parse_json
 from .sse import resolve_cursor, tail_response
 from .objects import COMMIT_BODY, COMMITTED, OBJECT, PREPARE_BODY, PREPARED
 from .schemas import (
-    OBJECT_BYTES, SSE_ANSWER, EventPage, LegalHold, WorkflowDefinition, WorkflowStream, answer, request_body,
+    OBJECT_BYTES, SSE_ANSWER, EventPage, LegalHold, WorkflowAck, WorkflowDefinition, WorkflowStream, answer,
+    request_body,
 )
 from .streams import (
-    ACK_BODY, ACKED, APPEND_BODY, APPENDED, PAGE_LIMIT, STREAM_INFO, ack_body, append_body, ensure_definition, info_dict,
+    ACKED, APPEND_BODY, APPENDED, PAGE_LIMIT, STREAM_INFO, ack_body, append_body, ensure_definition, info_dict,
     object_body, read_page,
 )
 
@@ -40,6 +48,39 @@ STREAM = Path(
 )
 
 
+# The seed's words: records are read after a *cursor* (every read returns
+# sequence > cursor) and acknowledged by *sequence*. Yoke's own words are
+# after and offset; this surface takes both. Anything else in the query is
+# refused rather than ignored, naming the parameter meant where one is.
+MEANT = {"sequence": "cursor", "offset": "cursor", "from": "cursor", "since": "cursor", "start": "cursor"}
+COMMON_QUERY = {"tenant"}
+CURSOR = Query(
+    None, ge=0, description="The seed's word for `after`: records with sequence > cursor. Give one of the two."
+)
+
+
+def check_query(request: Request, allowed: set[str]) -> None:
+    for name in request.query_params:
+        if name in allowed or name in COMMON_QUERY:
+            continue
+        meant = MEANT.get(name)
+        hint = f"; use {meant!r} (records with sequence > cursor)" if meant in allowed else ""
+        raise errors.InvalidInput(
+            f"unknown query parameter {name!r}{hint}; this route takes {', '.join(sorted(allowed))}",
+            field=name, **({"hint": meant} if hint else {}),
+        )
+
+
+def cursor_of(after: int | None, cursor: int | None) -> int | None:
+    """``after`` or its synonym ``cursor`` (both: they must agree)."""
+    if after is not None and cursor is not None and after != cursor:
+        raise errors.InvalidInput(
+            f"after={after} and cursor={cursor} disagree: cursor is the seed's word for after; give one",
+            field="cursor",
+        )
+    return cursor if cursor is not None else after
+
+
 def segment(value: str, name: str) -> str:
     if not PATH_SEGMENT_RE.fullmatch(value) or value in (".", "..", "-"):
         raise errors.InvalidPath(f"invalid {name} {value[:80]!r}", path=value[:80])
@@ -51,10 +92,21 @@ def run_stream(request: Request, principal: Principal, run_id: str, stream_id: s
     return runtime_of(request).stream(path, tenant=principal.tenant)
 
 
-def definition_response(run_id: str, stream_id: str, info_json: dict[str, Any]) -> dict[str, Any]:
+def definition_response(run_id: str, stream_id: str, info: StreamInfo) -> dict[str, Any]:
     """The stream's info, named by run and stream id; its random lifetime id
-    moves to ``lifetime_id``."""
-    return {**info_json, "run_id": run_id, "stream_id": stream_id, "lifetime_id": info_json["stream_id"]}
+    moves to ``lifetime_id``; the data handling it pins, if any."""
+    info_json = info_dict(info)
+    return {
+        **info_json, "run_id": run_id, "stream_id": stream_id, "lifetime_id": info_json["stream_id"],
+        "data_handling": info.data_handling,
+    }
+
+
+async def guarded(
+    request: Request, principal: Principal, run_id: str, stream_id: str, action: str | None
+) -> Guarded:
+    """The run's stream, once the request passed its pins (``pinned.guard``)."""
+    return await guard(request, principal, run_stream(request, principal, run_id, stream_id), action)
 
 
 DEFINITION = {200: answer(WorkflowStream, "The stream definition")}
@@ -69,13 +121,18 @@ DEFINITION = {200: answer(WorkflowStream, "The stream definition")}
     summary="Create a stream definition",
 )
 async def create_definition(request: Request, run_id: str = RUN, principal: Principal = ADMIN) -> Response:
-    body = object_body(await json_body(request), {"stream_id", "retention", "limits", "metadata"})
+    body = object_body(await json_body(request), {"stream_id", "retention", "limits", "metadata", *PIN_FIELDS})
     stream_id = body.get("stream_id")
     if not isinstance(stream_id, str):
         raise errors.InvalidInput("stream_id is required", field="stream_id")
     stream = run_stream(request, principal, run_id, stream_id)
-    info, created = await ensure_definition(stream, body, pinned=True)
-    result = definition_response(run_id, stream_id, info_dict(info))
+    pins = DataHandling.from_body(body)
+    if pins is not None:
+        pins.check_egress(request.headers.get(REGION_HEADER))
+    info, created = await ensure_definition(stream, body, pinned=True, data_handling=pins)
+    if not created:  # an existing definition's own pins decide who sees it
+        await guard(request, principal, stream, "read")
+    result = definition_response(run_id, stream_id, info)
     return json_response(result, status_code=201 if created else 200)
 
 
@@ -83,8 +140,8 @@ async def create_definition(request: Request, run_id: str = RUN, principal: Prin
 async def read_definition(
     request: Request, run_id: str = RUN, stream_id: str = STREAM, principal: Principal = READ
 ) -> Response:
-    info = await run_stream(request, principal, run_id, stream_id).info()
-    return json_response(definition_response(run_id, stream_id, info_dict(info)))
+    info = await (await guarded(request, principal, run_id, stream_id, "read")).stream.info()
+    return json_response(definition_response(run_id, stream_id, info))
 
 
 @router.post("/runs/{runID}/streams/{streamID}/records", status_code=201, openapi_extra=APPEND_BODY,
@@ -96,8 +153,36 @@ async def append_records(
     idempotency_key: str | None = Header(None, alias="Idempotency-Key"),
     principal: Principal = APPEND,
 ) -> Response:
-    stream = run_stream(request, principal, run_id, stream_id)
-    return await append_body(stream, await json_body(request), idempotency_key)
+    allowed = await guarded(request, principal, run_id, stream_id, "append")
+    body = await json_body(request)
+    allowed.check_records(body)
+    if allowed.pins is not None and allowed.pins.direction == "input":
+        return await append_input_body(allowed.stream, body, idempotency_key, f"/runs/{run_id}")
+    return await append_body(allowed.stream, body, idempotency_key)
+
+
+async def append_input_body(stream: Stream, body: Any, idempotency_key: str | None, wake: str) -> Response:
+    """``append_body`` for an input stream: the records and their delivery
+    outbox in one transaction; each record's wake event goes to the run's
+    stream ``/runs/{runID}`` (``streams/inputs.py``)."""
+    if isinstance(body, list):
+        if not body:
+            raise errors.InvalidInput("a batch holds at least one event", field="body")
+        if idempotency_key is not None:
+            raise errors.InvalidInput(
+                "Idempotency-Key applies to single events; give each batch event its idempotency_key",
+                field="Idempotency-Key",
+            )
+        results = await stream.append_input(body, wake=wake)
+        return json_response({"results": [{"offset": r.offset, "id": r.id} for r in results]}, status_code=201)
+    if isinstance(body, dict) and idempotency_key is not None:
+        if body.get("idempotency_key", idempotency_key) != idempotency_key:
+            raise errors.InvalidInput(
+                "the Idempotency-Key header and the body's idempotency_key differ", field="Idempotency-Key"
+            )
+        body = {**body, "idempotency_key": idempotency_key}
+    [result] = await stream.append_input([body], wake=wake)
+    return json_response({"offset": result.offset, "id": result.id}, status_code=201)
 
 
 @router.get(
@@ -108,11 +193,15 @@ async def read_records(
     request: Request,
     run_id: str = RUN,
     stream_id: str = STREAM,
-    after: int = Query(0, ge=0),
+    after: int | None = Query(None, ge=0, description="Records with sequence (offset) > after; default 0"),
+    cursor: int | None = CURSOR,
     limit: int = Query(1000, ge=1, le=10000, description=PAGE_LIMIT),
     principal: Principal = READ,
 ) -> Response:
-    return await read_page(run_stream(request, principal, run_id, stream_id), after, limit, False)
+    check_query(request, {"after", "cursor", "limit"})
+    after = cursor_of(after, cursor) or 0
+    allowed = await guarded(request, principal, run_id, stream_id, "read")
+    return await read_page(allowed.stream, after, limit, False, allowed.redactor)
 
 
 @router.get("/runs/{runID}/streams/{streamID}/subscribe", summary="Subscribe (Server-Sent Events)",
@@ -122,17 +211,23 @@ async def subscribe(
     run_id: str = RUN,
     stream_id: str = STREAM,
     after: int | None = Query(None, ge=0),
+    cursor: int | None = CURSOR,
     last_event_id: str | None = Header(None, alias="Last-Event-ID"),
     principal: Principal = READ,
 ) -> Response:
-    stream = run_stream(request, principal, run_id, stream_id)
-    cursor = await resolve_cursor(stream, after, last_event_id)
+    check_query(request, {"after", "cursor"})
+    allowed = await guarded(request, principal, run_id, stream_id, "read")
+    cursor = await resolve_cursor(allowed.stream, cursor_of(after, cursor), last_event_id)
     state = request.app.state
-    return tail_response(stream, cursor, include_ephemeral=True, heartbeat_s=state.heartbeat_s, shutdown=state.shutdown)
+    return tail_response(
+        allowed.stream, cursor, include_ephemeral=True, heartbeat_s=state.heartbeat_s, shutdown=state.shutdown,
+        redactor=allowed.redactor,
+    )
 
 
 @router.post(
-    "/runs/{runID}/streams/{streamID}/consumers/{consumerID}/ack", openapi_extra=ACK_BODY, responses=ACKED,
+    "/runs/{runID}/streams/{streamID}/consumers/{consumerID}/ack", openapi_extra=request_body(WorkflowAck),
+    responses=ACKED,
     summary="Acknowledge",
 )
 async def acknowledge(
@@ -142,13 +237,26 @@ async def acknowledge(
     consumer_id: str = Path(alias="consumerID"),
     principal: Principal = READ,
 ) -> Response:
-    stream = run_stream(request, principal, run_id, stream_id)
-    return await ack_body(stream, consumer_id, await json_body(request))
+    stream = (await guarded(request, principal, run_id, stream_id, "read")).stream
+    return await ack_body(stream, consumer_id, sequence_as_offset(await json_body(request)))
+
+
+def sequence_as_offset(body: Any) -> Any:
+    """An acknowledgement by ``sequence`` (the seed's word) or ``offset``."""
+    if not isinstance(body, dict) or "sequence" not in body:
+        return body
+    body = dict(body)
+    sequence = body.pop("sequence")
+    if "offset" in body and body["offset"] != sequence:
+        raise errors.InvalidInput("sequence and offset disagree: they are one thing; give one", field="sequence")
+    body["offset"] = sequence
+    return body
 
 
 @router.post("/runs/{runID}/streams/{streamID}/close", responses=STREAM_INFO, summary="Close")
 async def close(request: Request, run_id: str = RUN, stream_id: str = STREAM, principal: Principal = ADMIN) -> Response:
-    return json_response(info_dict(await run_stream(request, principal, run_id, stream_id).close()))
+    stream = (await guarded(request, principal, run_id, stream_id, None)).stream
+    return json_response(info_dict(await stream.close()))
 
 
 @router.put(
@@ -161,7 +269,7 @@ async def legal_hold(
     body = object_body(await json_body(request), {"on"})
     if "on" not in body:
         raise errors.InvalidInput("give {\"on\": true|false}", field="on")
-    info = await run_stream(request, principal, run_id, stream_id).set_legal_hold(body["on"])
+    info = await (await guarded(request, principal, run_id, stream_id, None)).stream.set_legal_hold(body["on"])
     return json_response(info_dict(info))
 
 
@@ -172,7 +280,8 @@ async def legal_hold(
 async def prepare_object(
     request: Request, run_id: str = RUN, stream_id: str = STREAM, principal: Principal = APPEND
 ) -> Response:
-    return await prepare_body(run_stream(request, principal, run_id, stream_id), await json_body(request))
+    stream = (await guarded(request, principal, run_id, stream_id, "append")).stream
+    return await prepare_body(stream, await json_body(request))
 
 
 @router.put(
@@ -186,7 +295,7 @@ async def upload_object(
     object_id: str = Path(alias="objectID"),
     principal: Principal = APPEND,
 ) -> Response:
-    stream = run_stream(request, principal, run_id, stream_id)
+    stream = (await guarded(request, principal, run_id, stream_id, "append")).stream
     return json_response(object_dict(await stream.objects.upload(object_id, await read_body(request))))
 
 
@@ -199,7 +308,10 @@ async def commit_object(
     object_id: str = Path(alias="objectID"),
     principal: Principal = APPEND,
 ) -> Response:
-    return await commit_body(run_stream(request, principal, run_id, stream_id), object_id, await json_body_bytes(request))
+    allowed = await guarded(request, principal, run_id, stream_id, "append")
+    raw = await json_body_bytes(request)
+    allowed.check_records(parse_json(raw) if raw else {})
+    return await commit_body(allowed.stream, object_id, raw)
 
 
 @router.post("/runs/{runID}/streams/{streamID}/objects/{objectID}/abort", responses=OBJECT, summary="Abort an object")
@@ -210,5 +322,5 @@ async def abort_object(
     object_id: str = Path(alias="objectID"),
     principal: Principal = APPEND,
 ) -> Response:
-    stream = run_stream(request, principal, run_id, stream_id)
+    stream = (await guarded(request, principal, run_id, stream_id, "append")).stream
     return json_response(object_dict(await stream.objects.abort(object_id)))

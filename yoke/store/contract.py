@@ -15,6 +15,7 @@ from ..events import Event, PreparedEvent
 
 if TYPE_CHECKING:
     from .actors import ActorStore
+    from .outbox import OutboxStore
     from .protocol import Guard, GuardOutcome, ProtocolStore
     from .subscriptions import SubscriptionStore
 
@@ -65,6 +66,8 @@ class StreamInfo:
     usage: Usage = field(default_factory=Usage)
     pinned: bool = False  # a definition: retention, limits and metadata never change
     metadata: dict[str, Any] = field(default_factory=dict)
+    # A workflow definition's data handling pins (streams/pins.py), as stored.
+    data_handling: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +78,7 @@ class StreamSettings:
     limits: Limits = field(default_factory=Limits)
     pinned: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
+    data_handling: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +167,11 @@ class ReadPage:
     # its last one remain (a page of ``limit`` events may also be followed
     # by more; a shorter page that is not capped reached the head).
     capped: bool = False
+    # The lifetime the page was read from (``StreamInfo.stream_id`` and
+    # ``created_at``): a reader that sees it change knows the stream was
+    # deleted and created again since its last page.
+    stream_id: str = ""
+    created_at: int = 0
 
 
 WakeupCallback = Callable[[str, str], None]  # (tenant, path)
@@ -176,6 +185,7 @@ class Store(Protocol):
     actors: ActorStore  # the actor tables (store/actors.py)
     subscriptions: SubscriptionStore  # subscriptions, fences, checkpoints (store/subscriptions.py)
     protocol: ProtocolStore  # the Durable Streams settings and producers (store/protocol.py)
+    outbox: OutboxStore  # input records' delivery outbox (store/outbox.py)
 
     # Whether ephemeral events travel between processes (PostgreSQL): then
     # ``commit`` relays them and ``on_ephemeral`` receives other processes'.
@@ -256,6 +266,15 @@ class Store(Protocol):
     ) -> StreamInfo | None:
         """Change settings; None when the stream does not exist. Retention
         and limits of a pinned stream raise ``StreamPinned``."""
+
+    async def delete_stream(self, tenant: str, path: str) -> StreamInfo | None:
+        """One transaction: remove the stream row and everything keyed by it
+        (events, consumers, objects and their bytes, the fan-out cursor, the
+        subscriptions it is the source of and their processor checkpoints,
+        the passive-fence records it keeps as a receiver), NOTIFY its
+        readers; returns the deleted stream as it was, None when missing.
+        A stream under legal hold raises ``LegalHold``, nothing removed. The
+        path can then be created again, with a new ``stream_id``."""
 
     async def prune(self, now: int) -> int:
         """One retention pass over every tenant; returns events removed."""

@@ -23,7 +23,7 @@ STREAM_COLUMNS = (
     "stream_id, tenant_id, path, created_at, head, pruned_through, closed, legal_hold,"
     " max_age_s, max_events, max_unread_events, max_unread_bytes, max_total_events,"
     " max_total_bytes, overflow, block_timeout_s, durable_events, durable_bytes,"
-    " unread_events, unread_bytes, min_ack, pinned, metadata"
+    " unread_events, unread_bytes, min_ack, pinned, metadata, data_handling"
 )
 OBJECT_COLUMNS = (
     "object_id, tenant_id, idempotency_key, sha256, size, content_type, state, created_at,"
@@ -85,6 +85,7 @@ def stream_from_row(row: Sequence[Any]) -> StreamInfo:
         ),
         pinned=bool(row[21]),
         metadata=_json(row[22]) or {},
+        data_handling=_json(row[23]),
     )
 
 

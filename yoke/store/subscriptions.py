@@ -180,19 +180,21 @@ class SubscriptionStore(Protocol):
     async def ack(
         self, tenant: str, path: str, name: str, generation: int, through: int, delivered: int,
         now: int, checkpoint: Checkpoint | None = None, *, keep_attempts: bool = False,
+        stream_id: str | None = None,
     ) -> SubscriptionRow | None:
         """Advance the cursor to ``through`` (never back), reset the retry
         ladder (unless ``keep_attempts``: the events before a failed one got
         through, the failed one not yet) and count ``delivered``, only while
-        the generation is still ``generation``: otherwise None and nothing
-        changes (a late acknowledgement). ``checkpoint`` is saved in the same
+        the generation is still ``generation`` and (when given) the source
+        lifetime still ``stream_id``: otherwise None and nothing changes (a
+        late acknowledgement). ``checkpoint`` is saved in the same
         transaction."""
 
     async def fail(
         self, tenant: str, path: str, name: str, generation: int, attempts: int, error: str,
-        next_retry_at: int,
+        next_retry_at: int, *, stream_id: str | None = None,
     ) -> SubscriptionRow | None:
-        """Record a failed attempt (same generation rule as ``ack``)."""
+        """Record a failed attempt (same generation and lifetime rule as ``ack``)."""
 
     async def append_copies(
         self, tenant: str, path: str, events: Sequence[PreparedEvent], stamp: Stamp, now: int,
@@ -208,7 +210,9 @@ class SubscriptionStore(Protocol):
 
     async def save_checkpoint(self, checkpoint: Checkpoint, now: int) -> bool:
         """Save a (rebuild's) checkpoint while its subscription is still in
-        the checkpoint's generation; False (nothing saved) otherwise."""
+        the checkpoint's generation; False (nothing saved) otherwise. (A
+        checkpoint of another source lifetime is never used: the runner
+        rebuilds it.)"""
 
     async def write_catalogue(
         self, tenant: str, path: str, head: int,

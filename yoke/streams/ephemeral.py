@@ -132,7 +132,7 @@ class EphemeralBuffer:
 
     __slots__ = (
         "tenant", "path", "_owner", "_share", "_entries", "_bytes", "_pending",
-        "_in_tenant_heap", "_in_process_heap",
+        "_in_tenant_heap", "_in_process_heap", "lifetime",
     )  # fmt: skip
 
     def __init__(self, owner: EphemeralBuffers, share: _Tenant, tenant: str, path: str) -> None:
@@ -145,6 +145,9 @@ class EphemeralBuffer:
         self._pending: asyncio.Future[None] | None = None  # an ephemeral commit in flight
         self._in_tenant_heap = False
         self._in_process_heap = False
+        # The stream_id of the stream the last merged read saw: events
+        # buffered for an earlier stream on this path are dropped, not merged.
+        self.lifetime: str | None = None
 
     def __lt__(self, other: EphemeralBuffer) -> bool:
         return False  # heap entries are ordered by their key alone
@@ -307,6 +310,36 @@ class EphemeralBuffers:
     def tenants(self) -> dict[str, int]:
         """Charged bytes per tenant holding ephemeral events."""
         return {name: share.bytes for name, share in self._tenants.items() if share.bytes}
+
+    def of_lifetime(self, buffer: EphemeralBuffer, stream_id: str) -> EphemeralBuffer | None:
+        """``buffer``, for a read of the stream ``stream_id``: emptied first
+        when it was merged into reads of an earlier stream on its path (one
+        deleted and created again, whose events another process relayed)."""
+        if buffer.lifetime is not None and buffer.lifetime != stream_id:
+            self.discard(buffer.tenant, buffer.path)
+            found = self._buffers.get((buffer.tenant, buffer.path))
+            if found is None:
+                return None
+            buffer = found
+        buffer.lifetime = stream_id
+        return buffer
+
+    def discard(self, tenant: str, path: str) -> None:
+        """Forget every buffered event of a deleted stream (its heap entries
+        go when they surface or when a heap is rebuilt)."""
+        buffer = self._buffers.get((tenant, path))
+        if buffer is None:
+            return
+        entries = buffer._entries
+        if entries:
+            charge = buffer._bytes + STREAM_OVERHEAD
+            buffer._share.bytes -= charge
+            self.bytes -= charge
+            self.events -= len(entries)
+            entries.clear()
+            buffer._bytes = 0
+        if buffer._pending is None:
+            self._free(buffer)
 
     # --- adding and evicting ------------------------------------------------------
 

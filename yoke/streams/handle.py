@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import asdict
@@ -20,10 +21,11 @@ from ..events import (
 )
 from ..routing.filters import Filter
 from ..store.contract import ConsumerInfo, Limits, ReadPage, Retention, StreamInfo, StreamSettings
-from .append import new_stream_id
+from .append import REFUSALS, new_stream_id, refusal_error
 from ..subscriptions.operator import Subscribed, Subscriptions, SubscriptionStatus
 from ..subscriptions.receivers import Receiver, copy_to_stream
 from .objects import StreamObjects
+from .pins import DataHandling
 from .tail import tail
 
 if TYPE_CHECKING:
@@ -76,6 +78,39 @@ class Stream:
     async def append_many(self, events: Iterable[Mapping[str, Any]]) -> list[AppendResult]:
         """Append a batch atomically: all events get consecutive offsets, or none is written."""
         return await self._append(events, trusted=False)
+
+    async def append_input(self, events: Iterable[Mapping[str, Any]], *, wake: str) -> list[AppendResult]:
+        """Append input records (a batch, atomically) and, in the same
+        transaction, their delivery outbox: each new record's wake event
+        (``yoke.input.received``, with an id and idempotency key derived
+        from the record) is then published on the stream ``wake`` exactly
+        once, even if this process dies before publishing it
+        (``streams/inputs.py``). Input records cannot be ephemeral."""
+        validate_path(wake)
+        if isinstance(events, (str, bytes, Mapping)):
+            raise errors.InvalidInput("append_input takes a list of events", field="events")
+        limit = self.runtime.settings.max_event_bytes
+        prepared = [prepare(e, max_event_bytes=limit) for e in events]
+        if not prepared:
+            return []
+        if len(prepared) > MAX_BATCH_EVENTS:
+            raise errors.InvalidInput(
+                f"a batch holds at most {MAX_BATCH_EVENTS} events", field="events", limit=MAX_BATCH_EVENTS
+            )
+        if any(e.ephemeral for e in prepared):
+            raise errors.InvalidInput("input records are durable: no ephemeral", field="ephemeral")
+        keys = [e.idempotency_key for e in prepared if e.idempotency_key is not None]
+        if len(keys) != len(set(keys)):
+            raise errors.InvalidIdempotencyKey("an idempotency key appears twice in one batch")
+        result = await self.runtime.store.outbox.append_input(
+            self.tenant, self.path, prepared, now_ms(), new_stream_id(), wake
+        )
+        refusal = next((o.status for o in result.outcomes if o.status in REFUSALS), None)
+        if refusal is not None:
+            raise refusal_error(refusal, self.path, prepared)
+        self.runtime.hub.wake(self.tenant, self.path)
+        self.runtime.inputs.kick()
+        return [AppendResult(o.offset, o.id) for o in result.outcomes]  # type: ignore[arg-type]
 
     async def _append(
         self, events: Iterable[Mapping[str, Any]], *, trusted: bool, kernel_key: bool = False
@@ -159,6 +194,8 @@ class Stream:
                 upto = page.events[-1].offset if page.capped or len(page.events) >= limit else page.head
                 await self.runtime.relay.settle(self.tenant, self.path, page, after, upto)
                 buffer = self.runtime.buffers.get(self.tenant, self.path)
+            if buffer is not None:
+                buffer = self.runtime.buffers.of_lifetime(buffer, page.stream_id)
             if buffer is not None:
                 return buffer.merge_page(page, after, limit, max_bytes)
         return page
@@ -336,8 +373,11 @@ class Stream:
         limits: Limits | None = None,
         pinned: bool = False,
         metadata: Mapping[str, Any] | None = None,
+        data_handling: DataHandling | None = None,
     ) -> tuple[StreamInfo, bool]:
-        """Like ``create``; also says whether this call created the stream."""
+        """Like ``create``; also says whether this call created the stream.
+        ``data_handling``: a workflow definition's pins (``pins.py``; only
+        with ``pinned``)."""
         if metadata is not None and not isinstance(metadata, Mapping):
             raise errors.InvalidInput("metadata must be an object", field="metadata")
         if metadata:
@@ -347,7 +387,10 @@ class Stream:
             limits=check_limits(limits or Limits()),
             pinned=bool(pinned),
             metadata=dict(metadata or {}),
+            data_handling=None if data_handling is None else data_handling.to_dict(),
         )
+        if data_handling is not None and not pinned:
+            raise errors.InvalidInput("data handling is pinned by a definition: give pinned=True", field="pinned")
         info, created = await self.runtime.store.create_stream(
             self.tenant, self.path, new_stream_id(), now_ms(), settings
         )
@@ -355,6 +398,7 @@ class Stream:
             (info.retention, info.limits) != (settings.retention, settings.limits)
             or json_text(info.metadata, "metadata") != json_text(settings.metadata, "metadata")  # true is not 1
             or (settings.pinned and not info.pinned)
+            or info.data_handling != settings.data_handling
         ):
             raise errors.StreamExists(
                 f"stream {info.path} already exists with another definition", path=info.path,
@@ -374,6 +418,36 @@ class Stream:
         info = await self._update(closed=True)
         self.runtime.hub.wake(self.tenant, self.path)  # live tails read through and end
         return info
+
+    async def delete(self) -> StreamInfo:
+        """Delete the stream and everything kept for it, in one transaction:
+        its events, consumers, objects (and their bytes), fan-out cursor, the
+        subscriptions it is the source of (with their processor checkpoints)
+        and the passive-fence records it keeps as a receiver. Returns the
+        deleted stream as it was.
+
+        Open tails of it end (Python: the iteration stops; SSE: a final
+        ``deleted`` event). The path can be created again, by ``create`` or
+        an append, as a new stream: a new ``stream_id`` and ``created_at``,
+        offsets from 1; a subscription of the old one never delivers again.
+        Refused with ``LegalHold`` while a legal hold is on, and for the
+        tenant's global stream ``/`` (``GlobalStreamKept``)."""
+        if self.path == "/":
+            raise errors.GlobalStreamKept(
+                "the tenant's global stream / cannot be deleted", path=self.path
+            )
+        info = await self.info()
+        # Lifetimes are ordered by created_at (the receivers' fence compares
+        # it): a path created again within the old one's millisecond would
+        # tie with it. So the clock must have passed it (at most 1 ms).
+        ahead_ms = info.created_at - now_ms() + 1
+        if ahead_ms > 0:
+            await asyncio.sleep(min(ahead_ms, 1000) / 1000)
+        deleted = await self.runtime.store.delete_stream(self.tenant, self.path)
+        if deleted is None:
+            raise errors.StreamNotFound(f"stream {self.path} does not exist", path=self.path)
+        await self.runtime.stream_deleted(self.tenant, self.path)
+        return deleted
 
     async def set_retention(
         self, *, max_age_s: float | None = None, max_events: int | None = None
@@ -417,8 +491,12 @@ class Stream:
 
 
 def definition_of(info: StreamInfo) -> dict[str, Any]:
-    """What a create request defines: retention, limits, metadata."""
-    return {"retention": asdict(info.retention), "limits": asdict(info.limits), "metadata": info.metadata}
+    """What a create request defines: retention, limits, metadata (and the
+    data handling a workflow definition pins)."""
+    definition = {"retention": asdict(info.retention), "limits": asdict(info.limits), "metadata": info.metadata}
+    if info.data_handling is not None:
+        definition["data_handling"] = info.data_handling
+    return definition
 
 
 CONSUMER_RE = re.compile(r"[A-Za-z0-9._:@\-]{1,128}")

@@ -78,6 +78,10 @@ class EphemeralRelay:
         while len(marks) > MAX_MARKS:
             marks.popitem(last=False)
 
+    def forget(self, tenant: str, path: str) -> None:
+        """The stream was deleted: its mark counted the old stream's offsets."""
+        self._marks.pop((tenant, path), None)
+
     # --- the readers' side ----------------------------------------------------
 
     async def settle(self, tenant: str, path: str, page: ReadPage, after: int, upto: int) -> None:

@@ -93,7 +93,8 @@ async def follow(
 ) -> AsyncIterator[list[Event]]:
     """The continuity loop, yielding each new batch of events in order; it
     returns once it has yielded everything up to the head of a closed
-    stream. When ``idle_s`` is given, an empty batch is yielded after that
+    stream, and raises ``StreamDeleted`` once the stream it followed is
+    gone (deleted, or deleted and created again). When ``idle_s`` is given, an empty batch is yielded after that
     long without events (a chance to send a heartbeat); ``stop`` ends the
     loop early; ``event_filter`` keeps only the events it matches (the
     cursor still moves past the others)."""
@@ -103,6 +104,7 @@ async def follow(
     loop = asyncio.get_running_loop()
     try:
         cursor = after
+        lifetime: str | None = None  # the stream_id of the stream being followed
         fresh_since = hub.clock
         quiet_since = loop.time()
         while stop is None or not stop.is_set():
@@ -125,6 +127,12 @@ async def follow(
                 log.warning("tail of %s %s: read failed (%r); retrying", stream.tenant, stream.path, exc)
                 await asyncio.sleep(min(sweep_s, 1.0))
                 continue
+            if page.exists and lifetime is None:
+                lifetime = page.stream_id
+            elif lifetime is not None and page.stream_id != lifetime:  # gone, or a new stream on its path
+                raise errors.StreamDeleted(
+                    f"stream {stream.path} was deleted", path=stream.path, stream_id=lifetime, after=cursor
+                )
             if not page.exists:  # not created yet: wait for it as for an empty stream
                 stream._check_cursor(page, cursor)
             events = page.events
@@ -159,5 +167,7 @@ async def tail(
         async for batch in batches:
             for event in batch:
                 yield event
+    except errors.StreamDeleted:
+        return  # a deleted stream's tail ends like a closed one's
     finally:
         await batches.aclose()

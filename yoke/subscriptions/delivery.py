@@ -180,7 +180,8 @@ class Runner:
         r = self.row
         row = await self.runtime.store.subscriptions.get(r.tenant, r.path, r.name)
         self.dirty = False
-        if row is None:
+        if row is None or row.source_stream_id != r.source_stream_id:
+            self.engine.changed(r.tenant, r.path, r.name)  # a new lifetime's: a new runner
             return False
         if row.config != r.config or row.generation != r.generation:
             self._configure(row)
@@ -209,6 +210,12 @@ class Runner:
         row = self.row
         store = self.runtime.store
         page = await store.read(row.tenant, row.path, row.cursor, READ_PAGE)
+        if page.stream_id != row.source_stream_id:
+            # The source was deleted (and maybe created again): this
+            # subscription belonged to its old lifetime and never delivers again.
+            self.dirty = True
+            return True
+        self._created_at = page.created_at
         self._head = page.head
         self._lag.set(max(page.head - row.cursor, 0))
         if not page.events:
@@ -224,9 +231,6 @@ class Runner:
         failure: tuple[list[Event], BaseException] | None = None
         checkpoint = None
         if chosen:
-            if self._created_at is None:
-                info = await store.info(row.tenant, row.path)
-                self._created_at = 0 if info is None else info.created_at
             if self.kind == "processor":
                 try:
                     checkpoint = await self._processor_checkpoint()
@@ -361,7 +365,7 @@ class Runner:
         isolating = self.failing is not None and through < self.failing
         row = await self.runtime.store.subscriptions.ack(
             r.tenant, r.path, r.name, r.generation, through, delivered, now_ms(), checkpoint,
-            keep_attempts=isolating,
+            keep_attempts=isolating, stream_id=r.source_stream_id,
         )
         if row is None:  # a newer generation (or removed): this acknowledgement is void
             self.dirty = True
@@ -402,7 +406,8 @@ class Runner:
         if delay is None:
             delay = backoff_s(attempts, settings.subscription_retry_base_s, settings.subscription_retry_max_s)
         failed = await self.runtime.store.subscriptions.fail(
-            row.tenant, row.path, row.name, row.generation, attempts, error, now_ms() + int(delay * 1000)
+            row.tenant, row.path, row.name, row.generation, attempts, error, now_ms() + int(delay * 1000),
+            stream_id=row.source_stream_id,
         )
         if failed is None:
             self.dirty = True

@@ -21,7 +21,7 @@ import httpx
 
 from ..events import now_ms
 from ..store.faults import log_retried
-from ..store.subscriptions import Decide, Deliverable, SubscriptionRow
+from ..store.subscriptions import Change, Decide, Deliverable, SourceState, SubscriptionRow
 from ..streams.append import new_stream_id, refusal_error
 from .delivery import Runner
 
@@ -137,6 +137,16 @@ class Deliveries:
             entry[0].poke()
         self._wake.set()
 
+    def stream_deleted(self, tenant: str, path: str) -> None:
+        """Stop the runners of a deleted stream's subscriptions now (their
+        rows are gone; runners elsewhere stop at their next read, which sees
+        another lifetime or none)."""
+        for key, (_, task) in list(self._runners.items()):
+            if key[:2] == (tenant, path):
+                task.cancel()
+                del self._runners[key]
+        self._wake.set()
+
     def progressed(self) -> None:
         for event in self._progress:
             event.set()
@@ -158,7 +168,23 @@ class Deliveries:
         return function
 
     async def control(self, row: SubscriptionRow, decide: Decide) -> Any:
-        return await control(self.runtime, row.tenant, row.path, row.name, decide)
+        """A runner's decision about ``row``; None (nothing written, not even
+        the source stream created again) when the subscription is gone or its
+        name now belongs to another lifetime of the source."""
+
+        def same_lifetime(current: SubscriptionRow | None, source: SourceState) -> Change:
+            if current is None or current.source_stream_id != row.source_stream_id:
+                raise _Gone
+            return decide(current, source)
+
+        try:
+            return await control(self.runtime, row.tenant, row.path, row.name, same_lifetime)
+        except _Gone:
+            return None
+
+
+class _Gone(Exception):
+    """A runner's subscription no longer exists in its source lifetime."""
 
 
 async def control(

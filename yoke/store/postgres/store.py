@@ -53,6 +53,7 @@ from ..rows import (
 from .actors import PgActorStore
 from .faults import connection_lost, is_closed, refused_before_send, rolled_back
 from ..protocol import Guard
+from .outbox import PgOutboxStore
 from .protocol import PgProtocolStore
 from .subscriptions import PgSubscriptionStore
 from .listener import Listener
@@ -182,6 +183,7 @@ class PostgresStore:
         self.actors = PgActorStore(self)
         self.subscriptions = PgSubscriptionStore(self)
         self.protocol = PgProtocolStore(self)
+        self.outbox = PgOutboxStore(self)
         # Server pids of this pool's open connections: their NOTIFYs announce
         # what this process already woke itself for, so the listener skips
         # them. A pid leaves with its connection: PostgreSQL reuses pids, and
@@ -495,13 +497,14 @@ class PostgresStore:
         created = await conn.fetchval(
             "INSERT INTO streams (tenant_id, path, stream_id, created_at, max_age_s, max_events,"
             " max_unread_events, max_unread_bytes, max_total_events, max_total_bytes, overflow,"
-            " block_timeout_s, pinned, metadata)"
-            " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14::json)"
+            " block_timeout_s, pinned, metadata, data_handling)"
+            " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14::json,$15::json)"
             " ON CONFLICT DO NOTHING RETURNING true",
             tenant, path, stream_id, now, ret.max_age_s, ret.max_events,
             lim.max_unread_events, lim.max_unread_bytes, lim.max_total_events,
             lim.max_total_bytes, lim.overflow, lim.block_timeout_s, settings.pinned,
             orjson.dumps(settings.metadata).decode(),
+            None if settings.data_handling is None else orjson.dumps(settings.data_handling).decode(),
         )
         return bool(created)
 
@@ -533,6 +536,29 @@ class PostgresStore:
             row = await conn.fetchrow(
                 f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant_id=$1 AND path=$2", tenant, path
             )
+        return stream_from_row(row)
+
+    async def delete_stream(self, tenant: str, path: str) -> StreamInfo | None:
+        async with self._tx(tenant) as conn:
+            s = await conn.fetchrow(
+                "SELECT sid, legal_hold FROM streams WHERE tenant_id=$1 AND path=$2 FOR UPDATE",
+                tenant, path,
+            )
+            if s is None:
+                return None
+            if s["legal_hold"]:
+                raise errors.LegalHold(f"stream {path} is under legal hold", path=path)
+            row = await conn.fetchrow(
+                f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"]
+            )
+            # Object bytes are a column of their rows: they go with them.
+            for table in ("events", "consumers", "objects", "fanout_cursors", "input_outbox"):
+                await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
+            for table in ("subscriptions", "processor_checkpoints", "subscription_inbound"):
+                await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND path=$2", tenant, path)
+            await conn.execute("DELETE FROM streams WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
+            # Tails in other processes read again and see it gone (at commit).
+            await conn.execute("SELECT pg_notify('yoke_stream', $1)", f"{tenant}|{path}")
         return stream_from_row(row)
 
     async def prune(self, now: int) -> int:
@@ -843,6 +869,7 @@ class PostgresStore:
         if not rows:
             return ReadPage(exists=False, head=0, pruned_through=0, events=[])
         head, pruned_through, closed = rows[0][0], rows[0][1], rows[0][2]
+        stream_id, created_at = rows[0][15], rows[0][16]
         events: list[Event] = []
         sizes: list[int] = []
         total = 0
@@ -855,11 +882,11 @@ class PostgresStore:
                 capped = True  # yoke_read's one row past the cap
                 break
             total += size
-            events.append(event_from_row(tenant, path, r[3:], r[15]))
+            events.append(event_from_row(tenant, path, r[3:14], r[17]))
             sizes.append(size)
         return ReadPage(
             exists=True, head=head, pruned_through=pruned_through, events=events, closed=closed,
-            sizes=sizes, capped=capped,
+            sizes=sizes, capped=capped, stream_id=stream_id, created_at=created_at,
         )
 
     @retry_reads

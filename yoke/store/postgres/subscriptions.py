@@ -186,6 +186,7 @@ class PgSubscriptionStore:
     async def ack(
         self, tenant: str, path: str, name: str, generation: int, through: int, delivered: int,
         now: int, checkpoint: Checkpoint | None = None, *, keep_attempts: bool = False,
+        stream_id: str | None = None,
     ) -> SubscriptionRow | None:
         async with self._tx(tenant) as conn:
             row = await conn.fetchrow(
@@ -195,8 +196,9 @@ class PgSubscriptionStore:
                 " skips=CASE WHEN $7 THEN skips ELSE 0 END, next_retry_at=0,"
                 " gave_up=CASE WHEN $6 > 0 AND NOT $7 THEN NULL ELSE gave_up END,"
                 f" delivered=delivered+$6 WHERE {KEY} AND generation=$4"
+                " AND ($8::text IS NULL OR source_stream_id = $8)"
                 f" RETURNING {SUBSCRIPTION_COLUMNS}",
-                tenant, path, name, generation, through, delivered, keep_attempts,
+                tenant, path, name, generation, through, delivered, keep_attempts, stream_id,
             )
             if row is not None and checkpoint is not None:
                 await self._save_checkpoint(conn, checkpoint, now)
@@ -204,14 +206,15 @@ class PgSubscriptionStore:
 
     async def fail(
         self, tenant: str, path: str, name: str, generation: int, attempts: int, error: str,
-        next_retry_at: int,
+        next_retry_at: int, *, stream_id: str | None = None,
     ) -> SubscriptionRow | None:
         async with self._tx(tenant) as conn:
             row = await conn.fetchrow(
                 "UPDATE subscriptions SET attempts=$5, last_error=$6, next_retry_at=$7,"
                 f" failures=failures+1 WHERE {KEY} AND generation=$4"
+                " AND ($8::text IS NULL OR source_stream_id = $8)"
                 f" RETURNING {SUBSCRIPTION_COLUMNS}",
-                tenant, path, name, generation, attempts, error, next_retry_at,
+                tenant, path, name, generation, attempts, error, next_retry_at, stream_id,
             )
         return None if row is None else subscription_from_row(row)
 

@@ -202,9 +202,12 @@ class SqliteActorStore:
     ) -> Literal["ok", "moved", "stale"]:
         def run() -> Literal["ok", "moved", "stale"]:
             with self._tx() as conn:
-                sid = conn.execute(
+                found = conn.execute(
                     "SELECT sid FROM streams WHERE tenant_id=? AND path=?", (tenant, path)
-                ).fetchone()[0]
+                ).fetchone()
+                if found is None:  # deleted since it was read
+                    return "moved"
+                sid = found[0]
                 current = conn.execute(
                     "SELECT through FROM fanout_cursors WHERE tenant_id=? AND sid=?", (tenant, sid)
                 ).fetchone()

@@ -16,7 +16,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -58,6 +58,7 @@ from ..faults import log_retried, retry_reads, unavailable
 from ..schema import Migration, Recorded, check_recorded, read_migrations
 from .actors import SqliteActorStore
 from ..protocol import Guard
+from .outbox import SqliteOutboxStore
 from .protocol import SqliteProtocolStore
 from .subscriptions import SqliteSubscriptionStore
 
@@ -151,6 +152,7 @@ class SqliteStore:
         self.actors = SqliteActorStore(self)
         self.subscriptions = SqliteSubscriptionStore(self)
         self.protocol = SqliteProtocolStore(self)
+        self.outbox = SqliteOutboxStore(self)
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -307,13 +309,14 @@ class SqliteStore:
         conn.execute(
             "INSERT INTO streams (tenant_id, path, sid, stream_id, created_at, max_age_s,"
             " max_events, max_unread_events, max_unread_bytes, max_total_events,"
-            " max_total_bytes, overflow, block_timeout_s, pinned, metadata)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " max_total_bytes, overflow, block_timeout_s, pinned, metadata, data_handling)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 tenant, path, sid, stream_id, now, st.retention.max_age_s,
                 st.retention.max_events, lim.max_unread_events, lim.max_unread_bytes,
                 lim.max_total_events, lim.max_total_bytes, lim.overflow, lim.block_timeout_s,
                 int(st.pinned), orjson.dumps(st.metadata).decode(),
+                None if st.data_handling is None else orjson.dumps(st.data_handling).decode(),
             ),
         )
         row = self._stream_row(conn, tenant, path)
@@ -503,6 +506,43 @@ class SqliteStore:
                         (*params, tenant, path),
                     )
             return self._info(conn, tenant, path)
+
+        return await self._write(run)
+
+    # Tables whose rows belong to one stream, by its sid or by its path.
+    _BY_SID = ("events", "consumers", "objects", "fanout_cursors", "input_outbox")
+    _BY_PATH = ("subscriptions", "processor_checkpoints", "subscription_inbound")
+
+    async def delete_stream(self, tenant: str, path: str) -> StreamInfo | None:
+        def run() -> StreamInfo | None:
+            with self._transaction() as conn:
+                s = self._stream_row(conn, tenant, path)
+                if s is None:
+                    return None
+                if s["legal_hold"]:
+                    raise errors.LegalHold(f"stream {path} is under legal hold", path=path)
+                info = self._info(conn, tenant, path)
+                sid = s["sid"]
+                objects = [
+                    r[0] for r in conn.execute(
+                        "SELECT object_id FROM objects WHERE tenant_id=? AND sid=?", (tenant, sid)
+                    )
+                ]
+                for table in self._BY_SID:
+                    conn.execute(f"DELETE FROM {table} WHERE tenant_id=? AND sid=?", (tenant, sid))
+                for table in self._BY_PATH:
+                    conn.execute(f"DELETE FROM {table} WHERE tenant_id=? AND path=?", (tenant, path))
+                conn.execute("DELETE FROM streams WHERE tenant_id=? AND sid=?", (tenant, sid))
+            # After the commit, still on the writer thread: no upload (nor a
+            # new stream that reuses this sid) runs in between. A crash here
+            # leaves files no row names, never a row without its file.
+            for object_id in objects:
+                target = self._object_file(tenant, sid, object_id)
+                target.unlink(missing_ok=True)
+                target.with_suffix(".part").unlink(missing_ok=True)
+            with suppress(OSError):
+                self._object_file(tenant, sid, "x").parent.rmdir()  # only when empty
+            return info
 
         return await self._write(run)
 
@@ -873,12 +913,13 @@ class SqliteStore:
         conn.execute("BEGIN")
         try:
             row = conn.execute(
-                "SELECT sid, head, pruned_through, closed FROM streams WHERE tenant_id=? AND path=?",
+                "SELECT sid, head, pruned_through, closed, stream_id, created_at FROM streams"
+                " WHERE tenant_id=? AND path=?",
                 (tenant, path),
             ).fetchone()
             if row is None:
                 return ReadPage(exists=False, head=0, pruned_through=0, events=[])
-            sid, head, pruned_through, closed = row
+            sid, head, pruned_through, closed, stream_id, created_at = row
             # Rows are stepped one at a time: past the byte cap, none is fetched but the first.
             rows = conn.execute(
                 f"SELECT {EVENT_COLUMNS}, size, data FROM events WHERE tenant_id=? AND sid=? AND {where}",
@@ -905,6 +946,8 @@ class SqliteStore:
             closed=bool(closed),
             sizes=sizes,
             capped=capped,
+            stream_id=stream_id,
+            created_at=created_at,
         )
 
     @retry_reads

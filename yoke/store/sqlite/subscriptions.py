@@ -39,6 +39,10 @@ from ..subscriptions import (
 if TYPE_CHECKING:
     from .store import SqliteStore
 
+# An acknowledgement or failure of one source lifetime never lands on the
+# subscription of the same name in a later one (the stream deleted, created
+# again and subscribed anew: its generation may well be the same offset).
+SAME_LIFETIME = "(? IS NULL OR source_stream_id = ?)"
 KEY = "tenant_id=? AND path=? AND name=?"
 UPSERT = (
     f"INSERT INTO subscriptions ({', '.join(SUBSCRIPTION_WRITE_COLUMNS)})"
@@ -153,6 +157,7 @@ class SqliteSubscriptionStore:
     async def ack(
         self, tenant: str, path: str, name: str, generation: int, through: int, delivered: int,
         now: int, checkpoint: Checkpoint | None = None, *, keep_attempts: bool = False,
+        stream_id: str | None = None,
     ) -> SubscriptionRow | None:
         def run() -> SubscriptionRow | None:
             with self._store._transaction() as conn:
@@ -161,10 +166,10 @@ class SqliteSubscriptionStore:
                     " max(processed_through_offset, ?), attempts=CASE WHEN ? THEN attempts ELSE 0 END,"
                     " skips=CASE WHEN ? THEN skips ELSE 0 END, next_retry_at=0,"
                     " gave_up=CASE WHEN ? > 0 AND NOT ? THEN NULL ELSE gave_up END,"
-                    f" delivered=delivered+? WHERE {KEY} AND generation=?"
+                    f" delivered=delivered+? WHERE {KEY} AND generation=? AND {SAME_LIFETIME}"
                     f" RETURNING {SUBSCRIPTION_COLUMNS}",
                     (through, keep_attempts, keep_attempts, delivered, keep_attempts, delivered,
-                     tenant, path, name, generation),
+                     tenant, path, name, generation, stream_id, stream_id),
                 ).fetchone()
                 if row is not None and checkpoint is not None:
                     self._save_checkpoint(conn, checkpoint, now)
@@ -174,15 +179,15 @@ class SqliteSubscriptionStore:
 
     async def fail(
         self, tenant: str, path: str, name: str, generation: int, attempts: int, error: str,
-        next_retry_at: int,
+        next_retry_at: int, *, stream_id: str | None = None,
     ) -> SubscriptionRow | None:
         def run() -> SubscriptionRow | None:
             with self._store._transaction() as conn:
                 row = conn.execute(
                     "UPDATE subscriptions SET attempts=?, last_error=?, next_retry_at=?,"
-                    f" failures=failures+1 WHERE {KEY} AND generation=?"
+                    f" failures=failures+1 WHERE {KEY} AND generation=? AND {SAME_LIFETIME}"
                     f" RETURNING {SUBSCRIPTION_COLUMNS}",
-                    (attempts, error, next_retry_at, tenant, path, name, generation),
+                    (attempts, error, next_retry_at, tenant, path, name, generation, stream_id, stream_id),
                 ).fetchone()
             return None if row is None else subscription_from_row(row)
 

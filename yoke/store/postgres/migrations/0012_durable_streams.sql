@@ -3,8 +3,8 @@
 -- events.data: the bytes of an event appended to a byte stream (any content
 -- type but application/json), stored as bytes; NULL for every other event.
 -- yoke_append takes them as p_data (NULL: no event carries bytes) and
--- yoke_read returns them; both are otherwise the latest versions (0005,
--- 0007) unchanged.
+-- yoke_read returns them (last column); both are otherwise the latest
+-- versions (0005, 0010) unchanged.
 --
 -- protocol_streams: what the protocol adds to a stream (one row per stream
 -- lifetime, by sid): its content type, TTL or expiry time, when it was last
@@ -255,7 +255,7 @@ CREATE FUNCTION yoke_read(p_tenant text, p_path text, p_after bigint, p_upto big
 RETURNS TABLE (head bigint, pruned_through bigint, closed boolean, seq bigint, id text, at bigint,
                type text, payload json, metadata json, source json, correlation text,
                priority integer, group_id text, idempotency_key text, size integer,
-               data bytea)
+               stream_id text, created_at bigint, data bytea)
 LANGUAGE plpgsql AS $$
 BEGIN
     IF coalesce(current_setting('yoke.tenant', true), '') NOT IN ('', p_tenant) THEN
@@ -265,7 +265,8 @@ BEGIN
     PERFORM set_config('yoke.tenant', p_tenant, true);
     RETURN QUERY
     SELECT s.head, s.pruned_through, s.closed, e.seq, e.id, e.at, e.type, e.payload, e.metadata,
-           e.source, e.correlation, e.priority, e.group_id, e.idempotency_key, e.size, e.data
+           e.source, e.correlation, e.priority, e.group_id, e.idempotency_key, e.size,
+           s.stream_id, s.created_at, e.data
     FROM streams s
     LEFT JOIN LATERAL (
         SELECT w.* FROM (
