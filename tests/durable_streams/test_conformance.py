@@ -10,28 +10,6 @@ import subprocess
 
 from tests.durable_streams.conftest import HERE, LONG_POLL_S, node_modules
 
-# Tests that need DELETE, which the protocol routes answer with 405 until
-# streams can be deleted in the core. Each must fail now: one that passes
-# is taken off this list.
-NEEDS_DELETE = {
-    "Basic Stream Operations > should delete a stream",
-    "Basic Stream Operations > should properly isolate recreated stream after delete",
-    "HTTP Protocol > should return 404 on DELETE non-existent stream",
-    "HTTP Protocol > should return 204 on successful DELETE",
-    "TTL Expiration Behavior > should allow recreating stream after TTL expires",
-    "Stream Closure > Edge Cases > delete-closed-stream: Deleting a closed stream removes it (returns 404 after)",
-    "Fork - Deletion and Lifecycle > should delete fork without affecting source",
-    "Fork - Deletion and Lifecycle > should soft-delete source while fork exists — fork still reads",
-    "Fork - Deletion and Lifecycle > should block re-creation of soft-deleted source (PUT returns 409)",
-    "Fork - Deletion and Lifecycle > should return 410 for GET on soft-deleted source",
-    "Fork - Deletion and Lifecycle > should return 410 for POST on soft-deleted source",
-    "Fork - Deletion and Lifecycle > should return 410 for DELETE on soft-deleted source",
-    "Fork - Deletion and Lifecycle > should return 409 for fork from soft-deleted source",
-    "Fork - Deletion and Lifecycle > rejected fork (content-type mismatch) does not leak a source reference",
-    "Fork - Deletion and Lifecycle > should cascade GC when last fork is deleted",
-    "Fork - Deletion and Lifecycle > should cascade GC through three levels",
-    "Fork - Deletion and Lifecycle > should preserve data when deleting middle of chain",
-}
 
 
 def test_conformance_suite(dev_server, tmp_path) -> None:
@@ -51,11 +29,9 @@ def test_conformance_suite(dev_server, tmp_path) -> None:
             outcomes[name] = (test["status"], test.get("failureMessages") or [])
     assert len(outcomes) == 338, f"the suite ran {len(outcomes)} tests"
     failed = {name: messages for name, (status, messages) in outcomes.items() if status == "failed"}
-    unexpected = {name: messages for name, messages in failed.items() if name not in NEEDS_DELETE}
-    passing_now = sorted(NEEDS_DELETE - set(failed))
-    report_lines = [f"{name}\n    {messages[0][:600] if messages else ''}" for name, messages in unexpected.items()]
-    assert not unexpected, f"{len(unexpected)} conformance failures:\n" + "\n".join(report_lines)
-    assert not passing_now, f"these pass now; take them off NEEDS_DELETE: {passing_now}"
+    report_lines = [f"{name}\n    {messages[0][:600] if messages else ''}" for name, messages in failed.items()]
+    assert not failed, f"{len(failed)} conformance failures:\n" + "\n".join(report_lines)
     passed = sum(1 for status, _ in outcomes.values() if status == "passed")
-    skipped = sum(1 for status, _ in outcomes.values() if status in ("skipped", "pending", "todo"))
-    assert passed + len(failed) + skipped == 338
+    # The 6 tests of the protocol's subscription API run only with
+    # subscriptions: true; Yoke does not implement that API.
+    assert passed == 332, f"{passed} passed"

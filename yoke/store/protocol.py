@@ -43,6 +43,7 @@ class ProtocolStream:
     fork_sub: int = 0
     stream_seq: str | None = None
     closed_by: str | None = None
+    deleted: bool = False  # soft-deleted: DELETEd while forks of it live
     native: bool = False  # no protocol row
 
     def expired(self, now_ms: int) -> bool:
@@ -200,3 +201,10 @@ class ProtocolStore(Protocol):
 
     async def touch(self, tenant: str, sid: int, now: int) -> None:
         """A read or write of a stream with a TTL: its window starts again."""
+
+    async def forks(self, tenant: str, path: str) -> int:
+        """How many streams (soft-deleted ones too) were forked from ``path``."""
+
+    async def soft_delete(self, tenant: str, sid: int) -> None:
+        """Mark the stream deleted while forks of it live (``Stream.delete``
+        removes it, with its protocol rows, once none does)."""

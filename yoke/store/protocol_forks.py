@@ -25,6 +25,8 @@ def check_fork(
     content type, TTL and expiry (requested, else the source's)."""
     if source is None or source.expired(now):
         raise errors.StreamNotFound(f"fork source {spec.fork_of} does not exist", path=spec.fork_of)
+    if source.deleted:
+        raise errors.StreamExists(f"fork source {spec.fork_of} was deleted (forks of it live on)", path=spec.fork_of)
     if spec.content_type is not None and base_type(spec.content_type) != base_type(source.content_type):
         raise errors.StreamExists(
             "a fork's content type must be its source's", path=spec.fork_of, content_type=source.content_type

@@ -336,7 +336,7 @@ def checkpoint_from_row(row: Sequence[Any]) -> Checkpoint:
 PROTOCOL_STREAM_SELECT = (
     "SELECT s.sid, s.stream_id, s.path, s.created_at, s.head, s.pruned_through, s.closed,"
     " p.content_type, p.ttl_s, p.expires_at, p.expires_ms, p.touched_ms, p.fork_of,"
-    " p.fork_offset, p.fork_sub, p.stream_seq, p.closed_by"
+    " p.fork_offset, p.fork_sub, p.stream_seq, p.closed_by, p.deleted"
     " FROM streams s LEFT JOIN protocol_streams p ON p.tenant_id = s.tenant_id AND p.sid = s.sid"
 )
 # Copies a fork source's events through an offset into the fork, at the same offsets.
@@ -357,5 +357,5 @@ def protocol_stream_from_row(row: Sequence[Any]) -> ProtocolStream:
         content_type=NATIVE_CONTENT_TYPE if native else row[7],
         ttl_s=row[8], expires_at=row[9], expires_ms=row[10], touched_ms=row[11] or 0,
         fork_of=row[12], fork_offset=row[13], fork_sub=row[14] or 0, stream_seq=row[15],
-        closed_by=row[16], native=native,
+        closed_by=row[16], deleted=bool(row[17]), native=native,
     )

@@ -125,3 +125,11 @@ async def read(name: str = NAME) -> Response:
                                                        " Stream-TTL, Stream-Expires-At, Stream-Closed"}})
 async def head(name: str = NAME) -> Response:
     return _never()
+
+
+@router.delete(
+    "/{name:path}", summary="Delete a stream (marked deleted while forks of it live: 410)", status_code=204,
+    response_class=Response, responses={204: {"description": "Deleted"}},
+)
+async def delete(name: str = NAME) -> Response:
+    return _never()

@@ -88,13 +88,6 @@ def failure(exc: errors.YokeError, headers: dict[str, str] | None = None) -> Ans
     return Answer(exc.http_status, extra, body)
 
 
-class Gone(errors.YokeError):
-    """The stream was deleted while forks still read it."""
-
-    code = "stream_gone"
-    http_status = 410
-
-
 class Request:
     __slots__ = ("scope", "receive", "headers", "query", "name", "path")
 
@@ -172,15 +165,52 @@ class DurableStreams:
         return await authorize(self.state, token, request.arg("tenant"), scope)
 
     async def live_stream(self, tenant: str, path: str, *, touch: bool = True) -> ProtocolStream:
-        """The stream, or 404 when missing or expired. ``touch``: a read or
-        write restarts its TTL window."""
+        """The stream: 404 when missing (or expired: then it is deleted), 410
+        when soft-deleted. ``touch``: a read or write restarts its TTL window."""
         stream = await self.runtime.store.protocol.stream(tenant, path)
         now = now_ms()
-        if stream is None or stream.expired(now):
+        if stream is not None and not stream.deleted and stream.expired(now):
+            stream = await self._expire(tenant, stream)
+        if stream is None:
             raise errors.StreamNotFound(f"stream {path} does not exist", path=path)
+        if stream.deleted:
+            raise errors.StreamDeleted(f"stream {path} was deleted", path=path)
         if touch and stream.ttl_s is not None:
             await self.runtime.store.protocol.touch(tenant, stream.sid, now)
         return stream
+
+    # --- DELETE, expiry ----------------------------------------------------------------
+
+    async def delete(self, request: Request, send: Any) -> Answer:
+        principal = await self.principal(request, "admin")
+        stream = await self.live_stream(principal.tenant, request.path, touch=False)
+        await self._delete(principal.tenant, stream)
+        return Answer(204)
+
+    async def _expire(self, tenant: str, stream: ProtocolStream) -> ProtocolStream | None:
+        """An expired stream is deleted when found (soft-deleted while forks
+        of it live): what is left of it."""
+        await self._delete(tenant, stream)
+        return await self.runtime.store.protocol.stream(tenant, stream.path)
+
+    async def _delete(self, tenant: str, stream: ProtocolStream) -> None:
+        """Delete the stream (Stream.delete: events, producers, settings, in
+        one transaction), or only mark it deleted while forks of it live. A
+        fork's deletion then deletes its soft-deleted source once no fork of
+        that is left, and so on up the chain."""
+        protocol = self.runtime.store.protocol
+        current: ProtocolStream | None = stream
+        while current is not None:
+            if await protocol.forks(tenant, current.path):
+                await protocol.soft_delete(tenant, current.sid)
+                self.runtime.hub.wake(tenant, current.path)
+                return
+            try:
+                await self.runtime.stream(current.path, tenant=tenant).delete()
+            except errors.StreamNotFound:
+                return  # deleted meanwhile
+            source = None if current.fork_of is None else await protocol.stream(tenant, current.fork_of)
+            current = source if source is not None and source.deleted else None
 
     # --- PUT: create ------------------------------------------------------------
 
@@ -216,7 +246,11 @@ class DurableStreams:
         body = await read_body(request.receive, self.limit)
         kind = content_type
         existing = await self.runtime.store.protocol.stream(principal.tenant, request.path)
-        if existing is not None and not existing.expired(now_ms()):
+        if existing is not None and not existing.deleted and existing.expired(now_ms()):
+            existing = await self._expire(principal.tenant, existing)
+        if existing is not None and existing.deleted:
+            raise errors.StreamExists(f"stream {request.path} was deleted; forks of it live on", path=request.path)
+        if existing is not None:
             return self._idempotent(existing, content_type, ttl_s, expires_raw, closed, fork_of, fork_offset,
                                     fork_sub or 0)
         if fork_of is not None and kind is None:
@@ -352,8 +386,6 @@ class DurableStreams:
         if stream.expires_at is not None:
             headers["stream-expires-at"] = stream.expires_at
         return Answer(200, headers)
-
-    # --- DELETE ---------------------------------------------------------------------
 
 
     # --- GET: read ---------------------------------------------------------------------
@@ -503,5 +535,6 @@ HANDLERS: dict[str, Callable[[DurableStreams, Request, Any], Awaitable[Answer | 
     "POST": DurableStreams.append,
     "GET": DurableStreams.read,
     "HEAD": DurableStreams.head,
+    "DELETE": DurableStreams.delete,
 }
 ALLOW = ", ".join([*HANDLERS, "OPTIONS"])

@@ -36,6 +36,16 @@ class PgProtocolStore:
                 tenant, sid, now,
             )
 
+    async def forks(self, tenant: str, path: str) -> int:
+        async with self._store._tx(tenant) as conn:
+            return await conn.fetchval(
+                "SELECT count(*) FROM protocol_streams WHERE tenant_id=$1 AND fork_of=$2", tenant, path
+            )
+
+    async def soft_delete(self, tenant: str, sid: int) -> None:
+        async with self._store._tx(tenant) as conn:
+            await conn.execute("UPDATE protocol_streams SET deleted=true WHERE tenant_id=$1 AND sid=$2", tenant, sid)
+
     async def create(
         self, tenant: str, path: str, stream_id: str, now: int, spec: CreateSpec
     ) -> tuple[ProtocolStream, bool]:

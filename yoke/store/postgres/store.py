@@ -552,7 +552,8 @@ class PostgresStore:
                 f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"]
             )
             # Object bytes are a column of their rows: they go with them.
-            for table in ("events", "consumers", "objects", "fanout_cursors", "input_outbox"):
+            for table in ("events", "consumers", "objects", "fanout_cursors", "input_outbox", "protocol_streams",
+                          "protocol_producers"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
             for table in ("subscriptions", "processor_checkpoints", "subscription_inbound"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND path=$2", tenant, path)

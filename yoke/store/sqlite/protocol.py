@@ -41,6 +41,21 @@ class SqliteProtocolStore:
 
         await self._store._write(run)
 
+    async def forks(self, tenant: str, path: str) -> int:
+        def run() -> int:
+            return self._store._rconn().execute(
+                "SELECT count(*) FROM protocol_streams WHERE tenant_id=? AND fork_of=?", (tenant, path)
+            ).fetchone()[0]
+
+        return await self._store._read(run)
+
+    async def soft_delete(self, tenant: str, sid: int) -> None:
+        def run() -> None:
+            with self._store._transaction() as conn:
+                conn.execute("UPDATE protocol_streams SET deleted=1 WHERE tenant_id=? AND sid=?", (tenant, sid))
+
+        await self._store._write(run)
+
     async def create(
         self, tenant: str, path: str, stream_id: str, now: int, spec: CreateSpec
     ) -> tuple[ProtocolStream, bool]:

@@ -510,7 +510,8 @@ class SqliteStore:
         return await self._write(run)
 
     # Tables whose rows belong to one stream, by its sid or by its path.
-    _BY_SID = ("events", "consumers", "objects", "fanout_cursors", "input_outbox")
+    _BY_SID = ("events", "consumers", "objects", "fanout_cursors", "input_outbox", "protocol_streams",
+               "protocol_producers")
     _BY_PATH = ("subscriptions", "processor_checkpoints", "subscription_inbound")
 
     async def delete_stream(self, tenant: str, path: str) -> StreamInfo | None:

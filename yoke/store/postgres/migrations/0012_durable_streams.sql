@@ -9,7 +9,8 @@
 -- protocol_streams: what the protocol adds to a stream (one row per stream
 -- lifetime, by sid): its content type, TTL or expiry time, when it was last
 -- read or written (the TTL slides), the fork it was created as, the last
--- Stream-Seq and the producer request that closed it.
+-- Stream-Seq, the producer request that closed it, and whether it was
+-- deleted while forks of it live (then it answers 410 until they are gone).
 --
 -- protocol_producers: idempotent producer state per stream, written in the
 -- transaction that appends the producer's batch.
@@ -27,7 +28,8 @@ CREATE TABLE protocol_streams (
     fork_offset  bigint,            -- the fork inherits the source's offsets <= this
     fork_sub     bigint  NOT NULL DEFAULT 0,  -- Stream-Fork-Sub-Offset as given
     stream_seq   text,              -- the last Stream-Seq accepted
-    closed_by    text,              -- 'producer|epoch|seq' of the request that closed it
+    closed_by    text,              -- 'epoch|seq|producer' of the request that closed it
+    deleted      boolean NOT NULL DEFAULT false,  -- soft-deleted: DELETEd while forks of it live
     PRIMARY KEY (tenant_id, sid)
 );
 

@@ -15,6 +15,7 @@ CREATE TABLE protocol_streams (
     fork_sub     INTEGER NOT NULL DEFAULT 0,
     stream_seq   TEXT,
     closed_by    TEXT,
+    deleted      INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (tenant_id, sid)
 ) WITHOUT ROWID;
 
