@@ -278,6 +278,9 @@ class Client:
         """The instance with its ``state`` and ``queue`` depth."""
         return self.request("GET", instance_url(instance_id))
 
+    def remove_instance(self, instance_id: str) -> Any:
+        return self.request("DELETE", instance_url(instance_id))
+
     def queue(self, instance_id: str, status: str | None = None, limit: int = 100) -> Any:
         return self.request("GET", instance_url(instance_id, "queue"), params={"limit": limit, "status": status})
 

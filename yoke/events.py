@@ -96,6 +96,7 @@ def validate_path(path: str) -> str:
 class AppendResult:
     offset: int
     id: str
+    at: int | None = None  # when it was committed (the original time for a repeat)
 
 
 @dataclass(frozen=True, slots=True)

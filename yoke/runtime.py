@@ -22,6 +22,7 @@ from .config import Settings
 from .events import MAX_PATH_CHARS, validate_path, validate_tenant
 from .store import Store, StreamInfo, connect_store
 from .streams.append import AppendService
+from .streams.connections import Connections
 from .streams.ephemeral import EphemeralBuffers
 from .streams.handle import Stream
 from .streams.inputs import InputDispatcher
@@ -50,6 +51,7 @@ class Runtime:
         self.relay = EphemeralRelay(self.buffers, self.hub)
         self.relay.store = self._store
         self.shared_reads = SharedReads(self.hub)
+        self.connections = Connections(self)
         self.appends = AppendService(
             self._store, self.hub, self.buffers, max_group_events=settings.max_group_events
         )
@@ -102,6 +104,7 @@ class Runtime:
         """Stop accepting appends, finish the queued ones, stop background work."""
         if not self._started:
             return
+        await self.connections.close_all()  # their ends recorded while the store is open
         if self.executor is not None:
             # Runs finish first: they may still append.
             await self.executor.stop(self.settings.shutdown_timeout_s)
@@ -187,6 +190,7 @@ class Runtime:
         if self.deliveries is not None:
             self.deliveries.stream_deleted(tenant, path)
         self.hub.wake(tenant, path)
+        self.hub.wake(tenant, "/")  # the yoke.stream.deleted fact
 
     def routing_changed(self, tenant: str) -> None:
         if self.executor is not None:

@@ -59,11 +59,11 @@ async def test_fan_out_catches_up_from_the_cursor_after_a_restart(fresh_url: str
     app, seen = recording_app(filter=Filter(types=["job"]))
     async with yoke.open(fresh_url, app=app, executor=False, data_dir=str(tmp_path)) as y:
         await y.instances(T).create("rec", key="k")
-        await y.stream("/", T).append_many([{"type": "job"}] * 5)  # control plane: no fan-out
+        sent = await y.stream("/", T).append_many([{"type": "job"}] * 5)  # control plane: no fan-out
         assert (await y.instances(T).depth()).pending == 0
     async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
         await y.wait_idle(timeout_s=10)
-    assert [o for _, o, _ in seen] == [1, 2, 3, 4, 5]
+    assert [o for _, o, _ in seen] == [s.offset for s in sent]
 
 
 async def test_stream_globs_select_streams(fresh_url: str, tmp_path) -> None:
@@ -111,11 +111,11 @@ async def test_filter_from_config(fresh_url: str, tmp_path) -> None:
     async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
         await y.instances(T).create("rec", key="alice", config={"role": "coder"})
         await y.instances(T).create("rec", key="bob", config={"role": "tester"})
-        await y.stream("/", T).append_many([
+        o1, o2, o3 = (s.offset for s in await y.stream("/", T).append_many([
             {"type": "work.assigned", "payload": {"role": r}} for r in ("coder", "tester", "coder")
-        ])
+        ]))
         await y.wait_idle(timeout_s=10)
-    assert sorted((k, o) for k, o, _ in seen) == [("alice", 1), ("alice", 3), ("bob", 2)]
+    assert sorted((k, o) for k, o, _ in seen) == [("alice", o1), ("alice", o3), ("bob", o2)]
 
 
 async def test_instances_created_later_receive_later_events(fresh_url: str, tmp_path) -> None:
@@ -124,12 +124,12 @@ async def test_instances_created_later_receive_later_events(fresh_url: str, tmp_
     async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y, \
             yoke.open(fresh_url, app=app, executor=False, data_dir=str(tmp_path)) as control:
         await y.instances(T).create("rec", key="first")
-        await y.stream("/", T).append({"type": "job"})
+        one = (await y.stream("/", T).append({"type": "job"})).offset
         await y.wait_idle(timeout_s=10)
         await control.instances(T).create("rec", key="second")  # another runtime
-        await y.stream("/", T).append({"type": "job"})
+        two = (await y.stream("/", T).append({"type": "job"})).offset
         await y.wait_idle(timeout_s=10)
-    assert sorted((k, o) for k, o, _ in seen) == [("first", 1), ("first", 2), ("second", 2)]
+    assert sorted((k, o) for k, o, _ in seen) == [("first", one), ("first", two), ("second", two)]
 
 
 async def test_bad_filters_and_actors_are_rejected_at_creation(fresh_url: str, tmp_path) -> None:

@@ -18,16 +18,16 @@ async def test_event_reaches_instance_and_state(fresh_url: str, tmp_path) -> Non
         inst = await y.instances("acme").create("coder", key="alice")
         s = y.stream("/", "acme")
         # One batch: the actor's work.done must not land between the two.
-        await s.append_many([
+        sent = await s.append_many([
             {"type": "work.assigned", "payload": {"role": "coder"}},
             {"type": "work.assigned", "payload": {"role": "tester"}},
         ])
         await y.wait_idle(timeout_s=10)
-        assert seen == [("alice", 1)]
+        assert seen == [("alice", sent[0].offset)]
         state, version = await y.instances("acme").state(inst.instance_id)
         assert state == {"done": 1} and version == 1
         page = await s.read(after=0)
-        assert [e.type for e in page] == ["work.assigned", "work.assigned", "work.done"]
+        assert [e.type for e in page] == ["yoke.instance.created", "work.assigned", "work.assigned", "work.done"]
 
 
 async def test_actors_receive_values_unchanged(fresh_url: str, tmp_path) -> None:

@@ -130,7 +130,7 @@ async def test_values_outside_the_domain_fail_the_run_not_turn_into_null(fresh_u
         inst = await y.instances(T).create("nan", key="k")
         await y.stream("/", T).append({"type": "go"})
         await y.wait_idle(timeout_s=10)
-        assert [e.type for e in await y.stream("/", T).read()] == ["go"]
+        assert [e.type for e in await y.stream("/", T).read()] == ["yoke.instance.created", "go"]
         assert await y.instances(T).state(inst.instance_id) == (None, 0)
     assert [code for code, _ in refused] == ["invalid_input"] * 3
     assert refused[0][1].endswith("payload.x") and refused[1][1].endswith(".x")

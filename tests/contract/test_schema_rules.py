@@ -35,7 +35,12 @@ GLOBAL_UNIQUE = {
 }
 
 # Functions that run before a tenant is known.
-TENANTLESS_FUNCTIONS = {"yoke_find_token": "sign-in"}
+TENANTLESS_FUNCTIONS = {
+    "yoke_find_token": "sign-in",
+    # Trigger functions take no arguments: each acts on its row's own tenant_id.
+    "yoke_stream_fact": "trigger on streams (lifecycle facts)",
+    "yoke_instance_fact": "trigger on actor_instances (lifecycle facts)",
+}
 
 
 async def read_catalogue() -> dict[str, list]:

@@ -189,6 +189,24 @@ def test_create_list_and_show_instances(tenant):
     }
 
 
+def test_remove_an_instance_records_the_fact(tenant):
+    a = tenant.create("counter", key="gone")
+    removed = tenant.http.delete(f"/v1/instances/{a['id']}")
+    assert removed.status_code == 200 and removed.json()["id"] == a["id"]
+    assert error_of(tenant.http.get(f"/v1/instances/{a['id']}")) == (404, "instance_not_found")
+    assert error_of(tenant.http.delete(f"/v1/instances/{a['id']}")) == (404, "instance_not_found")
+    facts = tenant.http.get("/v1/streams/-/events").json()["events"]
+    removed_facts = [e for e in facts if e["type"] == "yoke.instance.removed"]
+    assert [e["payload"]["instance_id"] for e in removed_facts] == [a["id"]]
+    assert a["id"] in [e["payload"]["instance_id"] for e in facts if e["type"] == "yoke.instance.created"]
+    # The CLI, by id or ACTOR/KEY.
+    b = tenant.create("counter", key="cli-gone")
+    out = tenant.cli("instances", "remove", "counter/cli-gone")
+    assert out.stdout.strip() == f"removed {b['id']} (actor counter, key cli-gone)"
+    gone = tenant.cli("instances", "remove", b["id"], check=False)
+    assert gone.returncode != 0 and "instance_not_found" in gone.stderr + gone.stdout
+
+
 def test_find_an_instance_by_actor_and_key(tenant):
     a = tenant.create("counter", key="k/with/slashes")
     found = tenant.http.get("/v1/instances", params={"actor": "counter", "key": "k/with/slashes"})

@@ -31,6 +31,7 @@ BODILESS = {
 }
 SSE = {
     ("get", "/v1/streams{path}/-/tail"),
+    ("get", "/v1/streams{path}/-/connection"),
     ("get", "/api/workflow-streams/runs/{runID}/streams/{streamID}/subscribe"),
 }
 

@@ -193,3 +193,52 @@ def test_input_records_wake_the_run(server, http):
     assert [(w["type"], w["payload"]["sequence"], w["payload"]["record_id"]) for w in wakes] == [
         ("yoke.input.received", r["offset"], r["id"]) for r in records
     ]
+
+
+def test_append_receipts_can_be_fetched_afterwards(server, http):
+    base = f"/api/workflow-streams/runs/{new_run()}/streams"
+    assert http.post(base, json={"stream_id": "out"}).status_code == 201
+    one = http.post(f"{base}/out/records", json={"type": "t", "payload": {"b": 1, "a": [1.5, "é"]}},
+                    headers={"Idempotency-Key": "k1"}).json()
+    receipt = one["receipt"]
+    assert receipt["record_id"] == one["id"] and receipt["sequence"] == one["offset"] == 1
+    assert receipt["digest"].startswith("sha256:") and len(receipt["digest"]) == 71
+    assert receipt["at"] > 0
+    # The same record again (its key): the same receipt.
+    again = http.post(f"{base}/out/records", json={"type": "t", "payload": {"a": [1.5, "é"], "b": 1}},
+                      headers={"Idempotency-Key": "k1"}).json()
+    assert again == one
+    batch = http.post(f"{base}/out/records", json=[{"type": "t", "payload": 2}, {"type": "p", "ephemeral": True},
+                                                   {"type": "t", "payload": 2}]).json()["results"]
+    assert batch[1]["receipt"] is None
+    assert batch[0]["receipt"]["digest"] != batch[2]["receipt"]["digest"]  # ids differ
+    for answer in (one, batch[0], batch[2]):
+        fetched = http.get(f"{base}/out/receipts/{answer['offset']}").json()
+        assert fetched == answer["receipt"]
+    assert code(http.get(f"{base}/out/receipts/{batch[1]['offset']}")) == (404, "event_not_found")
+    assert code(http.get(f"{base}/out/receipts/99")) == (404, "event_not_found")
+
+
+def test_prepare_pins_schema_and_an_authorization_receipt(server, http):
+    import hashlib
+
+    data = b"{\"rows\": []}"
+    digest = hashlib.sha256(data).hexdigest()
+    base = f"/api/workflow-streams/runs/{new_run()}/streams"
+    assert http.post(base, json={"stream_id": "out"}).status_code == 201
+    writer = server.new_token("default", "append")
+    token_id = writer.split(".")[0].removeprefix("yk_")
+    intent = {"idempotency_key": "o1", "sha256": digest, "size": len(data), "content_type": "application/json",
+              "schema": "https://example.com/schemas/table-v1.json"}
+    with server.client(writer) as w:
+        obj = w.post(f"{base}/out/objects", json=intent).json()
+        assert obj["schema"] == intent["schema"]
+        receipt = obj["authorization"]
+        assert receipt["subject"] == token_id and receipt["scopes"] == ["append"] and receipt["tenant"] == "default"
+        assert receipt["intent"].startswith("sha256:") and receipt["at"] == obj["created_at"]
+        # A repeat (another token, even) gets the original object and receipt.
+    assert http.post(f"{base}/out/objects", json=intent).json() == obj
+    changed = {**intent, "schema": "https://example.com/schemas/table-v2.json"}
+    assert code(http.post(f"{base}/out/objects", json=changed)) == (409, "idempotency_conflict")
+    assert http.put(f"{base}/out/objects/{obj['object_id']}", content=data).json()["authorization"] == receipt
+    assert http.post(f"{base}/out/objects/{obj['object_id']}/commit").status_code == 201

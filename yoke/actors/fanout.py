@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from ..events import now_ms
+from ..lifecycle import GLOBAL
 from ..routing.filters import Filter
 from ..routing.index import Route, RoutingIndex
 from ..store.actors import QueueItem
@@ -211,6 +212,8 @@ class Fanout:
             self._remember(tenant, path, through)
             if items:
                 self._on_enqueued(tenant)
+                if any(item.instance_id is None for item in items):  # keyed instances may be new:
+                    self._runtime.hub.wake(tenant, GLOBAL)  # their yoke.instance.created facts
             if not full:
                 # Caught up with the head this read saw; a later append
                 # marks the stream dirty again.

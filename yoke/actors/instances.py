@@ -12,6 +12,7 @@ import orjson
 
 from .. import errors
 from ..events import check_text, json_text, now_ms, validate_tenant
+from ..lifecycle import GLOBAL
 from ..routing.filters import Filter
 from ..routing.index import MAX_KEY_CHARS, SINGLETON_KEY
 from ..store.actors import InstanceInfo, QueueDepth, QueueRow, new_instance_id
@@ -129,7 +130,23 @@ class Instances:
         )
         if created:
             self._runtime.routing_changed(self.tenant)
+            self._runtime.hub.wake(self.tenant, GLOBAL)  # its yoke.instance.created fact
         return info, created
+
+    async def remove(self, instance_id: str) -> InstanceInfo:
+        """Delete the instance, its queue rows (dead letters included),
+        schedules and stored state; ``yoke.instance.removed`` is appended
+        to ``/`` in the same transaction. A keyed instance is created again
+        by the next event routed to its key. Its local state file (file
+        storage) is removed by this process only."""
+        check_name(instance_id, "instance_id", 10_000)
+        info = await self._store.remove_instance(self.tenant, instance_id)
+        if info is None:
+            raise errors.InstanceNotFound(instance_id=instance_id)
+        self._runtime.state_databases().remove(self.tenant, instance_id)
+        self._runtime.routing_changed(self.tenant)
+        self._runtime.hub.wake(self.tenant, GLOBAL)
+        return info
 
     async def get(self, instance_id: str) -> InstanceInfo:
         check_name(instance_id, "instance_id", 10_000)

@@ -275,6 +275,22 @@ class StateDatabases:
         if db is not None:
             self.pool.submit(db.close)
 
+    def remove(self, tenant: str, instance_id: str) -> None:
+        """Drop the cached copy of a removed instance and, with file storage,
+        its file (other storages keep no copy of their own here)."""
+        db = self._open.pop((tenant, instance_id), None)
+        storage = self.storage
+
+        def drop() -> None:
+            if db is not None:
+                db.close()
+            if isinstance(storage, FileStorage):
+                path = storage.path(tenant, instance_id)
+                for suffix in ("", "-wal", "-shm"):
+                    path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+        self.pool.submit(drop)
+
     async def close(self) -> None:
         await self.storage.close()
         for db in self._open.values():

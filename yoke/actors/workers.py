@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..events import now_ms
+from ..lifecycle import GLOBAL
 from ..store.faults import log_retried
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class Membership:
         workers = len(await actors.live_workers())
         for tenant in tenants:
             if await actors.adopt_instances(tenant, self.worker_id, workers, self._actors):
+                self._runtime.hub.wake(tenant, GLOBAL)  # their yoke.instance.adopted facts
                 self._on_adopted(tenant)
 
     async def run(self) -> None:

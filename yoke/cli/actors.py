@@ -125,6 +125,15 @@ def instances_show(client: Remote, as_json: bool, instance_id: str) -> None:
     emit(client.instance(instance_id_of(client, instance_id)), as_json, instance_lines)
 
 
+@instances.command("remove")
+@argument("instance_id", INSTANCE_ID_HELP)
+@http_command
+def instances_remove(client: Remote, as_json: bool, instance_id: str) -> None:
+    """Remove an instance with its queue rows, schedules and state."""
+    removed = client.remove_instance(instance_id_of(client, instance_id))
+    emit(removed, as_json, lambda i: f"removed {i['id']} (actor {i['actor']}, key {i['key']})")
+
+
 @group()
 def dlq() -> None:
     """Dead-lettered queue rows of an instance: list, redrive, drop."""

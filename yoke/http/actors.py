@@ -21,7 +21,7 @@ from ..store.actors import InstanceInfo, QueueRow
 from .auth import ADMIN, READ, Principal, runtime_of
 from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_response, parse_json
 from .schemas import (
-    DeadRows, Dropped, InstanceCreated, InstanceDetail, InstanceList, InstanceRequest, QueueRows, Redriven, answer,
+    DeadRows, Dropped, Instance, InstanceCreated, InstanceDetail, InstanceList, InstanceRequest, QueueRows, Redriven, answer,
     request_body,
 )
 from .streams import object_body
@@ -140,6 +140,15 @@ async def show_instance(request: Request, instance_id: str = INSTANCE_ID, princi
             "queue": {"pending": depth.pending, "processing": depth.processing, "dead": depth.dead},
         }
     )
+
+
+@router.delete(
+    "/{instance_id}", responses={200: answer(Instance, "The removed instance")},
+    summary="Remove an instance with its queue, schedules and state (yoke.instance.removed on /)",
+)
+async def remove_instance(request: Request, instance_id: str = INSTANCE_ID, principal: Principal = ADMIN) -> Response:
+    info = await instances_of(request, principal).remove(instance_id_of(instance_id))
+    return json_response(instance_json(info))
 
 
 @router.get("/{instance_id}/queue", responses=ROWS, summary="Queue rows of an instance")

@@ -40,15 +40,20 @@ def object_dict(info: ObjectInfo) -> dict[str, Any]:
         "created_at": info.created_at,
         "expires_at": info.expires_at,
         "committed_offset": info.committed_offset,
+        "schema": info.schema,
+        "authorization": info.authorization,
     }
 
 
-async def prepare_body(stream: Stream, body: Any) -> Response:
-    body = object_body(body, {"idempotency_key", "sha256", "size", "content_type", "expires_in_s"})
+async def prepare_body(stream: Stream, body: Any, principal: Principal) -> Response:
+    """Prepare with the body's pins; the token that asked is the object's
+    authorization receipt (its id and scopes)."""
+    body = object_body(body, {"idempotency_key", "sha256", "size", "content_type", "expires_in_s", "schema"})
     for field in ("idempotency_key", "sha256", "size"):
         if field not in body:
             raise errors.InvalidInput(f"{field} is required", field=field)
-    info = await stream.objects.prepare(**body)
+    authorized_by = {"subject": principal.token_id, "scopes": list(principal.scopes)}
+    info = await stream.objects.prepare(**body, authorized_by=authorized_by)
     return json_response(object_dict(info), status_code=201)
 
 
@@ -80,7 +85,7 @@ DATA = {
     summary="Prepare an object upload",
 )
 async def prepare(request: Request, path: str = PATH_PARAM, principal: Principal = APPEND) -> Response:
-    return await prepare_body(stream_of(request, principal, path), await json_body(request))
+    return await prepare_body(stream_of(request, principal, path), await json_body(request), principal)
 
 
 @router.put(

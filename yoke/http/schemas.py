@@ -445,6 +445,9 @@ class ObjectPrepare(BaseModel):
     size: int = Field(ge=0, le=MAX_OBJECT_BYTES, description="In bytes")
     content_type: str = Field(default="application/octet-stream", pattern=r"^[\x20-\x7e]{1,255}$")
     expires_in_s: float = Field(default=3600, gt=0, le=MAX_EXPIRY_S, description="Until it is uploaded and committed")
+    schema_: str | None = Field(
+        None, alias="schema", pattern=r"^[\x20-\x7e]{1,512}$", description="What the bytes follow (a URI or id), pinned"
+    )
 
 
 class ObjectCommit(BaseModel):
@@ -476,6 +479,10 @@ class ObjectInfo(BaseModel):
     created_at: Millis
     expires_at: Millis
     committed_offset: int | None
+    schema_: str | None = Field(None, alias="schema", description="Pinned at prepare")
+    authorization: JsonObject | None = Field(
+        None, description="The receipt of who prepared it: {subject, scopes, tenant, at, intent}"
+    )
 
 
 OBJECT_BYTES = {
@@ -565,6 +572,41 @@ class WorkflowDefinition(BaseModel):
     direction: Literal["output", "input"] | None = Field(
         None, description="input: each record's wake event is published on /runs/{runID}, exactly once"
     )
+
+
+RECEIPT_EXAMPLE = {
+    "record_id": EVENT_ID, "sequence": 1, "at": AT,
+    "digest": "sha256:9f2b5f0c2d6e4a1b8c3d7e9f0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d",
+}
+
+
+class Receipt(BaseModel):
+    """What proves a record was appended: its id, sequence, commit time and
+    the digest of its content (docs/workflow.md)."""
+
+    model_config = config(RECEIPT_EXAMPLE)
+    record_id: str
+    sequence: int
+    digest: str = Field(description="sha256:<hex> over the record's canonical JSON")
+    at: Millis
+
+
+class ReceiptedRecord(BaseModel):
+    model_config = config({"offset": 1, "id": EVENT_ID, "receipt": RECEIPT_EXAMPLE})
+    offset: int
+    id: str
+    receipt: Receipt | None = Field(description="None for an ephemeral record (it is not kept)")
+
+
+class ReceiptedBatch(BaseModel):
+    model_config = config({"results": [{"offset": 1, "id": EVENT_ID, "receipt": RECEIPT_EXAMPLE}]})
+    results: list[ReceiptedRecord]
+
+
+class ReceiptedAnswer(RootModel[ReceiptedRecord | ReceiptedBatch]):
+    """``{offset, id, receipt}`` for one record, ``{results: [...]}`` for a batch."""
+
+    model_config = config({"offset": 1, "id": EVENT_ID, "receipt": RECEIPT_EXAMPLE})
 
 
 class WorkflowStream(StreamInfo):
@@ -844,6 +886,20 @@ SSE_EXAMPLE = (
     'id: 1\ndata: {"offset":1,"id":"' + EVENT_ID + '","type":"order.placed","payload":{"order_id":"A-1"},...}\n\n'
     ": ping\n\n"
     'event: closed\ndata: {"path":"/orders","closed":true}\n\n'
+)
+CONNECTION_EXAMPLE = (
+    'event: opened\ndata: {"connection_id":"conn_0123456789abcdef","connection_key":"browser","after":0}\n\n'
+    'id: 1\ndata: {"offset":1,"id":"' + EVENT_ID + '","type":"order.placed","payload":{"order_id":"A-1"},...}\n\n'
+    ": ping\n\n"
+    'event: ended\ndata: {"reason":"replaced"}\n\n'
+)
+CONNECTION_ANSWER = text_answer(
+    "text/event-stream",
+    "Server-Sent Events: `event: opened` (connection id), then each event as `id: <offset>` and"
+    " `data: <event JSON>` (with events=false: `event: state` and the stream's reduced state as data);"
+    " `: ping` comments while idle; `event: ended` with the reason (replaced, stream_closed, failed with"
+    " its error, shutdown) when it ends. Disconnecting closes it.",
+    CONNECTION_EXAMPLE,
 )
 SSE_ANSWER = text_answer(
     "text/event-stream",

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import orjson
 from starlette.responses import StreamingResponse
@@ -30,6 +31,7 @@ from starlette.responses import StreamingResponse
 from .. import errors, metrics
 from ..events import MAX_OFFSET, Event
 from ..routing.filters import Filter
+from ..streams.connections import Connection
 from ..streams.handle import Stream
 from ..streams.pins import Redactor
 from ..streams.tail import follow
@@ -142,6 +144,85 @@ def tail_response(
         media_type="text/event-stream",
         headers=HEADERS,
     )
+
+
+# Closes started by a client that went away: they run on (and record their
+# end) after the response's task is cancelled.
+_CLOSING: set[asyncio.Task[None]] = set()
+
+
+async def connection_response(
+    stream: Stream,
+    connection_key: str,
+    after: int | None,
+    *,
+    events: bool,
+    include_ephemeral: bool,
+    heartbeat_s: float,
+    shutdown: asyncio.Event,
+    event_filter: Filter | None = None,
+) -> StreamingResponse:
+    """A session connection over SSE. It opens before the answer starts
+    (bad input is a plain 4xx); the client reading slowly holds the
+    connection back (one batch is buffered), and going away closes it."""
+    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
+    connection = await stream.open_connection(
+        connection_key=connection_key, on_batch=queue.put, replay_after=after, filter=event_filter,
+        events=events, include_ephemeral=include_ephemeral,
+    )
+    return StreamingResponse(
+        _connection_frames(connection, queue, heartbeat_s, shutdown),
+        media_type="text/event-stream", headers=HEADERS,
+    )
+
+
+def _connection_chunks(batch: Any) -> Iterator[bytes]:
+    if isinstance(batch, dict):  # events=False: a state update
+        yield b"event: state\ndata: %s\n\n" % orjson.dumps(batch)
+    else:
+        yield from chunks(batch)
+
+
+async def _connection_frames(
+    connection: Connection, queue: asyncio.Queue[Any], heartbeat_s: float, shutdown: asyncio.Event
+) -> AsyncIterator[bytes]:
+    ended = asyncio.ensure_future(connection.wait())
+    stopping = asyncio.ensure_future(shutdown.wait())
+    metrics.OPEN_TAILS.inc()
+    try:
+        yield b"event: opened\ndata: %s\n\n" % orjson.dumps(
+            {"connection_id": connection.id, "connection_key": connection.key, "after": connection.after}
+        )
+        while True:
+            get = asyncio.ensure_future(queue.get())
+            done, _ = await asyncio.wait(
+                {get, ended, stopping}, timeout=heartbeat_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            if get in done:
+                for chunk in _connection_chunks(get.result()):
+                    yield chunk
+                continue
+            get.cancel()
+            if stopping in done and not ended.done():
+                await connection.close("shutdown")
+            if ended.done() or stopping in done:
+                while not queue.empty():  # what the connection delivered before it ended
+                    for chunk in _connection_chunks(queue.get_nowait()):
+                        yield chunk
+                end: dict[str, Any] = {"reason": connection.reason}
+                if connection.error is not None:
+                    end["error"] = connection.error.to_dict()
+                yield b"event: ended\ndata: %s\n\n" % orjson.dumps(end)
+                return
+            yield b": ping\n\n"
+    finally:
+        metrics.OPEN_TAILS.dec()
+        ended.cancel()
+        stopping.cancel()
+        if not connection.closed:  # the client went away
+            task = asyncio.ensure_future(connection.close("disconnected"))
+            _CLOSING.add(task)
+            task.add_done_callback(_CLOSING.discard)
 
 
 async def _events(

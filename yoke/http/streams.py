@@ -27,11 +27,11 @@ from .hints import hint_sentence, missing_separator
 from .pinned import generic_routes_guard
 from .responses import ERROR_RESPONSES, ErrorBody, json_body, json_body_bytes, json_response, parse_json
 from .schemas import (
-    SSE_ANSWER, Ack, Acked, AppendAnswer, AppendBody, ConsumerList, EventOutput, EventPage, LegalHold, Retention,
+    CONNECTION_ANSWER, SSE_ANSWER, Ack, Acked, AppendAnswer, AppendBody, ConsumerList, EventOutput, EventPage, LegalHold, Retention,
     StreamDefinition, StreamList, answer, request_body,
 )
 from .schemas import Limits as LimitsBody, StreamInfo as StreamInfoAnswer
-from .sse import resolve_cursor, tail_response
+from .sse import connection_response, resolve_cursor, tail_response
 
 router = APIRouter(
     prefix="/v1/streams", tags=["streams"], responses=ERROR_RESPONSES, dependencies=[Depends(generic_routes_guard)]
@@ -226,18 +226,53 @@ async def tail(
     principal: Principal = READ,
 ) -> Response:
     stream = stream_of(request, principal, path)
-    event_filter = None
-    if types is not None or where is not None:
-        if where is not None:
-            check_text(where, "where", errors.InvalidFilter)
-        kinds = ["*"] if types is None else [t.strip() for t in types.split(",")]
-        event_filter = Filter(types=kinds, where=where)
+    event_filter = filter_of(types, where)
     cursor = await resolve_cursor(stream, after, last_event_id)
     state = request.app.state
     return tail_response(
         stream, cursor, include_ephemeral=include_ephemeral, heartbeat_s=state.heartbeat_s,
         shutdown=state.shutdown, event_filter=event_filter,
     )
+
+
+@router.get(
+    "{path:path}/-/connection",
+    summary="Session connection: replay, then live events or state updates (Server-Sent Events)",
+    response_class=Response,
+    responses={200: CONNECTION_ANSWER},
+)
+async def connection(
+    request: Request,
+    path: str = PATH_PARAM,
+    key: str = Query(
+        min_length=1, max_length=200,
+        description="The connection key: a second connection with the same key on this stream replaces this one",
+    ),
+    after: int | None = Query(None, ge=0, description="Replay the events after this offset (omitted: only new ones)"),
+    events: bool = Query(True, description="false: send the stream's state updates instead of its events"),
+    include_ephemeral: bool = Query(True),
+    types: str | None = Query(
+        None, description="Only these event types, comma-separated: exact names, prefix.* or *"
+    ),
+    where: str | None = Query(None, description="Only events for which this JSONata is exactly true"),
+    principal: Principal = READ,
+) -> Response:
+    stream = stream_of(request, principal, path)
+    state = request.app.state
+    return await connection_response(
+        stream, key, after, events=events, include_ephemeral=include_ephemeral, heartbeat_s=state.heartbeat_s,
+        shutdown=state.shutdown, event_filter=filter_of(types, where),
+    )
+
+
+def filter_of(types: str | None, where: str | None) -> Filter | None:
+    """``?types=`` and ``?where=`` as a filter (None: everything)."""
+    if types is None and where is None:
+        return None
+    if where is not None:
+        check_text(where, "where", errors.InvalidFilter)
+    kinds = ["*"] if types is None else [t.strip() for t in types.split(",")]
+    return Filter(types=kinds, where=where)
 
 
 # --- settings --------------------------------------------------------------------

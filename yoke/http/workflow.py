@@ -13,16 +13,18 @@ with a different one a ``stream_exists`` conflict (409): the same rule as
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Header, Path, Query, Request
 from starlette.responses import Response
 
 from .. import errors
-from ..events import PATH_SEGMENT_RE
+from ..events import MAX_OFFSET, PATH_SEGMENT_RE, prepare
 from ..store.contract import StreamInfo
 from ..streams.handle import Stream
 from ..streams.pins import FIELDS as PIN_FIELDS, DataHandling
+from ..streams.receipts import receipt
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
 from .objects import commit_body, object_dict, prepare_body, read_body
 from .pinned import REGION_HEADER, Guarded, guard
@@ -30,11 +32,11 @@ from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_respons
 from .sse import resolve_cursor, tail_response
 from .objects import COMMIT_BODY, COMMITTED, OBJECT, PREPARE_BODY, PREPARED
 from .schemas import (
-    OBJECT_BYTES, SSE_ANSWER, EventPage, LegalHold, WorkflowAck, WorkflowDefinition, WorkflowStream, answer,
+    OBJECT_BYTES, SSE_ANSWER, EventPage, LegalHold, Receipt, ReceiptedAnswer, WorkflowAck, WorkflowDefinition, WorkflowStream, answer,
     request_body,
 )
 from .streams import (
-    ACKED, APPEND_BODY, APPENDED, PAGE_LIMIT, STREAM_INFO, ack_body, append_body, ensure_definition, info_dict,
+    ACKED, APPEND_BODY, PAGE_LIMIT, STREAM_INFO, ack_body, ensure_definition, info_dict,
     object_body, read_page,
 )
 
@@ -145,7 +147,8 @@ async def read_definition(
 
 
 @router.post("/runs/{runID}/streams/{streamID}/records", status_code=201, openapi_extra=APPEND_BODY,
-             responses=APPENDED, summary="Append records")
+             responses={201: answer(ReceiptedAnswer, "Appended (committed), each record with its receipt")},
+             summary="Append records")
 async def append_records(
     request: Request,
     run_id: str = RUN,
@@ -156,16 +159,17 @@ async def append_records(
     allowed = await guarded(request, principal, run_id, stream_id, "append")
     body = await json_body(request)
     allowed.check_records(body)
-    if allowed.pins is not None and allowed.pins.direction == "input":
-        return await append_input_body(allowed.stream, body, idempotency_key, f"/runs/{run_id}")
-    return await append_body(allowed.stream, body, idempotency_key)
+    wake = f"/runs/{run_id}" if allowed.pins is not None and allowed.pins.direction == "input" else None
+    return await append_with_receipts(allowed.stream, body, idempotency_key, wake)
 
 
-async def append_input_body(stream: Stream, body: Any, idempotency_key: str | None, wake: str) -> Response:
-    """``append_body`` for an input stream: the records and their delivery
-    outbox in one transaction; each record's wake event goes to the run's
-    stream ``/runs/{runID}`` (``streams/inputs.py``)."""
-    if isinstance(body, list):
+async def append_with_receipts(stream: Stream, body: Any, idempotency_key: str | None, wake: str | None) -> Response:
+    """``append_body`` (one record or a batch, the Idempotency-Key rule), each
+    record answered with its receipt (``streams/receipts.py``). With ``wake``
+    the records are input records: appended with their delivery outbox,
+    their wake events published on ``wake`` (``streams/inputs.py``)."""
+    batch = isinstance(body, list)
+    if batch:
         if not body:
             raise errors.InvalidInput("a batch holds at least one event", field="body")
         if idempotency_key is not None:
@@ -173,16 +177,43 @@ async def append_input_body(stream: Stream, body: Any, idempotency_key: str | No
                 "Idempotency-Key applies to single events; give each batch event its idempotency_key",
                 field="Idempotency-Key",
             )
-        results = await stream.append_input(body, wake=wake)
-        return json_response({"results": [{"offset": r.offset, "id": r.id} for r in results]}, status_code=201)
-    if isinstance(body, dict) and idempotency_key is not None:
-        if body.get("idempotency_key", idempotency_key) != idempotency_key:
-            raise errors.InvalidInput(
-                "the Idempotency-Key header and the body's idempotency_key differ", field="Idempotency-Key"
-            )
-        body = {**body, "idempotency_key": idempotency_key}
-    [result] = await stream.append_input([body], wake=wake)
-    return json_response({"offset": result.offset, "id": result.id}, status_code=201)
+        records = body
+    else:
+        if isinstance(body, dict) and idempotency_key is not None:
+            if body.get("idempotency_key", idempotency_key) != idempotency_key:
+                raise errors.InvalidInput(
+                    "the Idempotency-Key header and the body's idempotency_key differ", field="Idempotency-Key"
+                )
+            body = {**body, "idempotency_key": idempotency_key}
+        records = [body]
+    results = await (stream.append_input(records, wake=wake) if wake else stream.append_many(records))
+    limit = stream.runtime.settings.max_event_bytes
+    answers = []
+    for raw, result in zip(records, results):
+        prepared = prepare(raw, max_event_bytes=limit)  # valid: it was just appended
+        event = replace(prepared.to_event(stream.tenant, stream.path, result.offset, result.at or 0), id=result.id)
+        answers.append({
+            "offset": result.offset, "id": result.id, "receipt": None if event.ephemeral else receipt(event),
+        })
+    return json_response({"results": answers} if batch else answers[0], status_code=201)
+
+
+@router.get(
+    "/runs/{runID}/streams/{streamID}/receipts/{sequence}", responses={200: answer(Receipt, "The record's receipt")},
+    summary="Fetch an append receipt",
+)
+async def read_receipt(
+    request: Request,
+    run_id: str = RUN,
+    stream_id: str = STREAM,
+    sequence: int = Path(ge=1, le=MAX_OFFSET),
+    principal: Principal = READ,
+) -> Response:
+    stream = (await guarded(request, principal, run_id, stream_id, "read")).stream
+    event = await stream.get(sequence)
+    if event.ephemeral:
+        raise errors.EventNotFound(f"record {sequence} is ephemeral: it has no receipt", offset=sequence)
+    return json_response(receipt(event))
 
 
 @router.get(
@@ -281,7 +312,7 @@ async def prepare_object(
     request: Request, run_id: str = RUN, stream_id: str = STREAM, principal: Principal = APPEND
 ) -> Response:
     stream = (await guarded(request, principal, run_id, stream_id, "append")).stream
-    return await prepare_body(stream, await json_body(request))
+    return await prepare_body(stream, await json_body(request), principal)
 
 
 @router.put(

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..lifecycle import is_lifecycle
 from .filters import UNKNOWN, Filter, equality_of, key_of, literal_key, lookup, path_matches, where_true
 
 log = logging.getLogger("yoke.routing")
@@ -102,7 +103,8 @@ class RoutingIndex:
                 if bucket is not None:
                     bucket.candidates(document, found)
                 dot = event_type.find(".", dot + 1)
-        self._all.candidates(document, found)
+        if not is_lifecycle(event_type):  # named, never matched by '*' (lifecycle.py)
+            self._all.candidates(document, found)
         return found
 
     def targets(self, document: Mapping[str, Any]) -> list[Target]:

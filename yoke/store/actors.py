@@ -129,6 +129,11 @@ class ActorStore(Protocol):
         """Insert unless (tenant, actor, key) exists; returns (row, created).
         Bumps the tenant's routing version when the instance has a filter."""
 
+    async def remove_instance(self, tenant: str, instance_id: str) -> InstanceInfo | None:
+        """Delete the instance with its queue rows, schedules and stored
+        state, and append ``yoke.instance.removed`` to ``/``, in one
+        transaction; None when there is no such instance."""
+
     async def get_instance(self, tenant: str, instance_id: str) -> InstanceInfo | None: ...
 
     async def get_instances(self, tenant: str, instance_ids: Sequence[str]) -> list[InstanceInfo]:

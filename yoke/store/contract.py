@@ -105,6 +105,8 @@ class ObjectInfo:
     created_at: int
     expires_at: int
     committed_offset: int | None
+    schema: str | None = None  # pinned at prepare: the schema the bytes follow
+    authorization: dict[str, Any] | None = None  # the receipt of who prepared it
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +256,13 @@ class Store(Protocol):
     ) -> tuple[StreamInfo, bool]:
         """Create the stream if missing; returns (info, created)."""
 
+    async def append_fact(self, tenant: str, event: PreparedEvent, now: int, new_stream_id: str) -> Outcome:
+        """Append one lifecycle fact (yoke/lifecycle.py) to the tenant's
+        global stream ``/``, as kernel bookkeeping: a closed or full ``/``
+        still takes it. Stream and instance facts are appended by the store
+        itself, in the transaction of their change (``closed`` included:
+        ``update_stream`` records ``yoke.stream.closed`` when it closes)."""
+
     async def update_stream(
         self,
         tenant: str,
@@ -297,6 +306,7 @@ class Store(Protocol):
     async def prepare_object(
         self, tenant: str, path: str, object_id: str, key: str, sha256: str, size: int,
         content_type: str, now: int, expires_at: int, new_stream_id: str,
+        schema: str | None = None, authorization: dict[str, Any] | None = None,
     ) -> ObjectInfo:
         """Record an intent; the same idempotency key returns the existing one.
         A closed stream takes no new intent (``StreamClosed``); a retry that
@@ -315,6 +325,11 @@ class Store(Protocol):
         """The bytes of a committed object; None when it is missing or not committed."""
 
     async def abort_object(self, tenant: str, path: str, object_id: str) -> ObjectInfo | None: ...
+
+    async def pending_deletions(self) -> int:
+        """Object bytes queued for deletion, not deleted yet: the deletion
+        outbox (SQLite, whose object bytes are files; PostgreSQL keeps them
+        in the object's row, deleted in the same transaction: always 0)."""
 
     async def cleanup_objects(self, now: int) -> int:
         """Remove aborted and expired uncommitted objects (not under legal hold)."""

@@ -27,7 +27,7 @@ STREAM_COLUMNS = (
 )
 OBJECT_COLUMNS = (
     "object_id, tenant_id, idempotency_key, sha256, size, content_type, state, created_at,"
-    " expires_at, committed_seq"
+    " expires_at, committed_seq, schema_ref, auth_receipt"
 )
 TOKEN_COLUMNS = "token_id, tenant_id, name, scopes, secret_hash, created_at, revoked_at"
 
@@ -102,6 +102,8 @@ def object_from_row(path: str, row: Sequence[Any]) -> ObjectInfo:
         created_at=row[7],
         expires_at=row[8],
         committed_offset=row[9],
+        schema=row[10],
+        authorization=_json(row[11]),
     )
 
 

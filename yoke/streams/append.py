@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ from typing import Any
 
 from .. import errors, metrics
 from ..events import AppendResult, PreparedEvent, now_ms
+from ..lifecycle import new_stream_id  # noqa: F401 - where the rest of Yoke imports it from
 from ..store.contract import CommitResult, Store
 from ..store.faults import Backoff, nothing_written
 from ..store.protocol import Guard, GuardOutcome
@@ -38,10 +38,6 @@ from .ephemeral import EphemeralBuffer, EphemeralBuffers
 from .wakeups import WakeupHub
 
 log = logging.getLogger("yoke.streams.append")
-
-
-def new_stream_id() -> str:
-    return "str_" + os.urandom(12).hex()
 
 
 @dataclass(slots=True)
@@ -272,7 +268,7 @@ class Appender:
                     assert o.offset is not None
                     buffer.add(e, o.offset, now)
             if not request.future.done():
-                results = [AppendResult(o.offset, o.id) for o in outcomes]  # type: ignore[arg-type]
+                results = [AppendResult(o.offset, o.id, o.at) for o in outcomes]  # type: ignore[arg-type]
                 if request.guard is not None and decision is not None:
                     request.future.set_result(GuardedAppend(results, decision, result.head))
                 else:

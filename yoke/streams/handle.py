@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +21,11 @@ from ..events import (
 )
 from ..routing.filters import Filter
 from ..store.contract import ConsumerInfo, Limits, ReadPage, Retention, StreamInfo, StreamSettings
+from ..lifecycle import GLOBAL
 from .append import REFUSALS, new_stream_id, refusal_error
 from ..subscriptions.operator import Subscribed, Subscriptions, SubscriptionStatus
 from ..subscriptions.receivers import Receiver, copy_to_stream
+from .connections import Connection
 from .objects import StreamObjects
 from .pins import DataHandling
 from .tail import tail
@@ -110,7 +112,7 @@ class Stream:
             raise refusal_error(refusal, self.path, prepared)
         self.runtime.hub.wake(self.tenant, self.path)
         self.runtime.inputs.kick()
-        return [AppendResult(o.offset, o.id) for o in result.outcomes]  # type: ignore[arg-type]
+        return [AppendResult(o.offset, o.id, o.at) for o in result.outcomes]  # type: ignore[arg-type]
 
     async def _append(
         self, events: Iterable[Mapping[str, Any]], *, trusted: bool, kernel_key: bool = False
@@ -251,6 +253,30 @@ class Stream:
             include_ephemeral=include_ephemeral,
             sweep_s=self.runtime.settings.tail_sweep_s,
             event_filter=event_filter,
+        )
+
+    async def open_connection(
+        self,
+        *,
+        connection_key: str,
+        on_batch: Callable[[Any], Awaitable[Any]],
+        replay_after: int | None = None,
+        filter: Filter | Mapping[str, Any] | None = None,  # noqa: A002
+        events: bool = True,
+        include_ephemeral: bool = True,
+    ) -> Connection:
+        """A session connection: ``await on_batch(events)`` with the events
+        after ``replay_after`` (None: only those appended from now on), then
+        with new ones as they commit, those ``filter`` matches, ephemeral
+        ones included; with ``events=False``, ``await on_batch(state)`` with
+        the stream's reduced state (subscription catalogue, processor
+        states) now and whenever it changes. A second connection with the
+        same ``connection_key`` on this stream replaces this one; ``close()``
+        (or ``async with``) ends it. Nothing is appended to the stream: its
+        opening and end are facts on ``/``. See streams/connections.py."""
+        return await self.runtime.connections.open(
+            self, connection_key, on_batch, replay_after=replay_after, filter=filter, events=events,
+            include_ephemeral=include_ephemeral,
         )
 
     # --- subscriptions (yoke/subscriptions) --------------------------------------
@@ -417,6 +443,7 @@ class Stream:
         work; tails end once they have delivered everything up to the head."""
         info = await self._update(closed=True)
         self.runtime.hub.wake(self.tenant, self.path)  # live tails read through and end
+        self.runtime.hub.wake(self.tenant, GLOBAL)  # the yoke.stream.closed fact
         return info
 
     async def delete(self) -> StreamInfo:

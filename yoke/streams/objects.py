@@ -17,11 +17,14 @@ uploaded nor committed; a legal hold only keeps cleanup from deleting it.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from .. import errors
 from ..events import AppendResult, check_text, now_ms, prepare
@@ -37,6 +40,7 @@ MIN_EXPIRY_S = 1  # an object is never born expired
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
 OBJECT_ID_RE = re.compile(r"obj_[0-9a-f]{24}")
 CONTENT_TYPE_RE = re.compile(r"[\x20-\x7e]{1,255}")  # it is sent back as a header
+SCHEMA_RE = re.compile(r"[\x20-\x7e]{1,512}")
 DEFAULT_RECORD_TYPE = "object.committed"
 
 
@@ -79,8 +83,18 @@ class StreamObjects:
         size: int,
         content_type: str = "application/octet-stream",
         expires_in_s: float = 3600,
+        schema: str | None = None,
+        authorized_by: Mapping[str, Any] | None = None,
     ) -> ObjectInfo:
-        """Pin an upload: the same idempotency key returns the same object."""
+        """Pin an upload: the same idempotency key returns the same object.
+
+        Seed 004: "Prepare pins scope, idempotency key, digest, size,
+        schema, authorization receipt, expiry, and a server-owned key."
+        ``schema`` names what the bytes follow (a URI or id, up to 512
+        characters); ``authorized_by`` (``{"subject", "scopes"}``: the HTTP
+        surfaces pass the token) becomes the object's authorization receipt,
+        ``{subject, scopes, tenant, at, intent}``, ``intent`` the sha256 of
+        everything pinned. A repeat gets the original object and receipt."""
         if not isinstance(idempotency_key, str) or not 1 <= len(idempotency_key) <= 256:
             raise errors.InvalidIdempotencyKey()
         check_text(idempotency_key, "idempotency_key", errors.InvalidIdempotencyKey)
@@ -104,12 +118,26 @@ class StreamObjects:
             raise errors.InvalidInput(
                 f"expires_in_s must be in [{MIN_EXPIRY_S}, {MAX_EXPIRY_S}]", field="expires_in_s"
             )
+        if schema is not None and (not isinstance(schema, str) or not SCHEMA_RE.fullmatch(schema)):
+            raise errors.InvalidInput("schema must be 1-512 printable ASCII characters", field="schema")
         now = now_ms()
+        expires_at = now + int(expires_in_s * 1000)
+        receipt = None
+        if authorized_by is not None:
+            intent = orjson.dumps(
+                {"tenant": self.stream.tenant, "path": self.stream.path, "idempotency_key": idempotency_key,
+                 "sha256": sha256, "size": size, "content_type": content_type, "schema": schema},
+                option=orjson.OPT_SORT_KEYS,
+            )
+            receipt = {
+                "subject": authorized_by.get("subject"), "scopes": list(authorized_by.get("scopes") or ()),
+                "tenant": self.stream.tenant, "at": now, "intent": "sha256:" + hashlib.sha256(intent).hexdigest(),
+            }
         info = await self.store.prepare_object(
             self.stream.tenant, self.stream.path, "obj_" + secrets.token_hex(12), idempotency_key,
-            sha256, size, content_type, now, now + int(expires_in_s * 1000), new_stream_id(),
+            sha256, size, content_type, now, expires_at, new_stream_id(), schema, receipt,
         )
-        if (info.sha256, info.size, info.content_type) != (sha256, size, content_type):
+        if (info.sha256, info.size, info.content_type, info.schema) != (sha256, size, content_type, schema):
             raise errors.IdempotencyConflict(
                 "idempotency key already used for a different object", keys=[idempotency_key]
             )
@@ -180,7 +208,7 @@ class StreamObjects:
         """The committed object's record (``CursorGone`` once retention removed it)."""
         assert info.committed_offset is not None
         record = await self.stream.get(info.committed_offset)
-        return AppendResult(record.offset, record.id)
+        return AppendResult(record.offset, record.id, record.at)
 
     async def abort(self, object_id: str) -> ObjectInfo:
         _check_object_id(object_id)

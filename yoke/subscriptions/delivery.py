@@ -22,6 +22,7 @@ import orjson
 
 from .. import errors, metrics
 from ..events import Event, now_ms
+from ..lifecycle import is_lifecycle
 from ..routing.filters import Filter, compile_jsonata
 from ..store.subscriptions import Checkpoint, SubscriptionRow
 from . import copy, processors, webhooks
@@ -314,8 +315,8 @@ class Runner:
         )
 
     def _matches(self, event: Event, doc: dict[str, Any] | None) -> bool:
-        if self.kind == "copy" and event.type == AUDIT:
-            return False  # audit lines are local facts, never copied onward
+        if self.kind == "copy" and (event.type == AUDIT or is_lifecycle(event.type)):
+            return False  # audit lines and lifecycle facts are local, never copied onward
         return self.filter is None or self.filter.matches(doc)
 
     async def _send(self, events: list[Event], checkpoint: Checkpoint | None) -> Checkpoint | None:

@@ -81,6 +81,25 @@ class PgActorStore:
                 )
         return instance_from_row(row), created
 
+    async def remove_instance(self, tenant: str, instance_id: str) -> InstanceInfo | None:
+        async with self._tx(tenant) as conn:
+            # The delete's trigger appends yoke.instance.removed to '/'.
+            row = await conn.fetchrow(
+                f"DELETE FROM actor_instances WHERE tenant_id=$1 AND instance_id=$2 RETURNING {INSTANCE_COLUMNS}",
+                tenant, instance_id,
+            )
+            if row is None:
+                return None
+            for table in ("actor_queue", "actor_schedules", "actor_sqlite"):
+                await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND instance_id=$2", tenant, instance_id)
+            if row["filter"] is not None:
+                await conn.execute(
+                    "INSERT INTO routing_versions VALUES ($1, 1) ON CONFLICT (tenant_id)"
+                    " DO UPDATE SET version = routing_versions.version + 1",
+                    tenant,
+                )
+        return instance_from_row(row)
+
     @staticmethod
     async def _insert_instance(conn: asyncpg.Connection, i: InstanceInfo) -> Any:
         await conn.execute(

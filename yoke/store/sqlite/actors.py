@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from ...events import PreparedEvent
+from ...events import PreparedEvent, now_ms
+from ...lifecycle import INSTANCE_ADOPTED, INSTANCE_CREATED, INSTANCE_REMOVED, instance_fact
 from ..actors import (
     FanoutLag,
     InstanceInfo,
@@ -94,8 +95,30 @@ class SqliteActorStore:
 
         return await self._write(run)
 
-    @staticmethod
-    def _insert_instance(conn: sqlite3.Connection, i: InstanceInfo) -> bool:
+    async def remove_instance(self, tenant: str, instance_id: str) -> InstanceInfo | None:
+        def run() -> InstanceInfo | None:
+            with self._tx() as conn:
+                row = conn.execute(
+                    f"DELETE FROM actor_instances WHERE tenant_id=? AND instance_id=? RETURNING {INSTANCE_COLUMNS}",
+                    (tenant, instance_id),
+                ).fetchone()
+                if row is None:
+                    return None
+                info = instance_from_row(row)
+                for table in ("actor_queue", "actor_schedules", "actor_sqlite"):
+                    conn.execute(f"DELETE FROM {table} WHERE tenant_id=? AND instance_id=?", (tenant, instance_id))
+                if info.filter is not None:
+                    conn.execute(
+                        "INSERT INTO routing_versions VALUES (?, 1) ON CONFLICT (tenant_id)"
+                        " DO UPDATE SET version = version + 1",
+                        (tenant,),
+                    )
+                self._store._fact(conn, tenant, instance_fact(INSTANCE_REMOVED, info), now_ms())
+            return info
+
+        return await self._write(run)
+
+    def _insert_instance(self, conn: sqlite3.Connection, i: InstanceInfo) -> bool:
         cur = conn.execute(
             "INSERT INTO actor_instances (tenant_id, instance_id, actor, key, config, filter,"
             " parent_id, worker_id, created_at) VALUES (?,?,?,?,?,?,?,?,?)"
@@ -107,6 +130,8 @@ class SqliteActorStore:
             ),
         )
         created = cur.rowcount == 1
+        if created:
+            self._store._fact(conn, i.tenant, instance_fact(INSTANCE_CREATED, i), i.created_at)
         if created and i.filter is not None:
             conn.execute(
                 "INSERT INTO routing_versions VALUES (?, 1) ON CONFLICT (tenant_id)"
@@ -499,15 +524,19 @@ class SqliteActorStore:
                     return 0
                 # Rows still processing belong to the previous owners: claim
                 # nothing of the instance before their leases end.
-                return conn.execute(
+                adopted = conn.execute(
                     "UPDATE actor_instances SET worker_id=?, claimable_after=coalesce(("
                     " SELECT max(q.lease_until) FROM actor_queue q WHERE q.tenant_id=actor_instances.tenant_id"
                     " AND q.instance_id=actor_instances.instance_id AND q.status='processing'), 0)"
                     " WHERE tenant_id=? AND instance_id IN ("
                     " SELECT instance_id FROM actor_instances WHERE tenant_id=? AND worker_id IS NULL"
-                    + only + " ORDER BY instance_id LIMIT ?)",
+                    + only + f" ORDER BY instance_id LIMIT ?) RETURNING {INSTANCE_COLUMNS}",
                     (worker_id, tenant, tenant, *names, share),
-                ).rowcount
+                ).fetchall()
+                now = now_ms()
+                for row in sorted(adopted, key=lambda r: r[0]):
+                    self._store._fact(conn, tenant, instance_fact(INSTANCE_ADOPTED, instance_from_row(row)), now)
+                return len(adopted)
 
         return await self._write(run)
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ... import errors
+from ...lifecycle import STREAM_CLOSED, stream_fact
 from ...events import PreparedEvent
 from ..contract import CommitResult, StreamSettings
 from ..protocol import CreateSpec, Guard, GuardBook, ProtocolStream, assemble, decide_batches
@@ -108,6 +109,7 @@ class SqliteProtocolStore:
                 store._commit_in(conn, tenant, path, events, [0] * len(events), now, stream_id)
             if spec.closed:
                 conn.execute("UPDATE streams SET closed=1 WHERE tenant_id=? AND sid=?", (tenant, sid))
+                store._fact(conn, tenant, stream_fact(STREAM_CLOSED, path, stream_id), now)
             row = conn.execute(BY_PATH, (tenant, path)).fetchone()
             return protocol_stream_from_row(row), True
 
@@ -159,4 +161,5 @@ class SqliteProtocolStore:
             )
             if book.closed and not s["closed"]:
                 conn.execute("UPDATE streams SET closed=1 WHERE tenant_id=? AND sid=?", (tenant, sid))
+                store._fact(conn, tenant, stream_fact(STREAM_CLOSED, path, s["stream_id"]), now)
         return assemble(events, batch_of, decided, result, head, now)

@@ -25,6 +25,7 @@ import orjson
 
 from ... import errors
 from ...events import Event, PreparedEvent, now_ms
+from ...lifecycle import GLOBAL, STREAM_CLOSED, STREAM_CREATED, STREAM_DELETED, new_stream_id, stream_fact
 from ..contract import (
     CommitResult,
     ConsumerInfo,
@@ -319,9 +320,22 @@ class SqliteStore:
                 None if st.data_handling is None else orjson.dumps(st.data_handling).decode(),
             ),
         )
+        if path != GLOBAL:  # the global stream's own creation would take its offset 1
+            self._fact(conn, tenant, stream_fact(STREAM_CREATED, path, stream_id, created_at=now), now)
         row = self._stream_row(conn, tenant, path)
         assert row is not None
         return row, True
+
+    async def append_fact(self, tenant: str, event: PreparedEvent, now: int, new_stream_id: str) -> Outcome:
+        def run() -> Outcome:
+            with self._transaction() as conn:
+                return self._commit_in(conn, tenant, GLOBAL, [event], [0], now, new_stream_id, kernel=True).outcomes[0]
+
+        return await self._write(run)
+
+    def _fact(self, conn: sqlite3.Connection, tenant: str, event: PreparedEvent, now: int) -> None:
+        """A lifecycle fact on the tenant's global stream, in the caller's transaction."""
+        self._commit_in(conn, tenant, GLOBAL, [event], [0], now, new_stream_id(), kernel=True)
 
     async def commit(
         self,
@@ -505,6 +519,8 @@ class SqliteStore:
                         " WHERE tenant_id=? AND path=?",
                         (*params, tenant, path),
                     )
+                if closed and not row["closed"]:
+                    self._fact(conn, tenant, stream_fact(STREAM_CLOSED, path, row["stream_id"]), now_ms())
             return self._info(conn, tenant, path)
 
         return await self._write(run)
@@ -529,20 +545,19 @@ class SqliteStore:
                         "SELECT object_id FROM objects WHERE tenant_id=? AND sid=?", (tenant, sid)
                     )
                 ]
+                self._queue_deletions(conn, [(tenant, sid, object_id) for object_id in objects])
                 for table in self._BY_SID:
                     conn.execute(f"DELETE FROM {table} WHERE tenant_id=? AND sid=?", (tenant, sid))
                 for table in self._BY_PATH:
                     conn.execute(f"DELETE FROM {table} WHERE tenant_id=? AND path=?", (tenant, path))
                 conn.execute("DELETE FROM streams WHERE tenant_id=? AND sid=?", (tenant, sid))
+                if path != GLOBAL:  # (the global stream is never deleted)
+                    self._fact(conn, tenant, stream_fact(STREAM_DELETED, path, s["stream_id"]), now_ms())
             # After the commit, still on the writer thread: no upload (nor a
             # new stream that reuses this sid) runs in between. A crash here
-            # leaves files no row names, never a row without its file.
-            for object_id in objects:
-                target = self._object_file(tenant, sid, object_id)
-                target.unlink(missing_ok=True)
-                target.with_suffix(".part").unlink(missing_ok=True)
-            with suppress(OSError):
-                self._object_file(tenant, sid, "x").parent.rmdir()  # only when empty
+            # leaves the files queued in object_deletions, never a row
+            # without its file; the next cleanup pass deletes them.
+            self._drain_deletions()
             return info
 
         return await self._write(run)
@@ -708,12 +723,48 @@ class SqliteStore:
     def _object_file(self, tenant: str, sid: int, object_id: str) -> Path:
         return self.path.parent / "objects" / tenant / str(sid) / object_id
 
+    # --- the deletion outbox (migration 0007) ---------------------------------
+    # Object bytes are files: the rows that delete objects queue their files
+    # in the same transaction, and the files go after the commit.
+
+    @staticmethod
+    def _queue_deletions(conn: sqlite3.Connection, objects: list[tuple[str, int, str]]) -> None:
+        conn.executemany(
+            "INSERT OR IGNORE INTO object_deletions VALUES (?, ?, ?, ?)",
+            [(tenant, sid, object_id, now_ms()) for tenant, sid, object_id in objects],
+        )
+
+    def _drain_deletions(self) -> int:
+        """Delete the queued files, then their rows (writer thread)."""
+        conn = self._wconn
+        assert conn is not None
+        queued = conn.execute("SELECT tenant_id, sid, object_id FROM object_deletions").fetchall()
+        for tenant, sid, object_id in queued:
+            target = self._object_file(tenant, sid, object_id)
+            target.unlink(missing_ok=True)
+            target.with_suffix(".part").unlink(missing_ok=True)
+            with suppress(OSError):
+                target.parent.rmdir()  # only when empty
+            with self._transaction() as conn:
+                conn.execute(
+                    "DELETE FROM object_deletions WHERE tenant_id=? AND sid=? AND object_id=?",
+                    (tenant, sid, object_id),
+                )
+        return len(queued)
+
+    async def pending_deletions(self) -> int:
+        """Object files queued for deletion and not deleted yet."""
+        return await self._read(
+            lambda: self._rconn().execute("SELECT count(*) FROM object_deletions").fetchone()[0]
+        )
+
     def _object_row(self, conn: sqlite3.Connection, tenant: str, path: str, object_id: str) -> Any:
         return conn.execute(OBJECT_SELECT, (tenant, path, object_id)).fetchone()
 
     async def prepare_object(
         self, tenant: str, path: str, object_id: str, key: str, sha256: str, size: int,
         content_type: str, now: int, expires_at: int, new_stream_id: str,
+        schema: str | None = None, authorization: dict[str, Any] | None = None,
     ) -> ObjectInfo:
         def run() -> ObjectInfo:
             with self._transaction() as conn:
@@ -728,9 +779,10 @@ class SqliteStore:
                     return object_from_row(path, row)
                 conn.execute(
                     "INSERT INTO objects (tenant_id, sid, object_id, idempotency_key, sha256, size,"
-                    " content_type, state, created_at, expires_at)"
-                    " VALUES (?,?,?,?,?,?,?, 'prepared', ?, ?) ON CONFLICT DO NOTHING",
-                    (tenant, s["sid"], object_id, key, sha256, size, content_type, now, expires_at),
+                    " content_type, state, created_at, expires_at, schema_ref, auth_receipt)"
+                    " VALUES (?,?,?,?,?,?,?, 'prepared', ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    (tenant, s["sid"], object_id, key, sha256, size, content_type, now, expires_at, schema,
+                     None if authorization is None else orjson.dumps(authorization).decode()),
                 )
                 row = conn.execute(
                     f"SELECT {OBJECT_COLUMNS} FROM objects WHERE tenant_id=? AND sid=? AND idempotency_key=?",
@@ -819,14 +871,17 @@ class SqliteStore:
                 " AND (o.state = 'aborted' OR o.expires_at < ?)",
                 (now,),
             ).fetchall()
+            self._drain_deletions()  # what a crash left queued
             for tenant, sid, object_id in doomed:
                 with self._transaction() as conn:
-                    conn.execute(
+                    gone = conn.execute(
                         "DELETE FROM objects WHERE tenant_id=? AND sid=? AND object_id=?"
                         " AND state != 'committed'",
                         (tenant, sid, object_id),
-                    )
-                self._object_file(tenant, sid, object_id).unlink(missing_ok=True)
+                    ).rowcount
+                    if gone:
+                        self._queue_deletions(conn, [(tenant, sid, object_id)])
+            self._drain_deletions()
             return len(doomed)
 
         return await self._write(run)
