@@ -58,6 +58,11 @@ EPHEMERAL_BARRIERS = Counter(
     "yoke_ephemeral_barriers_total",
     "Pings a read sent to make sure ephemeral events relayed from other processes had arrived",
 )
+GAPS_REPAIRED = Counter(
+    "yoke_tail_gaps_repaired_total",
+    "Live gaps repaired: events a tail's reread found that no wake-up had announced, by what made it reread",
+    ["cause"],
+)
 WAKEUP_WAITERS = Gauge(
     "yoke_wakeup_waiters", "Waiters on stream wake-ups (tails, producers blocked on credit, deliveries)"
 )

@@ -25,6 +25,7 @@ from .streams.append import AppendService
 from .streams.connections import Connections
 from .streams.ephemeral import EphemeralBuffers
 from .streams.handle import Stream
+from .streams.gaps import Gaps
 from .streams.inputs import InputDispatcher
 from .streams.relay import EphemeralRelay
 from .streams.retention import prune_forever, prune_once
@@ -57,6 +58,7 @@ class Runtime:
         )
         self.tokens = Tokens(self._store)
         self.inputs = InputDispatcher(self)
+        self.gaps = Gaps(self)
         self._tasks: list[asyncio.Task[Any]] = []
         self._started = False
 

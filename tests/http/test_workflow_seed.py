@@ -242,3 +242,14 @@ def test_prepare_pins_schema_and_an_authorization_receipt(server, http):
     assert code(http.post(f"{base}/out/objects", json=changed)) == (409, "idempotency_conflict")
     assert http.put(f"{base}/out/objects/{obj['object_id']}", content=data).json()["authorization"] == receipt
     assert http.post(f"{base}/out/objects/{obj['object_id']}/commit").status_code == 201
+
+
+def test_gap_evidence_is_served_to_operators(server, http):
+    base = f"/api/workflow-streams/runs/{new_run()}/streams"
+    assert http.post(base, json={"stream_id": "g"}).status_code == 201
+    assert http.get(f"{base}/g/gaps").json() == {"gaps": []}
+    with server.client(server.new_token("default", "read")) as c:
+        assert code(c.get(f"{base}/g/gaps")) == (403, "forbidden")
+    assert code(http.get(f"{base}/g/gaps", params={"limit": 0})) == (400, "invalid_input")
+    path = "/runs/" + base.split("/runs/")[1].replace("/streams", "/g")
+    assert http.get(f"/v1/streams{path}/-/gaps").json() == {"gaps": []}

@@ -18,7 +18,7 @@ from .. import errors
 from ..events import check_text
 from ..routing.filters import Filter
 from ..runtime import Runtime
-from ..store.contract import Limits, StreamInfo
+from ..store.contract import GapEvidence, Limits, StreamInfo
 from ..streams.pins import DataHandling, Redactor
 from ..streams.handle import Stream
 from ..streams.tail import PAGE_BYTES
@@ -27,7 +27,8 @@ from .hints import hint_sentence, missing_separator
 from .pinned import generic_routes_guard
 from .responses import ERROR_RESPONSES, ErrorBody, json_body, json_body_bytes, json_response, parse_json
 from .schemas import (
-    CONNECTION_ANSWER, SSE_ANSWER, Ack, Acked, AppendAnswer, AppendBody, ConsumerList, EventOutput, EventPage, LegalHold, Retention,
+    CONNECTION_ANSWER, SSE_ANSWER, Ack, Acked, AppendAnswer, AppendBody, ConsumerList, EventOutput, EventPage, GapList,
+    LegalHold, Retention,
     StreamDefinition, StreamList, answer, request_body,
 )
 from .schemas import Limits as LimitsBody, StreamInfo as StreamInfoAnswer
@@ -72,6 +73,11 @@ def info_dict(info: StreamInfo) -> dict[str, Any]:
             "min_ack": info.usage.min_ack,
         },
     }
+
+
+def gap_dict(gap: GapEvidence) -> dict[str, Any]:
+    return {"first": gap.first, "last": gap.last, "cause": gap.cause, "detected_at": gap.detected_at,
+            "process": gap.process}
 
 
 def limits_dict(limits: Limits) -> dict[str, Any]:
@@ -310,6 +316,17 @@ async def set_legal_hold(request: Request, path: str = PATH_PARAM, principal: Pr
     if "on" not in body:
         raise errors.InvalidInput("give {\"on\": true|false}", field="on")
     return json_response(info_dict(await stream_of(request, principal, path).set_legal_hold(body["on"])))
+
+
+@router.get(
+    "{path:path}/-/gaps", responses={200: answer(GapList, "Repaired live gaps, newest first")},
+    summary="Gap evidence (operators)",
+)
+async def gaps(
+    request: Request, path: str = PATH_PARAM, limit: int = Query(100, ge=1, le=100), principal: Principal = ADMIN
+) -> Response:
+    listed = await stream_of(request, principal, path).gaps(limit)
+    return json_response({"gaps": [gap_dict(g) for g in listed]})
 
 
 # --- consumers -------------------------------------------------------------------

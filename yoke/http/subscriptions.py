@@ -22,15 +22,15 @@ from fastapi.routing import APIRouter
 from starlette.responses import Response
 
 from .. import errors
-from ..events import json_text
+from ..events import MAX_OFFSET, json_text
 from ..subscriptions import receivers
 from ..subscriptions.catalogue import MAX_NAME_CHARS
-from ..subscriptions.operator import SubscriptionStatus
+from ..subscriptions.operator import HISTORY_SCAN, SubscriptionStatus
 from .auth import ADMIN, READ, Principal
 from .pinned import generic_routes_guard
 from .responses import ErrorBody, json_body, json_response
 from .schemas import (
-    Subscribed, SubscriptionCursor, SubscriptionList, SubscriptionRequest,
+    Subscribed, SubscriptionCursor, SubscriptionHistory, SubscriptionList, SubscriptionRequest,
     SubscriptionStatus as SubscriptionStatusAnswer, answer, request_body,
 )
 from .streams import PATH_PARAM, object_body, stream_of
@@ -45,7 +45,8 @@ ERROR_DESCRIPTIONS = {
          " invalid_cursor, invalid_path)",
     401: "Missing or invalid bearer token (unauthorized)",
     403: "Missing scope, or another tenant (forbidden)",
-    404: "No such subscription on this stream (subscription_not_found)",
+    404: "No such subscription on this stream (subscription_not_found); history: no such stream"
+         " (stream_not_found)",
     409: "The source stream is closed: its control events cannot be appended (stream_closed)",
     413: "The request body is too large (event_too_large)",
     429: "The source stream reached its unread ceiling; see Retry-After (backpressure)",
@@ -200,6 +201,23 @@ async def set_cursor(
     else:
         status = await stream.set_cursor(name, body["after_offset"])
     return json_response(status_json(status))
+
+
+@router.get(
+    "{path:path}/-/subscription/history",
+    responses={200: answer(SubscriptionHistory, "A page of its control events"), **answers(404)},
+    summary="A subscription's configuration history: its control events in the log",
+)
+async def history(
+    request: Request,
+    path: str = PATH_PARAM,
+    name: str = NAME,
+    after: int = Query(0, ge=0, le=MAX_OFFSET, description="Look at the events after this offset"),
+    scan: int = Query(HISTORY_SCAN, ge=1, le=100_000, description="Look at this many events at most"),
+    principal: Principal = READ,
+) -> Response:
+    found = await stream_of(request, principal, path).subscription_history(name, after=after, scan=scan)
+    return json_response(found.to_dict())
 
 
 @router.get(

@@ -32,11 +32,11 @@ from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_respons
 from .sse import resolve_cursor, tail_response
 from .objects import COMMIT_BODY, COMMITTED, OBJECT, PREPARE_BODY, PREPARED
 from .schemas import (
-    OBJECT_BYTES, SSE_ANSWER, EventPage, LegalHold, Receipt, ReceiptedAnswer, WorkflowAck, WorkflowDefinition, WorkflowStream, answer,
+    OBJECT_BYTES, SSE_ANSWER, EventPage, GapList, LegalHold, Receipt, ReceiptedAnswer, WorkflowAck, WorkflowDefinition, WorkflowStream, answer,
     request_body,
 )
 from .streams import (
-    ACKED, APPEND_BODY, PAGE_LIMIT, STREAM_INFO, ack_body, ensure_definition, info_dict,
+    ACKED, APPEND_BODY, PAGE_LIMIT, STREAM_INFO, ack_body, ensure_definition, gap_dict, info_dict,
     object_body, read_page,
 )
 
@@ -254,6 +254,19 @@ async def subscribe(
         allowed.stream, cursor, include_ephemeral=True, heartbeat_s=state.heartbeat_s, shutdown=state.shutdown,
         redactor=allowed.redactor,
     )
+
+
+@router.get(
+    "/runs/{runID}/streams/{streamID}/gaps", responses={200: answer(GapList, "Repaired live gaps, newest first")},
+    summary="Gap evidence (operators)",
+)
+async def gaps(
+    request: Request, run_id: str = RUN, stream_id: str = STREAM,
+    limit: int = Query(100, ge=1, le=100), principal: Principal = ADMIN,
+) -> Response:
+    check_query(request, {"limit"})
+    stream = (await guarded(request, principal, run_id, stream_id, None)).stream
+    return json_response({"gaps": [gap_dict(g) for g in await stream.gaps(limit)]})
 
 
 @router.post(

@@ -71,6 +71,12 @@ class StreamInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamTotals:
+    streams: int = 0
+    offsets: int = 0  # the sum of the heads
+
+
+@dataclass(frozen=True, slots=True)
 class StreamSettings:
     """Everything a stream can be created with."""
 
@@ -176,6 +182,19 @@ class ReadPage:
     created_at: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class GapEvidence:
+    """Events a tail found that no wake-up had announced (streams/gaps.py)."""
+
+    first: int
+    last: int
+    cause: str  # what made the tail read: "sweep" (its periodic reread) or "resync" (a reconnect)
+    detected_at: int
+    process: str
+
+
+MAX_GAPS = 100  # kept per stream, newest first
+
 WakeupCallback = Callable[[str, str], None]  # (tenant, path)
 # (tenant, path, offset, at, event): an ephemeral event another process appended
 EphemeralCallback = Callable[[str, str, int, int, PreparedEvent], None]
@@ -251,6 +270,10 @@ class Store(Protocol):
         self, tenant: str, prefix: str, limit: int, after_path: str | None
     ) -> list[StreamInfo]: ...
 
+    async def stream_totals(self, tenant: str) -> StreamTotals:
+        """How many streams the tenant has, and the sum of their heads (every
+        offset ever assigned: a rate of appends from two readings)."""
+
     async def create_stream(
         self, tenant: str, path: str, stream_id: str, now: int, settings: StreamSettings
     ) -> tuple[StreamInfo, bool]:
@@ -325,6 +348,14 @@ class Store(Protocol):
         """The bytes of a committed object; None when it is missing or not committed."""
 
     async def abort_object(self, tenant: str, path: str, object_id: str) -> ObjectInfo | None: ...
+
+    async def record_gap(
+        self, tenant: str, path: str, first: int, last: int, cause: str, at: int, process: str
+    ) -> None:
+        """Keep evidence of a repaired live gap (the newest ``MAX_GAPS`` per stream)."""
+
+    async def gaps(self, tenant: str, path: str, limit: int) -> list[GapEvidence]:
+        """The stream's gap evidence, newest first."""
 
     async def pending_deletions(self) -> int:
         """Object bytes queued for deletion, not deleted yet: the deletion

@@ -46,6 +46,13 @@ class SubscriptionRow:
 
 
 @dataclass(frozen=True, slots=True)
+class SubscriptionTotals:
+    subscriptions: int = 0
+    halted: int = 0
+    lag: int = 0  # events not yet processed, summed over the subscriptions
+
+
+@dataclass(frozen=True, slots=True)
 class SourceState:
     """The source stream under its row lock, as ``control`` sees it."""
 
@@ -161,6 +168,10 @@ class SubscriptionStore(Protocol):
         ``source.copies_into``."""
 
     async def get(self, tenant: str, path: str, name: str) -> SubscriptionRow | None: ...
+
+    async def totals(self, tenant: str, limit: int) -> tuple[SubscriptionTotals, list[SubscriptionRow]]:
+        """The tenant's subscriptions counted (all, halted, their summed lag),
+        and the ``limit`` that most need a look: halted first, then by lag."""
 
     async def list(self, tenant: str, path: str) -> list[SubscriptionRow]:
         """The subscriptions of one source stream, by name."""

@@ -20,10 +20,10 @@ from ..events import (
     validate_tenant,
 )
 from ..routing.filters import Filter
-from ..store.contract import ConsumerInfo, Limits, ReadPage, Retention, StreamInfo, StreamSettings
+from ..store.contract import MAX_GAPS, ConsumerInfo, GapEvidence, Limits, ReadPage, Retention, StreamInfo, StreamSettings
 from ..lifecycle import GLOBAL
 from .append import REFUSALS, new_stream_id, refusal_error
-from ..subscriptions.operator import Subscribed, Subscriptions, SubscriptionStatus
+from ..subscriptions.operator import HISTORY_SCAN, History, Subscribed, Subscriptions, SubscriptionStatus
 from ..subscriptions.receivers import Receiver, copy_to_stream
 from .connections import Connection
 from .objects import StreamObjects
@@ -255,6 +255,12 @@ class Stream:
             event_filter=event_filter,
         )
 
+    async def gaps(self, limit: int = 100) -> list[GapEvidence]:
+        """Evidence of live gaps repaired on this stream's tails (``gaps.py``), newest first."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_GAPS:
+            raise errors.InvalidInput(f"limit must be 1-{MAX_GAPS}", field="limit")
+        return await self.runtime.store.gaps(self.tenant, self.path, limit)
+
     async def open_connection(
         self,
         *,
@@ -350,6 +356,11 @@ class Stream:
 
     async def subscriptions(self) -> list[SubscriptionStatus]:
         return await Subscriptions(self).list()
+
+    async def subscription_history(self, name: str, *, after: int = 0, scan: int = HISTORY_SCAN) -> History:
+        """The subscription's control events from this stream's log (a page:
+        read on after ``scanned_through`` until it reaches ``head``)."""
+        return await Subscriptions(self).history(name, after=after, scan=scan)
 
     async def wait_until_processed(
         self, name: str, offset: int, timeout_s: float = 20.0

@@ -107,6 +107,7 @@ async def follow(
         lifetime: str | None = None  # the stream_id of the stream being followed
         fresh_since = hub.clock
         quiet_since = loop.time()
+        cause = "start"  # what made this read: start, notify, sweep, resync, more
         while stop is None or not stop.is_set():
             if runtime.closed:
                 raise errors.RuntimeClosed("the runtime is shutting down")
@@ -118,7 +119,7 @@ async def follow(
                 # wake-up, at the latest the hub's sweep, or the listener's
                 # resync once it has reconnected.
                 log.warning("tail of %s %s: %s; retrying", stream.tenant, stream.path, exc.message)
-                await waiter.wait()
+                cause = await waiter.wait()
                 fresh_since = hub.clock
                 continue
             except errors.YokeError:
@@ -139,6 +140,8 @@ async def follow(
             fresh = [e for e in events if e.offset > cursor]  # drop boundary duplicates
             if fresh:
                 cursor = fresh[-1].offset
+                if cause in ("sweep", "resync"):  # found without a wake-up: a live gap?
+                    runtime.gaps.check(stream.tenant, stream.path, cause, fresh)
                 if event_filter is not None:  # a FilterError ends the tail with it
                     fresh = [e for e in fresh if event_filter.matches(e.to_dict())]
             if fresh:
@@ -147,10 +150,11 @@ async def follow(
             elif idle_s is not None and loop.time() - quiet_since >= idle_s:
                 quiet_since = loop.time()
                 yield []
+            cause = "more"  # reading on at once: not a gap
             if len(events) < PAGE and not page.capped:  # read through the head
                 if page.closed:
                     return
-                await waiter.wait()  # an append, or the hub's sweep
+                cause = await waiter.wait()  # an append, or the hub's sweep
             fresh_since = hub.clock
     finally:
         waiter.close()

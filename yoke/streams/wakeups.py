@@ -17,20 +17,27 @@ Key = tuple[str, str]
 
 
 class Waiter:
-    __slots__ = ("_flag", "_hub", "_key")
+    __slots__ = ("_flag", "_hub", "_key", "_cause")
 
     def __init__(self, hub: WakeupHub, key: Key) -> None:
         self._hub = hub
         self._key = key
         self._flag = asyncio.Event()
+        self._cause: str | None = None
 
-    def wake(self) -> None:
+    def wake(self, cause: str = "notify") -> None:
+        """``cause``: "notify" (news of this stream) wins over "sweep" (the
+        periodic reread) and "resync" (notifications may have been lost)."""
+        if self._cause != "notify":
+            self._cause = cause
         self._flag.set()
 
-    async def wait(self) -> None:
-        """Wait for a wake-up: an append, or the hub's periodic sweep."""
+    async def wait(self) -> str:
+        """Wait for a wake-up: an append, or the hub's periodic sweep; says which."""
         await self._flag.wait()
         self._flag.clear()
+        cause, self._cause = self._cause or "notify", None
+        return cause
 
     def close(self) -> None:
         self._hub._remove(self)
@@ -80,22 +87,22 @@ class WakeupHub:
         for waiter in self._waiters.get((tenant, path), ()):
             waiter.wake()
 
-    def wake_all(self) -> None:
+    def wake_all(self, cause: str = "notify") -> None:
         self.clock += 1
         for waiters in self._waiters.values():
             for waiter in waiters:
-                waiter.wake()
+                waiter.wake(cause)
 
     def resync(self) -> None:
         """Notifications may have been lost (a reconnect): every reader rereads."""
-        self.wake_all()
+        self.wake_all("resync")
         for observer in self.resync_observers:
             observer()
 
     async def sweep_forever(self, interval_s: float) -> None:
         while True:
             await asyncio.sleep(interval_s)
-            self.wake_all()
+            self.wake_all("sweep")
 
     def _remove(self, waiter: Waiter) -> None:
         waiters = self._waiters.get(waiter._key)

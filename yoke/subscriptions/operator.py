@@ -25,6 +25,7 @@ from .catalogue import (
     decide_cursor,
     decide_remove,
     decide_resume,
+    first_hand,
     merge_rebuilt,
     reduce_log,
 )
@@ -84,6 +85,26 @@ class SubscriptionStatus:
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+HISTORY_SCAN = 10_000  # events one history call looks at by default
+HISTORY_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class History:
+    name: str
+    path: str
+    changes: list[Any]  # Events
+    from_offset: int  # the first offset looked at (retention may have removed earlier ones)
+    scanned_through: int  # read on after this offset
+    head: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "path": self.path, "changes": [e.to_dict() for e in self.changes],
+            "from_offset": self.from_offset, "scanned_through": self.scanned_through, "head": self.head,
+        }
 
 
 class Subscriptions:
@@ -181,6 +202,41 @@ class Subscriptions:
                 f"no subscription {name!r} on {self.path}", name=name, path=self.path
             )
         return SubscriptionStatus.of(row)
+
+    async def history(self, name: str, *, after: int = 0, scan: int = HISTORY_SCAN) -> History:
+        """The subscription's control events (configured, halted, resumed,
+        cursor moves, removed) as the source stream's log holds them, in
+        offset order, from the events after ``after``: at most ``scan`` events
+        (1-100000) are looked at per call; read on from ``scanned_through``
+        until it reaches ``head``. Events removed by retention are gone from
+        the history too (``from_offset`` says where it starts)."""
+        check_name(name)
+        check_offset(after, "after")
+        if isinstance(scan, bool) or not isinstance(scan, int) or not 1 <= scan <= 100_000:
+            raise errors.InvalidInput("scan must be 1-100000", field="scan")
+        store = self.runtime.store
+        changes: list[Any] = []
+        cursor, head, looked = after, 0, 0
+        start: int | None = None
+        while looked < scan:
+            page = await store.read(self.tenant, self.path, cursor, min(HISTORY_PAGE, scan - looked))
+            if not page.exists:
+                raise errors.StreamNotFound(f"stream {self.path} does not exist", path=self.path)
+            head = page.head
+            if start is None:
+                if after > head:
+                    raise errors.InvalidCursor(f"after={after} is beyond the head {head}", field="after")
+                start = max(after, page.pruned_through) + 1
+            if not page.events:
+                cursor = max(cursor, head)  # ephemeral offsets past the last durable event
+                break
+            looked += len(page.events)
+            changes.extend(
+                e for e in page.events
+                if first_hand(e) and isinstance(e.payload, dict) and e.payload.get("name") == name
+            )
+            cursor = page.events[-1].offset
+        return History(name, self.path, changes, start or after + 1, cursor, head)
 
     async def list(self) -> list[SubscriptionStatus]:
         rows = await self.runtime.store.subscriptions.list(self.tenant, self.path)

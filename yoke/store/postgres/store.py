@@ -35,7 +35,10 @@ from ..contract import (
     Retention,
     StreamInfo,
     StreamSettings,
+    StreamTotals,
+    MAX_GAPS,
     EphemeralCallback,
+    GapEvidence,
     TokenInfo,
     WakeupCallback,
 )
@@ -559,8 +562,8 @@ class PostgresStore:
                 f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"]
             )
             # Object bytes are a column of their rows: they go with them.
-            for table in ("events", "consumers", "objects", "fanout_cursors", "input_outbox", "protocol_streams",
-                          "protocol_producers"):
+            for table in ("events", "consumers", "objects", "fanout_cursors", "input_outbox", "gap_evidence",
+                          "protocol_streams", "protocol_producers"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
             for table in ("subscriptions", "processor_checkpoints", "subscription_inbound"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND path=$2", tenant, path)
@@ -813,6 +816,35 @@ class PostgresStore:
             )
         return replace(info, state="aborted")
 
+    async def record_gap(
+        self, tenant: str, path: str, first: int, last: int, cause: str, at: int, process: str
+    ) -> None:
+        async with self._tx(tenant) as conn:
+            sid = await conn.fetchval("SELECT sid FROM streams WHERE tenant_id=$1 AND path=$2", tenant, path)
+            if sid is None:
+                return
+            await conn.execute(
+                "INSERT INTO gap_evidence VALUES ($1,$2,$3,$4,$5,$6,$7) ON CONFLICT DO NOTHING",
+                tenant, sid, at, first, last, cause, process,
+            )
+            await conn.execute(
+                "DELETE FROM gap_evidence WHERE tenant_id=$1 AND sid=$2 AND detected_at < ("
+                " SELECT detected_at FROM gap_evidence WHERE tenant_id=$1 AND sid=$2"
+                " ORDER BY detected_at DESC OFFSET $3 LIMIT 1)",
+                tenant, sid, MAX_GAPS - 1,
+            )
+
+    @retry_reads
+    async def gaps(self, tenant: str, path: str, limit: int) -> list[GapEvidence]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                "SELECT g.first_seq, g.last_seq, g.cause, g.detected_at, g.process FROM gap_evidence g"
+                " JOIN streams s ON s.tenant_id = g.tenant_id AND s.sid = g.sid"
+                " WHERE s.tenant_id=$1 AND s.path=$2 ORDER BY g.detected_at DESC, g.first_seq DESC LIMIT $3",
+                tenant, path, limit,
+            )
+        return [GapEvidence(*r) for r in rows]
+
     async def pending_deletions(self) -> int:
         return 0  # object bytes are a column of their row: they go with it
 
@@ -912,6 +944,14 @@ class PostgresStore:
                 f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant_id=$1 AND path=$2", tenant, path
             )
         return stream_from_row(row) if row else None
+
+    @retry_reads
+    async def stream_totals(self, tenant: str) -> StreamTotals:
+        async with self._tx(tenant) as conn:
+            row = await conn.fetchrow(
+                "SELECT count(*), coalesce(sum(head), 0)::bigint FROM streams WHERE tenant_id=$1", tenant
+            )
+        return StreamTotals(row[0], row[1])
 
     @retry_reads
     async def list_streams(

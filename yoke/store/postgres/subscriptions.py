@@ -33,6 +33,7 @@ from ..subscriptions import (
     SourceState,
     Stamp,
     SubscriptionRow,
+    SubscriptionTotals,
     all_accepted,
     fence_refuses,
 )
@@ -143,6 +144,24 @@ class PgSubscriptionStore:
                 tenant, path, name,
             )
         return None if row is None else subscription_from_row(row[:-1], row[-1])
+
+    async def totals(self, tenant: str, limit: int) -> tuple[SubscriptionTotals, list[SubscriptionRow]]:
+        async with self._tx(tenant) as conn:
+            counted = await conn.fetchrow(
+                "SELECT count(*), coalesce(sum(CASE WHEN s.halted IS NULL THEN 0 ELSE 1 END), 0)::bigint,"
+                " coalesce(sum(CASE WHEN coalesce(t.head, 0) > s.processed_through_offset"
+                " THEN coalesce(t.head, 0) - s.processed_through_offset ELSE 0 END), 0)::bigint"
+                " FROM subscriptions s LEFT JOIN streams t ON t.tenant_id = s.tenant_id AND t.path = s.path"
+                " WHERE s.tenant_id=$1",
+                tenant,
+            )
+            rows = await conn.fetch(
+                f"{SUBSCRIPTION_WITH_HEAD} WHERE s.tenant_id=$1"
+                " ORDER BY s.halted IS NULL, coalesce(t.head, 0) - s.processed_through_offset DESC, s.path, s.name"
+                " LIMIT $2",
+                tenant, limit,
+            )
+        return SubscriptionTotals(*counted), [subscription_from_row(r[:-1], r[-1]) for r in rows]
 
     async def list(self, tenant: str, path: str) -> list[SubscriptionRow]:
         async with self._tx(tenant) as conn:

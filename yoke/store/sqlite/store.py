@@ -36,8 +36,11 @@ from ..contract import (
     Retention,
     StreamInfo,
     StreamSettings,
+    StreamTotals,
     TokenInfo,
+    MAX_GAPS,
     EphemeralCallback,
+    GapEvidence,
     WakeupCallback,
 )
 from ..rows import (
@@ -526,8 +529,8 @@ class SqliteStore:
         return await self._write(run)
 
     # Tables whose rows belong to one stream, by its sid or by its path.
-    _BY_SID = ("events", "consumers", "objects", "fanout_cursors", "input_outbox", "protocol_streams",
-               "protocol_producers")
+    _BY_SID = ("events", "consumers", "objects", "fanout_cursors", "input_outbox", "gap_evidence",
+               "protocol_streams", "protocol_producers")
     _BY_PATH = ("subscriptions", "processor_checkpoints", "subscription_inbound")
 
     async def delete_stream(self, tenant: str, path: str) -> StreamInfo | None:
@@ -751,6 +754,37 @@ class SqliteStore:
                     (tenant, sid, object_id),
                 )
         return len(queued)
+
+    async def record_gap(
+        self, tenant: str, path: str, first: int, last: int, cause: str, at: int, process: str
+    ) -> None:
+        def run() -> None:
+            with self._transaction() as conn:
+                s = self._stream_row(conn, tenant, path)
+                if s is None:
+                    return
+                conn.execute(
+                    "INSERT OR IGNORE INTO gap_evidence VALUES (?,?,?,?,?,?,?)",
+                    (tenant, s["sid"], at, first, last, cause, process),
+                )
+                conn.execute(
+                    "DELETE FROM gap_evidence WHERE tenant_id=? AND sid=? AND detected_at < ("
+                    " SELECT detected_at FROM gap_evidence WHERE tenant_id=? AND sid=?"
+                    " ORDER BY detected_at DESC LIMIT 1 OFFSET ?)",
+                    (tenant, s["sid"], tenant, s["sid"], MAX_GAPS - 1),
+                )
+
+        await self._write(run)
+
+    @retry_reads
+    async def gaps(self, tenant: str, path: str, limit: int) -> list[GapEvidence]:
+        rows = await self._read(lambda: self._rconn().execute(
+            "SELECT g.first_seq, g.last_seq, g.cause, g.detected_at, g.process FROM gap_evidence g"
+            " JOIN streams s ON s.tenant_id = g.tenant_id AND s.sid = g.sid"
+            " WHERE s.tenant_id=? AND s.path=? ORDER BY g.detected_at DESC, g.first_seq DESC LIMIT ?",
+            (tenant, path, limit),
+        ).fetchall())
+        return [GapEvidence(*r) for r in rows]
 
     async def pending_deletions(self) -> int:
         """Object files queued for deletion and not deleted yet."""
@@ -1005,6 +1039,16 @@ class SqliteStore:
             stream_id=stream_id,
             created_at=created_at,
         )
+
+    @retry_reads
+    async def stream_totals(self, tenant: str) -> StreamTotals:
+        def run() -> StreamTotals:
+            row = self._rconn().execute(
+                "SELECT count(*), coalesce(sum(head), 0) FROM streams WHERE tenant_id=?", (tenant,)
+            ).fetchone()
+            return StreamTotals(row[0], row[1])
+
+        return await self._read(run)
 
     @retry_reads
     async def list_streams(

@@ -32,6 +32,7 @@ from ..subscriptions import (
     SourceState,
     Stamp,
     SubscriptionRow,
+    SubscriptionTotals,
     all_accepted,
     fence_refuses,
 )
@@ -116,6 +117,23 @@ class SqliteSubscriptionStore:
             (tenant, path, name),
         )
         return subscription_from_row(rows[0][:-1], rows[0][-1]) if rows else None
+
+    async def totals(self, tenant: str, limit: int) -> tuple[SubscriptionTotals, list[SubscriptionRow]]:
+        counted = await self._read(
+            "SELECT count(*), coalesce(sum(CASE WHEN s.halted IS NULL THEN 0 ELSE 1 END), 0),"
+            " coalesce(sum(CASE WHEN coalesce(t.head, 0) > s.processed_through_offset"
+            " THEN coalesce(t.head, 0) - s.processed_through_offset ELSE 0 END), 0)"
+            " FROM subscriptions s LEFT JOIN streams t ON t.tenant_id = s.tenant_id AND t.path = s.path"
+            " WHERE s.tenant_id=?",
+            (tenant,),
+        )
+        rows = await self._read(
+            f"{SUBSCRIPTION_WITH_HEAD} WHERE s.tenant_id=?"
+            " ORDER BY s.halted IS NULL, coalesce(t.head, 0) - s.processed_through_offset DESC, s.path, s.name"
+            " LIMIT ?",
+            (tenant, limit),
+        )
+        return SubscriptionTotals(*counted[0]), [subscription_from_row(r[:-1], r[-1]) for r in rows]
 
     async def list(self, tenant: str, path: str) -> list[SubscriptionRow]:
         rows = await self._read(
