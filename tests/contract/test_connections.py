@@ -97,6 +97,23 @@ async def test_the_same_key_replaces_the_first_connection(y, tenant):
     assert (a.id, "replaced") in reasons and (b.id, "closed") in reasons
 
 
+async def test_the_same_key_in_another_process_replaces_it(db_url, tenant):
+    """Two runtimes on one database stand for two processes: the later
+    connection_opened fact on '/' ends the earlier connection."""
+    async with yoke.open(db_url, executor=False) as one, yoke.open(db_url, executor=False) as two:
+        first, second = Collector(), Collector()
+        a = await one.stream("/shared", tenant).open_connection(connection_key="tab", on_batch=first)
+        b = await two.stream("/shared", tenant).open_connection(connection_key="tab", on_batch=second)
+        other = await one.stream("/shared", tenant).open_connection(connection_key="other", on_batch=first)
+        async with asyncio.timeout(WAIT_S):
+            assert await a.wait() == "replaced"
+        assert not b.closed and not other.closed
+        await two.stream("/shared", tenant).append({"type": "x"})
+        assert [e.type for e in await second.events(1)] == ["x"]
+        await b.close()
+        await other.close()
+
+
 async def test_a_failing_callback_and_a_closed_stream_end_it(y, tenant):
     s = y.stream("/ends", tenant)
 

@@ -9,8 +9,10 @@ stream: no subscription is appended, there is no cursor to resume. Its
 opening and end are lifecycle facts on ``/`` (yoke.stream.connection_opened
 and connection_closed).
 
-Connections are registered per process by (tenant, path, connection key):
-opening a second one with the same key ends the first (``replaced``).
+Opening a second connection with the same (tenant, path, connection key)
+ends the first (``replaced``): at once in the same process, and in any
+other through the ``connection_opened`` fact, which each process with open
+connections of a tenant follows on ``/`` (the later fact wins).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class Connection:
         self.id = "conn_" + os.urandom(8).hex()
         self.after = after
         self.events = events
+        self.opened_at = 0  # the offset of its connection_opened fact on '/'
         self.reason: str | None = None
         self.error: errors.YokeError | None = None
         self._stop = asyncio.Event()
@@ -101,6 +104,10 @@ class Connections:
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
         self._open: dict[tuple[str, str, str], Connection] = {}
+        # Per tenant with open connections: a tail of '/' for the
+        # connection_opened facts of other processes.
+        self._watchers: dict[str, asyncio.Task[None]] = {}
+        self._closing: set[asyncio.Future[None]] = set()
 
     def __len__(self) -> int:
         return len(self._open)
@@ -138,8 +145,11 @@ class Connections:
             await previous.close("replaced")
         connection = Connection(self, stream, key, after, events)
         self._open[ident] = connection
+        await self._watch(stream.tenant)
         stream_id = await self._stream_id(stream)
-        await self._fact(connection, CONNECTION_OPENED, stream_id, replay_after=replay_after, events=events)
+        connection.opened_at = await self._fact(
+            connection, CONNECTION_OPENED, stream_id, replay_after=replay_after, events=events
+        )
         connection._task = asyncio.create_task(
             self._run(connection, on_batch, event_filter, include_ephemeral, stream_id),
             name=f"yoke-connection-{connection.id}",
@@ -149,18 +159,60 @@ class Connections:
     async def close_all(self) -> None:
         for connection in list(self._open.values()):
             await connection.close("shutdown")
+        for task in self._watchers.values():
+            task.cancel()
+        for task in list(self._watchers.values()):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._watchers.clear()
+
+    async def _watch(self, tenant: str) -> None:
+        """Follow the tenant's '/' for connection_opened facts from now on
+        (started before this process records its own, so none is missed)."""
+        task = self._watchers.get(tenant)
+        if task is not None and not task.done():
+            return
+        head = (await self._runtime.stream("/", tenant).read_page(0, 1)).head
+        self._watchers[tenant] = asyncio.create_task(self._replacements(tenant, head), name=f"yoke-connections-{tenant}")
+
+    async def _replacements(self, tenant: str, after: int) -> None:
+        opened = Filter(types=[CONNECTION_OPENED])
+        while True:
+            try:
+                batches = follow(
+                    self._runtime.stream("/", tenant), after, include_ephemeral=False,
+                    sweep_s=self._runtime.settings.tail_sweep_s, event_filter=opened,
+                )
+                async for batch in batches:
+                    for fact in batch:
+                        after = fact.offset
+                        p = fact.payload if isinstance(fact.payload, dict) else {}
+                        local = self._open.get((tenant, p.get("path"), p.get("connection_key")))
+                        if local is not None and local.id != p.get("connection_id") and 0 < local.opened_at < fact.offset:
+                            closing = asyncio.ensure_future(local.close("replaced"))
+                            self._closing.add(closing)
+                            closing.add_done_callback(self._closing.discard)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - keep watching (the runtime's end cancels it)
+                if self._runtime.closed:
+                    return
+                log.warning("connections of %s: following / failed (%r); again", tenant, exc)
+                await asyncio.sleep(self._runtime.settings.tail_sweep_s)
 
     async def _stream_id(self, stream: Stream) -> str | None:
         info = await self._runtime.store.info(stream.tenant, stream.path)
         return None if info is None else info.stream_id
 
-    async def _fact(self, connection: Connection, event_type: str, stream_id: str | None, **extra: Any) -> None:
+    async def _fact(self, connection: Connection, event_type: str, stream_id: str | None, **extra: Any) -> int:
         stream = connection.stream
         event = stream_fact(
             event_type, stream.path, stream_id, connection_key=connection.key, connection_id=connection.id, **extra
         )
-        await self._runtime.store.append_fact(stream.tenant, event, now_ms(), new_stream_id())
+        outcome = await self._runtime.store.append_fact(stream.tenant, event, now_ms(), new_stream_id())
         self._runtime.hub.wake(stream.tenant, "/")
+        return outcome.offset
 
     async def _run(
         self, connection: Connection, on_batch: OnBatch, event_filter: Filter | None, include_ephemeral: bool,
