@@ -28,6 +28,14 @@ How events reach the instances (``--routing``):
 
 Targets on PostgreSQL: (a) >= 5,000 events/s; (b) p50 <= 10 ms, p99 <= 50 ms.
 
+(c) ``--isolation``: the isolation row. The no-op actor of bench/hosts_app.py
+    (type routing, ``--instances`` instances), once in-process and once in
+    ``--hosts`` (4) host processes (docs/hosts.md): live events/s as in (a),
+    and append -> process() returned p50 / p99 as in (b). Both modes are
+    measured the same way, by the scheduler's run hook in the kernel (a
+    handler in a host cannot touch this script's counters), so latency here
+    ends when the kernel sees process() return, not when it starts.
+
 ``--profile`` (or ``--profile-only``) additionally profiles, on the first
 backend and routing chosen: the idle latency (SQL statement and store
 method timings, and the awaited calls of one median sample laid out on a
@@ -43,7 +51,7 @@ The last line printed is one JSON object with every figure.
 
     python bench/actors.py [--backend all|postgres|sqlite] [--routing type,key,where]
                            [--events N] [--instances N] [--batch N] [--samples N]
-                           [--profile | --profile-only] [--quick]
+                           [--profile | --profile-only] [--isolation [--hosts N]] [--quick]
 """
 
 from __future__ import annotations
@@ -243,6 +251,65 @@ async def backlog(url: str, routing: str, cfg: Config, folder: Path, result: Res
     assert probe.processed >= cfg.events, (probe.processed, cfg.events)
     result.backlog_s = done - start
     result.backlog_eps = cfg.events / (done - start)
+
+
+# --- isolation ------------------------------------------------------------------
+
+
+@dataclass
+class IsolationResult:
+    backend: str
+    isolation: str
+    live_eps: float = 0.0
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+
+
+async def isolation_mode(backend: str, mode: str, cfg: Config, hosts: int) -> IsolationResult:
+    from hosts_app import app  # bench/hosts_app.py
+
+    result = IsolationResult(backend, mode)
+    done: dict[str, int] = {"count": 0, "target": 0}
+    reached = asyncio.Event()
+    waiters: dict[int, asyncio.Future[float]] = {}
+
+    def on_run(row: Any, started: float, finished: float, ok: bool) -> None:
+        done["count"] += 1
+        if done["count"] == done["target"]:
+            reached.set()
+        waiter = waiters.pop((row.event.get("payload") or {}).get("sample", -1), None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(finished)
+
+    async with scratch(backend) as (url, folder):
+        async with yoke.open(url, app=app, isolation=mode, host_processes=hosts, **settings_for(folder)) as y:
+            assert y.executor is not None
+            y.executor.scheduler.on_run = on_run
+            await create_instances(y, "type", cfg.instances)
+            stream = y.stream(STREAM, TENANT)
+            await stream.append_many([event("type", i, warm=True) for i in range(cfg.instances)])
+            await y.wait_idle(timeout_s=WAIT_IDLE_S)
+            done["count"], done["target"] = 0, cfg.events
+            reached.clear()
+            start = time.perf_counter()
+            for chunk in batches("type", cfg):
+                await stream.append_many(chunk)
+            await asyncio.wait_for(reached.wait(), WAIT_IDLE_S)
+            await y.wait_idle(timeout_s=WAIT_IDLE_S)
+            result.live_eps = cfg.events / (time.perf_counter() - start)
+            loop = asyncio.get_running_loop()
+            samples: list[float] = []
+            for s in range(WARMUP_SAMPLES + cfg.samples):
+                waiters[s] = loop.create_future()
+                before = time.time()
+                await stream.append(event("type", s % cfg.instances, sample=s))
+                finished = await asyncio.wait_for(waiters[s], 30)
+                if s >= WARMUP_SAMPLES:
+                    samples.append((finished - before) * 1000)
+                await y.wait_idle(timeout_s=30)
+            cuts = statistics.quantiles(samples, n=100, method="inclusive")
+            result.p50_ms, result.p99_ms = cuts[49], cuts[98]
+    return result
 
 
 # --- backends -------------------------------------------------------------------
@@ -473,6 +540,9 @@ async def main(argv: list[str] | None = None) -> None:
                         help="also profile latency and backlog (first backend, first routing)")
     parser.add_argument("--profile-only", action="store_true", help="only the profile")
     parser.add_argument("--quick", action="store_true", help="2,000 events, 50 latency samples")
+    parser.add_argument("--isolation", action="store_true",
+                        help="only the isolation row: in-process and in host processes")
+    parser.add_argument("--hosts", type=int, default=4, help="host processes for --isolation")
     args = parser.parse_args(argv)
     if args.quick:
         args.events, args.samples = 2000, 50
@@ -481,6 +551,20 @@ async def main(argv: list[str] | None = None) -> None:
     if not set(routings) <= {"type", "key", "where"}:
         parser.error("--routing takes type, key and/or where")
     backends = ["postgres", "sqlite"] if args.backend == "all" else [args.backend]
+
+    if args.isolation:
+        rows = []
+        for backend in backends:
+            modes = {}
+            for mode in ("inprocess", "process"):
+                modes[mode] = r = await isolation_mode(backend, mode, cfg, args.hosts)
+                print(f"{backend} isolation={mode}: live {r.live_eps:,.0f} ev/s,"
+                      f" append -> process() returned p50 {r.p50_ms:.2f} ms p99 {r.p99_ms:.2f} ms", flush=True)
+                rows.append(r.__dict__)
+            ratio = modes["process"].live_eps / modes["inprocess"].live_eps
+            print(f"{backend}: isolated throughput {ratio:.0%} of in-process", flush=True)
+        print(json.dumps(rows), flush=True)
+        return
 
     results: list[Result] = []
     if not args.profile_only:

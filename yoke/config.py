@@ -86,6 +86,13 @@ class Settings:
     # one loop's round trip to the store overlaps the others' runs.
     claim_shards: int = 2
     schedule_poll_s: float = 1.0
+    # Where actors' process() runs by default (docs/hosts.md): "inprocess"
+    # (the runtime's event loop: fast, unisolated) or "process" (a pool of
+    # host_processes host processes, each limited to host_memory_mb of
+    # address space when that is above 0). @app.actor(isolation=) overrides.
+    isolation: str = "inprocess"
+    host_processes: int = 4
+    host_memory_mb: int = 0
     # The deployment version (subscriptions resume halted deliveries on a new one).
     deploy_version: str = ""
     # Subscriptions: how often the engine claims and renews, how long a lease

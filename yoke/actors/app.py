@@ -38,6 +38,9 @@ class ActorDef:
     singleton: bool = False
     retry_base_s: float = 1.0  # backoff: base * 2**(attempt-1), +-20% jitter, capped
     retry_max_s: float = 300.0
+    # "process": process() runs in a host process (docs/hosts.md);
+    # "inprocess": in the runtime's event loop; None: the worker's default.
+    isolation: str | None = None
 
     @property
     def keyed(self) -> bool:
@@ -93,6 +96,8 @@ class App:
     # Subscription receivers: call(name) functions and processor(name) folds.
     receivers: dict[str, Handler] = field(default_factory=dict)
     processors: dict[str, Any] = field(default_factory=dict)
+    # module:attribute that names this App (set by load_app; hosts import it).
+    spec: str | None = None
 
     def actor(
         self,
@@ -106,6 +111,7 @@ class App:
         singleton: bool = False,
         retry_base_s: float = 1.0,
         retry_max_s: float = 300.0,
+        isolation: str | None = None,
     ) -> Callable[[Handler], Handler]:
         if not isinstance(name, str) or not 1 <= len(name) <= 200:
             raise errors.InvalidInput("an actor name is 1-200 characters", field="name")
@@ -117,6 +123,7 @@ class App:
             raise errors.InvalidInput("max_attempts must be a positive integer", field="max_attempts")
         if not timeout_s > 0:
             raise errors.InvalidInput("timeout_s must be positive", field="timeout_s")
+        check_isolation(isolation)
         parsed = None if filter is None else Filter.from_dict(filter)
         if singleton and parsed is not None and parsed.key is not None:
             raise errors.InvalidFilter("a singleton actor has no routing key", field="key")
@@ -126,7 +133,7 @@ class App:
                 raise errors.InvalidInput(f"actor {name!r}: process must be an async function")
             self.actors[name] = ActorDef(
                 name, handler, parsed, filter_from_config, concurrency, max_attempts,
-                float(timeout_s), singleton, retry_base_s, retry_max_s,
+                float(timeout_s), singleton, retry_base_s, retry_max_s, isolation,
             )
             return handler
 
@@ -185,6 +192,34 @@ class App:
             raise errors.UnknownActor(f"no actor named {name!r} in the application", actor=name) from None
 
 
+ISOLATIONS = ("inprocess", "process")
+
+
+def check_isolation(isolation: str | None) -> None:
+    if isolation is not None and isolation not in ISOLATIONS:
+        raise errors.InvalidInput(f"isolation is one of {', '.join(ISOLATIONS)}", field="isolation")
+
+
+def app_spec(app: App) -> str:
+    """``module:attribute`` naming ``app``, for hosts to import: the one
+    load_app was given, else a module-level name bound to it."""
+    if app.spec is not None:
+        return app.spec
+    import sys
+
+    for module_name, module in list(sys.modules.items()):
+        if module_name == "__main__" or getattr(module, "__file__", None) is None:
+            continue
+        for attr, value in list(vars(module).items()):
+            if value is app:
+                app.spec = f"{module_name}:{attr}"
+                return app.spec
+    raise errors.InvalidInput(
+        "actors with isolation='process' need their App importable as module:attribute"
+        " (a module-level name, or App(spec='module:attribute'))", field="isolation",
+    )
+
+
 def _check_registered(name: Any, registry: Mapping[str, Any], what: str) -> None:
     if not isinstance(name, str) or not 1 <= len(name) <= 200:
         raise errors.InvalidInput(f"a {what} name is 1-200 characters", field="name")
@@ -201,4 +236,6 @@ def load_app(spec: str) -> App:
     app = getattr(module, attr, None)
     if not isinstance(app, App):
         raise errors.InvalidInput(f"{spec} is not a yoke.App")
+    if app.spec is None:
+        app.spec = spec
     return app

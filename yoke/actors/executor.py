@@ -15,7 +15,8 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
-from .app import App
+from ..hosts.pool import HostPool
+from .app import App, app_spec, check_isolation
 from .fanout import Fanout
 from .portals import run_loop
 from .scheduler import Scheduler
@@ -36,10 +37,20 @@ class Executor:
         self._runtime = runtime
         self.app = app
         self.worker_id = "wrk_" + secrets.token_hex(8)
+        check_isolation(settings.isolation)
+        isolated = frozenset(
+            name for name, d in app.actors.items() if (d.isolation or settings.isolation) == "process"
+        )
+        self.hosts = None
+        if isolated:
+            self.hosts = HostPool(
+                app_spec(app), size=settings.host_processes,
+                memory_limit_bytes=settings.host_memory_mb * 2**20,
+            )
         self.scheduler = Scheduler(
             runtime, app, self.worker_id,
             max_in_flight=settings.max_in_flight, sweep_s=settings.scheduler_sweep_s,
-            shards=settings.claim_shards,
+            shards=settings.claim_shards, hosts=self.hosts, isolated=isolated,
         )
         self.fanout = Fanout(
             runtime, app, self.worker_id, self.scheduler.wake, sweep_s=settings.scheduler_sweep_s
@@ -78,6 +89,9 @@ class Executor:
         for portal in self.app.portals.values():
             if portal.start_fn is not None:
                 jobs[f"portal-{portal.name}"] = run_loop(self._runtime, portal)
+        if self.hosts is not None:
+            self.hosts.warm()
+            await self.hosts.ready()  # runs should not start by waiting for hosts
         for name, job in jobs.items():
             self._tasks.append(asyncio.create_task(job, name=f"yoke-{name}"))
 
@@ -87,6 +101,8 @@ class Executor:
             hub.observers.remove(self.fanout.appended)
             hub.resync_observers.remove(self._resync)
         await self.scheduler.stop(timeout_s)
+        if self.hosts is not None:
+            await self.hosts.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -25,6 +25,7 @@ from .. import metrics
 from ..events import Event, now_ms
 from ..store.actors import InstanceInfo, Policy, QueueRow
 from ..store.faults import log_retried
+from ..hosts.pool import HandlerFailed, HostFailure, HostPool
 from .app import ActorDef, App
 from .context import Context
 from .ops import OpHandler
@@ -36,6 +37,9 @@ log = logging.getLogger("yoke.actors.scheduler")
 
 LEASE_GRACE_MS = 1000  # a lease outlives the actor's timeout by this much
 LEASE_MARGIN_MS = 500  # a run is cancelled this long before its lease ends
+# An isolated run may wait this long for a free host (a replacement
+# starting) without eating into its own time: its lease is longer by it.
+HOST_WAIT_MS = 10_000
 
 
 class LeaseLost(Exception):
@@ -165,15 +169,19 @@ class _ClaimLoop:
 class Scheduler:
     def __init__(
         self, runtime: Runtime, app: App, worker_id: str, *, max_in_flight: int, sweep_s: float,
-        shards: int = 2,
+        shards: int = 2, hosts: HostPool | None = None, isolated: frozenset[str] = frozenset(),
     ) -> None:
         self.runtime = runtime
+        # Actors whose process() runs in a host of ``hosts`` (docs/hosts.md).
+        self.hosts = hosts
+        self.isolated = isolated
         self._app = app
         self.worker_id = worker_id
         self.max_in_flight = max_in_flight
         self.sweep_s = sweep_s
         self.policies = [
-            Policy(d.name, d.concurrency, int(d.timeout_s * 1000) + LEASE_GRACE_MS)
+            Policy(d.name, d.concurrency, int(d.timeout_s * 1000) + LEASE_GRACE_MS
+                   + (HOST_WAIT_MS if d.name in isolated else 0))
             for d in app.actors.values()
         ]
         self.running: set[asyncio.Task[None]] = set()
@@ -245,8 +253,13 @@ class Scheduler:
         # The run must end before its lease does (another worker may claim
         # the row then): its time is the actor's timeout, cut short when the
         # run starts late, and a row whose lease is nearly over does not start.
-        budget_s = min(definition.timeout_s, (row.lease_until - LEASE_MARGIN_MS - now_ms()) / 1000)
+        isolated = self.hosts is not None and row.actor in self.isolated
+        budget_s = definition.timeout_s
+        host = None
         try:
+            # An isolated run waits for a free host first: outside its time.
+            host = await self.hosts.acquire() if isolated else None
+            budget_s = min(definition.timeout_s, (row.lease_until - LEASE_MARGIN_MS - now_ms()) / 1000)
             if budget_s <= 0:
                 raise LeaseLost("claimed, but its lease ran out before process() could start")
             async with asyncio.timeout(budget_s):
@@ -254,12 +267,21 @@ class Scheduler:
                 if instance is None:
                     raise LookupError(f"instance {row.instance_id} does not exist")
                 ops = OpHandler(self.runtime, row.tenant, instance)
-                ctx = Context(ops, instance, event_from_queue(row), row.attempts)
-                await definition.handler(ctx, ctx.event)
+                if host is not None:
+                    await self.hosts.process(host, ops, instance, event_from_queue(row), row.attempts)
+                else:
+                    ctx = Context(ops, instance, event_from_queue(row), row.attempts)
+                    await definition.handler(ctx, ctx.event)
             ok = True
         except TimeoutError:
             error = f"process() timed out after {budget_s:.3g}s"
+            if isolated:
+                error += "; its host was killed"
             tb = traceback.format_exc()
+        except HandlerFailed as exc:  # raised in its host: the host's traceback
+            error, tb = exc.message, exc.traceback
+        except HostFailure as exc:
+            error, tb = f"host failure: {exc}; the run's host was replaced", ""
         except asyncio.CancelledError:
             error, tb = "worker shut down during process()", ""
             await self._settle(row, loop, definition, False, error, tb, cancelled=True)
@@ -267,6 +289,9 @@ class Scheduler:
         except Exception as exc:  # the actor's failure, recorded on the row
             error = f"{type(exc).__name__}: {exc}"
             tb = traceback.format_exc()
+        finally:
+            if host is not None and host.in_use:  # acquired, but process() was not reached
+                self.hosts.release(host)
         finished = time.time()
         if self.on_run is not None:
             self.on_run(row, started, finished, ok)

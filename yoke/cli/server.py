@@ -16,6 +16,12 @@ from .common import DB_OPTION, JSON_OPTION, SettingsCommand, command, emit, fail
 if TYPE_CHECKING:
     from ..config import Settings
 
+ISOLATION_OPTION = click.option(
+    "--isolation", type=click.Choice(["inprocess", "process"]), default=None,
+    help="Where actors' process() runs unless an actor says: inprocess (this process's event loop;"
+         " fast, unisolated) or process (a pool of host processes; docs/hosts.md). Default"
+         " inprocess; YOKE_ISOLATION.",
+)
 APP_OPTION_HELP = "module:attr of a Yoke App to run, like examples.orders:app (imported with the current directory on sys.path)."
 
 
@@ -105,10 +111,12 @@ def describe_app(app: Any) -> str:
     "--body-timeout", type=click.FloatRange(0, min_open=True), default=None, metavar="SECONDS",
     help="Seconds for a request's body to arrive after its headers (default 60; YOKE_HTTP_BODY_TIMEOUT_S).",
 )
+@ISOLATION_OPTION
 @JSON_OPTION
 def serve(
     database_url: str | None, host: str | None, port: int | None, app_spec: str | None, no_executor: bool,
-    max_connections: int | None, header_timeout: float | None, body_timeout: float | None, as_json: bool,
+    max_connections: int | None, header_timeout: float | None, body_timeout: float | None,
+    isolation: str | None, as_json: bool,
 ) -> None:
     """Run the HTTP API (embedded SQLite under ./.yoke by default), and with
     --app the application's actors in the same process.
@@ -120,7 +128,7 @@ def serve(
     """
     settings = settings_or_fail(
         database_url=database_url, host=host, port=port, http_max_connections=max_connections,
-        http_header_timeout_s=header_timeout, http_body_timeout_s=body_timeout,
+        http_header_timeout_s=header_timeout, http_body_timeout_s=body_timeout, isolation=isolation,
     )
     from ..http.server import bind_socket
     from ..http.server import serve as run_server
@@ -131,7 +139,7 @@ def serve(
         fail(listen_failure(exc, settings.host, settings.port))
     app = load_app_or_fail(app_spec) if app_spec is not None else None
 
-    def on_ready(settings: Settings, token: str) -> None:
+    def on_ready(settings: Settings, token: str, console: str) -> None:
         from .. import tokenfile
 
         token_file = str(tokenfile.token_file(settings.data_dir, settings.port))
@@ -140,13 +148,13 @@ def serve(
             emit(
                 {
                     "url": url, "token_file": token_file, "database_url": redact(settings.database_url),
-                    "app": app_spec, "executor": not no_executor,
+                    "app": app_spec, "executor": not no_executor, "console": console,
                 },
                 True, str,
             )
             sys.stdout.flush()
             return
-        print_banner(settings, token, token_file)
+        print_banner(settings, token, token_file, console)
         if app is not None:
             mode = "API only (no executor: run `yoke worker`)" if no_executor else "running its actors here"
             click.echo(f"  app:          {app_spec}: {describe_app(app)}; {mode}\n", err=True)
@@ -171,7 +179,7 @@ def cli_name() -> str:
     return argv0 if relative.startswith("..") else relative
 
 
-def print_banner(settings: Settings, token: str, token_file: str) -> None:
+def print_banner(settings: Settings, token: str, token_file: str, console: str) -> None:
     url = f"http://{settings.host}:{settings.port}"
     auth = f'-H "Authorization: Bearer $(cat {token_file})"'
     cli = cli_name() + " read /demo" + ("" if settings.port == 8080 else f" --url {url}")
@@ -180,6 +188,7 @@ def print_banner(settings: Settings, token: str, token_file: str) -> None:
 Yoke is serving {redact(settings.database_url)}
   URL:          {url}   (API docs: {url}/docs)
   admin token:  {token}   (saved in {token_file})
+  console:      {console}   (signs a browser in, once)
 
 Try it (in another terminal, in this directory):
   curl -s -X POST {url}/v1/streams/demo/-/events {auth} -H 'Content-Type: application/json' -d '{{"type":"hello","payload":{{"n":1}}}}'
@@ -198,8 +207,9 @@ class WorkerCommand(SettingsCommand):
 @command(cls=WorkerCommand, short_help="Run an app's actors without HTTP, next to a server on the same database.")
 @DB_OPTION
 @click.option("--app", "app_spec", envvar="YOKE_APP", required=True, metavar="MODULE:ATTR", help=APP_OPTION_HELP)
+@ISOLATION_OPTION
 @JSON_OPTION
-def worker(database_url: str | None, app_spec: str, as_json: bool) -> None:
+def worker(database_url: str | None, app_spec: str, isolation: str | None, as_json: bool) -> None:
     """Run the application's actors without HTTP (fan-out, scheduler,
     schedules, portal loops) until SIGTERM/SIGINT, then stop gracefully:
     runs in progress finish (up to YOKE_SHUTDOWN_TIMEOUT_S), queued appends
@@ -209,7 +219,7 @@ def worker(database_url: str | None, app_spec: str, as_json: bool) -> None:
     import logging
 
     app = load_app_or_fail(app_spec)
-    settings = settings_or_fail(database_url=database_url)
+    settings = settings_or_fail(database_url=database_url, isolation=isolation)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         asyncio.run(_work(settings, app, app_spec, as_json))

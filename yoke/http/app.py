@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from .. import __version__, errors, metrics
-from . import actors, docs, health, objects, portals, streams, subscriptions, tokens, workflow
+from . import actors, console, docs, health, objects, overview, portals, streams, subscriptions, tokens, workflow
 from .auth import TokenCache
 from .guard import RequestGuard
 from .hotpath import HotPath
@@ -54,6 +54,7 @@ def create_app(
         redoc_url=None,
     )
     docs.install(app)
+    console.install(app)
     app.state.token_cache = TokenCache()
     app.state.heartbeat_s = heartbeat_s
     app.state.shutdown = shutdown or asyncio.Event()
@@ -63,7 +64,7 @@ def create_app(
     app.add_exception_handler(Exception, internal_error_handler)  # a 500 is JSON too
     # Routers with ``{path:path}/-/...`` routes come before streams, whose
     # ``{path:path}`` catch-alls would otherwise match them.
-    routers = [m.router for m in (health, tokens, objects, subscriptions, streams, workflow, actors, portals)]
+    routers = [m.router for m in (health, console, overview, tokens, objects, subscriptions, streams, workflow, actors, portals)]
     for router in routers:
         app.include_router(router)
     # Every route, for the hints of a 405 (hints.py): the application's own

@@ -1,6 +1,7 @@
 """Bearer-token authentication and scope checks.
 
-Every route depends on ``require(scope)``. The token decides the tenant; a
+Every route depends on ``require(scope)``. A console session's cookie stands
+in for the header (``session.py``: writes need its CSRF token too). The token decides the tenant; a
 request that names another tenant (``?tenant=``) is refused with 403 whether
 or not that tenant or stream exists, so responses never reveal another
 tenant's streams. ``admin`` includes ``read`` and ``append``.
@@ -21,6 +22,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from .. import errors
 from ..runtime import Runtime
 from ..store.contract import TokenInfo
+from . import session
 
 # Authenticated tokens are remembered this long, so most requests skip the
 # token lookup; a revocation reaches other processes within this time.
@@ -142,7 +144,8 @@ def require(scope: str) -> Callable[..., Awaitable[Principal]]:
         credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
         tenant: str | None = Query(None, description="Defaults to the token's tenant; any other is 403."),
     ) -> Principal:
-        token = credentials.credentials if credentials is not None else None
+        bearer = credentials.credentials if credentials is not None else None
+        token = session.credentials(request.method, request.headers, bearer)
         return await authorize(request.app.state, token, tenant, scope)
 
     return check

@@ -74,6 +74,10 @@ async def ensure_admin_token(runtime: Runtime, token_file: Path) -> str:
     return new.token
 
 
+def url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``(host, port)``; ``OSError`` (EADDRINUSE,
     EACCES, EADDRNOTAVAIL, ...) if it cannot be had. Listening at once also
@@ -95,13 +99,14 @@ def serve(
     *,
     app: App | None = None,
     executor: bool = True,
-    on_ready: Callable[[Settings, str], None] | None = None,
+    on_ready: Callable[[Settings, str, str], None] | None = None,
     sock: socket.socket | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT on ``sock`` (from ``bind_socket``), else
     on a socket bound first: a busy port raises OSError before the runtime
     opens. ``on_ready`` gets the settings with the bound port (``port=0``
-    picks a free one)."""
+    picks a free one), the admin token and the console's sign-in link (a
+    one-time code)."""
     if sock is None:
         sock = bind_socket(settings.host, settings.port)
     # SSE heartbeats are sent on the tails' sweep: make it tick often enough.
@@ -118,7 +123,8 @@ def serve(
         async with runtime_module.open(settings=settings, app=app, executor=executor) as runtime:
             token = await ensure_admin_token(runtime, token_file)
             if on_ready is not None:
-                on_ready(settings, token)
+                code = api.state.login_codes.issue()
+                on_ready(settings, token, f"http://{url_host(settings.host)}:{settings.port}/ui/#code={code}")
             yield runtime
 
     api = create_app(open_runtime, heartbeat_s=settings.sse_heartbeat_s, shutdown=shutdown)

@@ -70,6 +70,12 @@ class StreamInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamTotals:
+    streams: int = 0
+    offsets: int = 0  # the sum of the heads
+
+
+@dataclass(frozen=True, slots=True)
 class StreamSettings:
     """Everything a stream can be created with."""
 
@@ -252,6 +258,10 @@ class Store(Protocol):
     async def list_streams(
         self, tenant: str, prefix: str, limit: int, after_path: str | None
     ) -> list[StreamInfo]: ...
+
+    async def stream_totals(self, tenant: str) -> StreamTotals:
+        """How many streams the tenant has, and the sum of their heads (every
+        offset ever assigned: a rate of appends from two readings)."""
 
     async def create_stream(
         self, tenant: str, path: str, stream_id: str, now: int, settings: StreamSettings

@@ -35,6 +35,7 @@ from ..contract import (
     Retention,
     StreamInfo,
     StreamSettings,
+    StreamTotals,
     MAX_GAPS,
     EphemeralCallback,
     GapEvidence,
@@ -555,7 +556,7 @@ class PostgresStore:
             # Object bytes are a column of their rows: they go with them.
             for table in ("events", "consumers", "objects", "fanout_cursors", "input_outbox", "gap_evidence"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
-            for table in ("subscriptions", "processor_checkpoints", "subscription_inbound"):
+            for table in ("subscriptions", "processor_checkpoints", "subscription_inbound", "subscription_catalogues"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND path=$2", tenant, path)
             await conn.execute("DELETE FROM streams WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
             if path != "/":  # (the global stream is never deleted)
@@ -934,6 +935,14 @@ class PostgresStore:
                 f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant_id=$1 AND path=$2", tenant, path
             )
         return stream_from_row(row) if row else None
+
+    @retry_reads
+    async def stream_totals(self, tenant: str) -> StreamTotals:
+        async with self._tx(tenant) as conn:
+            row = await conn.fetchrow(
+                "SELECT count(*), coalesce(sum(head), 0)::bigint FROM streams WHERE tenant_id=$1", tenant
+            )
+        return StreamTotals(row[0], row[1])
 
     @retry_reads
     async def list_streams(

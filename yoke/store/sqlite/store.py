@@ -36,6 +36,7 @@ from ..contract import (
     Retention,
     StreamInfo,
     StreamSettings,
+    StreamTotals,
     TokenInfo,
     MAX_GAPS,
     EphemeralCallback,
@@ -522,7 +523,7 @@ class SqliteStore:
 
     # Tables whose rows belong to one stream, by its sid or by its path.
     _BY_SID = ("events", "consumers", "objects", "fanout_cursors", "input_outbox", "gap_evidence")
-    _BY_PATH = ("subscriptions", "processor_checkpoints", "subscription_inbound")
+    _BY_PATH = ("subscriptions", "processor_checkpoints", "subscription_inbound", "subscription_catalogues")
 
     async def delete_stream(self, tenant: str, path: str) -> StreamInfo | None:
         def run() -> StreamInfo | None:
@@ -1030,6 +1031,16 @@ class SqliteStore:
             stream_id=stream_id,
             created_at=created_at,
         )
+
+    @retry_reads
+    async def stream_totals(self, tenant: str) -> StreamTotals:
+        def run() -> StreamTotals:
+            row = self._rconn().execute(
+                "SELECT count(*), coalesce(sum(head), 0) FROM streams WHERE tenant_id=?", (tenant,)
+            ).fetchone()
+            return StreamTotals(row[0], row[1])
+
+        return await self._read(run)
 
     @retry_reads
     async def list_streams(

@@ -1,0 +1,374 @@
+"""The kernel's side of hosts: a pool of host processes that run isolated
+actors' ``process()`` calls (docs/hosts.md).
+
+A host runs one call at a time, so a crash, a hang or a runaway allocation
+costs that run alone: its host is killed or found dead, the run fails with
+the reason (HostFailure), the scheduler retries the row as it retries any
+failure, and the next run gets a new host. While a run is in progress the
+host sends ops; each is answered by the run's own OpHandler, as in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import socket
+import sys
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from . import protocol as p
+
+if TYPE_CHECKING:
+    from ..actors.ops import OpHandler
+    from ..events import Event
+    from ..store.actors import InstanceInfo
+
+log = logging.getLogger("yoke.hosts")
+
+# What a host is started without: the kernel's settings (database URL,
+# tokens) and the usual database credentials.
+SCRUBBED_ENV_PREFIXES = ("YOKE_", "PG", "DATABASE_URL", "AWS_")
+INIT_TIMEOUT_S = 60.0
+
+
+class HostFailure(Exception):
+    """A run ended because its host died, was killed or ran out of memory."""
+
+
+def host_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(SCRUBBED_ENV_PREFIXES)}
+
+
+def exit_reason(returncode: int | None) -> str:
+    if returncode is None:
+        return "its host closed the connection"
+    if returncode == p.EXIT_OUT_OF_MEMORY:
+        return "its host reached its memory limit"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"its host died of {name}"
+    return f"its host exited with status {returncode}"
+
+
+class Host:
+    """One host process and its end of the socket."""
+
+    def __init__(self, pool: HostPool, proc: asyncio.subprocess.Process,
+                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.pool = pool
+        self.proc = proc
+        self.reader = reader
+        self.writer = writer
+        self.ids = itertools.count(1)
+        self.waiting: dict[int, asyncio.Future[Any]] = {}
+        self.runs: dict[int, OpHandler] = {}
+        self.dead: str | None = None  # why, once it is
+        self.killed_because: str | None = None
+        self.in_use = False  # acquired for a run
+        self.op_tasks: set[asyncio.Task[None]] = set()
+        self.reading = asyncio.create_task(self._read(), name=f"yoke-host-{proc.pid}")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    async def call(self, method: str, params: Any) -> Any:
+        if self.dead is not None:
+            raise HostFailure(self.dead)
+        id_ = next(self.ids)
+        future = asyncio.get_running_loop().create_future()
+        self.waiting[id_] = future
+        try:
+            self.writer.write(p.encode(p.request(id_, method, params)))
+            return await future
+        finally:
+            self.waiting.pop(id_, None)
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                line = await self.reader.readline()
+                if not line:
+                    break
+                message = p.decode(line)
+                if "method" in message:
+                    task = asyncio.create_task(self._op(message))
+                    self.op_tasks.add(task)
+                    task.add_done_callback(self.op_tasks.discard)
+                else:
+                    self._answered(message)
+        except ConnectionError:
+            pass  # the host is gone: its exit status says why
+        except (ValueError, asyncio.LimitOverrunError) as exc:
+            log.warning("host %s: bad message or connection: %s; killing it", self.pid, exc)
+            self.kill("it sent a bad message")
+        except asyncio.CancelledError:
+            raise
+        returncode = await self.proc.wait()
+        reason = self.killed_because or exit_reason(returncode)
+        self.dead = reason
+        for future in self.waiting.values():
+            if not future.done():
+                future.set_exception(HostFailure(reason))
+        for task in list(self.op_tasks):
+            task.cancel()
+        self.pool.gone(self)
+
+    def _answered(self, message: dict[str, Any]) -> None:
+        future = self.waiting.get(message.get("id"))  # type: ignore[arg-type]
+        if future is None or future.done():
+            return
+        if "error" in message:
+            future.set_exception(HostError(message["error"]))
+        else:
+            future.set_result(message.get("result"))
+
+    async def _op(self, message: dict[str, Any]) -> None:
+        id_, method = message.get("id"), message.get("method")
+        ops = self.runs.get(message.get("run"))  # type: ignore[arg-type]
+        if ops is None:
+            answer = p.error(id_, p.RUN_OVER, "no run in progress with that id on this host")
+        else:
+            try:
+                params = message.get("params")
+                if not isinstance(params, dict) or not isinstance(method, str):
+                    raise errors.InvalidInput("an op is a method name and an object of params")
+                answer = p.result(id_, await ops.call(method, params))
+            except errors.YokeError as exc:
+                answer = p.error(id_, p.OP_FAILED, exc.message, {"code": exc.code, "details": exc.details})
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a kernel fault: the handler sees it as a failed op
+                log.exception("op %s from host %s failed", method, self.pid)
+                answer = p.error(id_, p.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+        if self.dead is None:
+            self.writer.write(p.encode(answer))
+
+    def kill(self, because: str) -> None:
+        if self.dead is None and self.killed_because is None:
+            self.killed_because = because
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+
+    async def closed(self) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.reading
+
+
+class HostError(Exception):
+    """A JSON-RPC error answer from a host."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.code = body.get("code")
+        self.message = str(body.get("message", "host error"))
+        self.data = body.get("data") or {}
+        super().__init__(self.message)
+
+
+class HandlerFailed(Exception):
+    """The handler raised in its host: the message is the host's
+    ``Type: message`` and the traceback the host's."""
+
+    def __init__(self, message: str, traceback: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.traceback = traceback
+
+
+class HostPool:
+    """Up to ``size`` host processes of one application, each running one
+    ``process()`` call at a time; made on demand, reused, replaced when
+    they die."""
+
+    def __init__(self, app_spec: str, *, size: int, memory_limit_bytes: int = 0) -> None:
+        self.app_spec = app_spec
+        self.size = max(size, 1)
+        self.memory_limit_bytes = memory_limit_bytes
+        self.idle: list[Host] = []
+        self.hosts: set[Host] = set()
+        self.starting = 0
+        self.waiters: collections.deque[asyncio.Future[Host]] = collections.deque()
+        self.runs = itertools.count(1)
+        self.closing = False
+        self.started = 0  # host processes started (tests: replacements)
+        self.warming: set[asyncio.Task[None]] = set()
+
+    async def acquire(self) -> Host:
+        """An idle started host of this pool; waits while all are busy
+        (starting one when the pool is below its size)."""
+        if self.closing:
+            raise HostFailure("the host pool is closing")
+        if self.idle:
+            host = self.idle.pop()
+            host.in_use = True
+            return host
+        waiter: asyncio.Future[Host] = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        self.warm()  # below its size (a host died): start one
+        try:
+            host = await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._release(waiter.result())  # handed over as we were cancelled: pass it on
+            raise
+        host.in_use = True
+        return host
+
+    async def process(
+        self, host: Host, ops: OpHandler, instance: InstanceInfo, event: Event, attempt: int,
+    ) -> None:
+        """Run ``process(ctx, event)`` in ``host`` (from acquire()), then give
+        the host back. Cancelled (the run's timeout or shutdown), or failing
+        with the host, the host is killed: it may still be running the handler."""
+        run = next(self.runs)
+        host.runs[run] = ops
+        finished = False
+        try:
+            params = {
+                "run": run, "actor": instance.actor, "tenant": ops.tenant,
+                "instance": asdict(instance), "event": event.to_dict(), "attempt": attempt,
+            }
+            try:
+                await host.call("actor.process", params)
+            except HostError as exc:
+                if exc.code == p.HANDLER_FAILED:
+                    finished = True  # the host is fine: the handler raised
+                    raise HandlerFailed(exc.message, exc.data.get("traceback", "")) from None
+                if exc.code == p.OUT_OF_MEMORY:
+                    host.kill(exc.message)
+                    raise HostFailure(exc.message) from None
+                raise HostFailure(f"the host refused the run: {exc.message}") from None
+            finished = True
+        finally:
+            host.runs.pop(run, None)
+            if finished and host.dead is None:
+                self._release(host)
+            else:
+                host.kill(host.killed_because or "its run was cut short")
+                self._forget(host)
+
+    def warm(self) -> None:
+        """Start hosts in the background up to the pool's size, so runs do
+        not wait for a start (a run's timeout does not include one anyway)."""
+        if self.closing:
+            return
+        for _ in range(self.size - len(self.hosts) - self.starting):
+            self.starting += 1
+            task = asyncio.get_running_loop().create_task(self._warm_one())
+            self.warming.add(task)
+            task.add_done_callback(self.warming.discard)
+
+    async def ready(self) -> None:
+        """Until the hosts warm() started are up (or failed to start)."""
+        if self.warming:
+            await asyncio.wait(set(self.warming))
+
+    async def _warm_one(self) -> None:
+        try:
+            host = await self._start()
+        except Exception as exc:
+            log.warning("could not start a host: %s", exc)
+            # Runs waiting for a host fail rather than wait for one that
+            # cannot start (the next run tries again).
+            while self.waiters:
+                waiter = self.waiters.popleft()
+                if not waiter.done():
+                    waiter.set_exception(HostFailure(str(exc)))
+            return
+        finally:
+            self.starting -= 1
+        self._release(host)
+
+    def release(self, host: Host) -> None:
+        """Give back a host from acquire() that ran nothing."""
+        self._release(host)
+
+    def _release(self, host: Host) -> None:
+        host.in_use = False
+        if host.dead is not None or host not in self.hosts:
+            return
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(host)
+                return
+        self.idle.append(host)
+
+    def _forget(self, host: Host) -> None:
+        host.in_use = False
+        self.hosts.discard(host)
+        if host in self.idle:
+            self.idle.remove(host)
+
+    def gone(self, host: Host) -> None:
+        """A host's process ended (its reader saw it)."""
+        self._forget(host)
+        if not self.closing and host.killed_because is None:
+            log.warning("host %s: %s", host.pid, host.dead)
+        if not self.closing:
+            self.warm()  # its replacement
+
+    async def _start(self) -> Host:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "yoke.hosts.python", str(theirs.fileno()),
+                pass_fds=(theirs.fileno(),), env=host_env(), stdin=asyncio.subprocess.DEVNULL,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        reader, writer = await asyncio.open_unix_connection(sock=ours, limit=p.MAX_MESSAGE_BYTES)
+        host = Host(self, proc, reader, writer)
+        self.hosts.add(host)
+        self.started += 1
+        try:
+            async with asyncio.timeout(INIT_TIMEOUT_S):
+                await host.call("host.init", {
+                    "protocol": p.PROTOCOL_VERSION, "app": self.app_spec, "sys_path": list(sys.path),
+                    "memory_limit_bytes": self.memory_limit_bytes,
+                })
+        except BaseException as exc:
+            host.kill("it did not start")
+            self._forget(host)
+            if isinstance(exc, HostError):
+                raise HostFailure(f"a host could not start: {exc.message}") from None
+            if isinstance(exc, TimeoutError):
+                raise HostFailure(f"a host did not start within {INIT_TIMEOUT_S:.0f}s") from None
+            raise
+        return host
+
+    async def close(self) -> None:
+        self.closing = True
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(HostFailure("the host pool is closing"))
+        for task in list(self.warming):
+            task.cancel()
+        if self.warming:
+            await asyncio.wait(set(self.warming))
+        hosts = list(self.hosts)
+        for host in hosts:
+            host.writer.close()  # EOF: the host exits
+        for host in hosts:
+            try:
+                async with asyncio.timeout(5):
+                    await host.proc.wait()
+            except TimeoutError:
+                host.kill("the pool closed")
+            await host.closed()
+        self.hosts.clear()
+        self.idle.clear()
