@@ -439,6 +439,11 @@ def test_cli_subscriptions(subs_server, http, path, hook):
     assert 'filter      {"types":["order.*"],"where":"payload.n > 0"}' in shown.stdout
     assert orjson.loads(moved.stdout)["processed_through_offset"] == 0
     assert resumed.stdout.startswith("h: running, processed through ")
+    paused, = cli_many(("pause", path, "h"))
+    assert paused.stdout.startswith("h: parked at ")
+    halted, = cli_many(("halt", path, "h"))
+    assert halted.stdout.startswith("h: halted at ")
+    assert cli("resume", path, "h").stdout.startswith("h: running, processed through ")
     assert missing.returncode == 1
     assert missing.stderr == f"error: subscription_not_found (404): no subscription 'nope' on {path}\n"
     assert timed_out.returncode == 1 and timed_out.stderr.startswith("error: not_processed (504): ")
@@ -447,3 +452,28 @@ def test_cli_subscriptions(subs_server, http, path, hook):
     assert [e["payload"] for e in events_of(http, target)] == [{"n": 1}, {"n": 1}]
     assert cli("remove", path, "c/1").stdout.strip() == f"removed c/1 from {path}"
     assert [s["name"] for s in http.get(sub_url(path)).json()["subscriptions"]] == ["h"]
+
+
+def test_pause_halt_and_resume_over_http(http, path):
+    target = path + "/paused"
+    assert http.post(sub_url(path), json={"name": "p", "receiver": {"kind": "copy", "target": target},
+                                          "start": "beginning"}).status_code == 201
+    append(http, path, {"type": "a"})
+    wait(http, path, "p")
+    r = http.post(sub_url(path, "subscription/pause"), params={"name": "p"})
+    assert r.status_code == 200
+    paused = r.json()
+    assert paused["state"] == "parked" and paused["halted"] is None and paused["parked"]["reason"] == "operator"
+    append(http, path, {"type": "b"})
+    shown = http.get(sub_url(path, "subscription"), params={"name": "p"}).json()
+    assert shown["state"] == "parked" and shown["processed_through_offset"] == paused["processed_through_offset"]
+    halted = http.post(sub_url(path, "subscription/halt"), params={"name": "p"}).json()
+    assert halted["state"] == "halted" and halted["halted"]["reason"] == "operator"
+    assert error_of(http.post(sub_url(path, "subscription/halt"), params={"name": "nope"})) == (
+        404, "subscription_not_found")
+    assert http.post(sub_url(path, "subscription/resume"), params={"name": "p"}).json()["state"] == "running"
+    wait(http, path, "p")
+    assert [e["type"] for e in events_of(http, target) if not e["type"].startswith("yoke.")] == ["a", "b"]
+    kinds = [e["type"] for e in events_of(http, path) if e["type"].startswith("yoke.subscription.")]
+    assert kinds == ["yoke.subscription.configured", "yoke.subscription.paused", "yoke.subscription.halted",
+                     "yoke.subscription.resumed"]

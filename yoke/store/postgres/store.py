@@ -565,7 +565,7 @@ class PostgresStore:
             for table in ("events", "consumers", "objects", "fanout_cursors", "input_outbox", "gap_evidence",
                           "protocol_streams", "protocol_producers"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
-            for table in ("subscriptions", "processor_checkpoints", "subscription_inbound"):
+            for table in ("subscriptions", "processor_checkpoints", "subscription_inbound", "subscription_catalogues"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND path=$2", tenant, path)
             await conn.execute("DELETE FROM streams WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
             if path != "/":  # (the global stream is never deleted)

@@ -531,7 +531,7 @@ class SqliteStore:
     # Tables whose rows belong to one stream, by its sid or by its path.
     _BY_SID = ("events", "consumers", "objects", "fanout_cursors", "input_outbox", "gap_evidence",
                "protocol_streams", "protocol_producers")
-    _BY_PATH = ("subscriptions", "processor_checkpoints", "subscription_inbound")
+    _BY_PATH = ("subscriptions", "processor_checkpoints", "subscription_inbound", "subscription_catalogues")
 
     async def delete_stream(self, tenant: str, path: str) -> StreamInfo | None:
         def run() -> StreamInfo | None:

@@ -1,5 +1,5 @@
 -- The Durable Streams protocol (docs/durable-streams.md) on Yoke's streams;
--- see the PostgreSQL migration 0015 for the meaning of each column.
+-- see the PostgreSQL migration 0016 for the meaning of each column.
 ALTER TABLE events ADD COLUMN data BLOB;
 
 CREATE TABLE protocol_streams (
