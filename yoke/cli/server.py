@@ -111,11 +111,16 @@ def describe_app(app: Any) -> str:
     "--body-timeout", type=click.FloatRange(0, min_open=True), default=None, metavar="SECONDS",
     help="Seconds for a request's body to arrive after its headers (default 60; YOKE_HTTP_BODY_TIMEOUT_S).",
 )
+@click.option(
+    "--dev", is_flag=True,
+    help="Development: requests without a token act as tenant default with every scope"
+         " (authentication off; loopback addresses only).",
+)
 @ISOLATION_OPTION
 @JSON_OPTION
 def serve(
     database_url: str | None, host: str | None, port: int | None, app_spec: str | None, no_executor: bool,
-    max_connections: int | None, header_timeout: float | None, body_timeout: float | None,
+    max_connections: int | None, header_timeout: float | None, body_timeout: float | None, dev: bool,
     isolation: str | None, as_json: bool,
 ) -> None:
     """Run the HTTP API (embedded SQLite under ./.yoke by default), and with
@@ -130,9 +135,12 @@ def serve(
         database_url=database_url, host=host, port=port, http_max_connections=max_connections,
         http_header_timeout_s=header_timeout, http_body_timeout_s=body_timeout, isolation=isolation,
     )
-    from ..http.server import bind_socket
+    from ..http.server import bind_socket, is_loopback
     from ..http.server import serve as run_server
 
+    if dev and not is_loopback(settings.host):
+        fail(f"--dev turns authentication off, so it listens on a loopback address only"
+             f" (127.0.0.1, ::1, localhost), not {settings.host}")
     try:  # before anything is loaded or announced
         sock = bind_socket(settings.host, settings.port)
     except OSError as exc:
@@ -148,20 +156,23 @@ def serve(
             emit(
                 {
                     "url": url, "token_file": token_file, "database_url": redact(settings.database_url),
-                    "app": app_spec, "executor": not no_executor, "console": console,
+                    "app": app_spec, "executor": not no_executor, "console": console, "dev": dev,
                 },
                 True, str,
             )
             sys.stdout.flush()
             return
         print_banner(settings, token, token_file, console)
+        if dev:
+            click.echo("  authentication is OFF (--dev): requests without a token act as tenant default"
+                       " with every scope\n", err=True)
         if app is not None:
             mode = "API only (no executor: run `yoke worker`)" if no_executor else "running its actors here"
             click.echo(f"  app:          {app_spec}: {describe_app(app)}; {mode}\n", err=True)
         elif no_executor:
             click.echo("  no executor:  appends are stored without fan-out\n", err=True)
 
-    run_server(settings, app=app, executor=not no_executor, on_ready=on_ready, sock=sock)
+    run_server(settings, app=app, executor=not no_executor, on_ready=on_ready, sock=sock, dev=dev)
 
 
 def cli_name() -> str:

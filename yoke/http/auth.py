@@ -108,13 +108,23 @@ class TokenCache:
             revoked.popitem(last=False)
 
 
+# Who a request without a token is on a ``yoke serve --dev`` server.
+DEV = Principal("default", ("admin", "read", "append"), "dev")
+
+
 def runtime_of(request: Request) -> Runtime:
     return request.app.state.runtime
 
 
 async def authorize(state: Any, token: str | None, tenant: str | None, scope: str | None) -> Principal:
     """The caller behind ``token``, if it may act with ``scope`` on ``tenant``
-    (``scope`` None: whatever its scopes, for checks that only need the tenant)."""
+    (``scope`` None: whatever its scopes, for checks that only need the tenant).
+    A server started with ``--dev`` takes a request without a token as
+    tenant ``default`` with every scope."""
+    if not token and getattr(state, "dev", False):
+        if tenant is not None and tenant != DEV.tenant:
+            raise errors.Forbidden("without a token, requests act as tenant default")
+        return DEV
     cache: TokenCache = state.token_cache
     key = hashlib.sha256(token.encode()).hexdigest() if token else ""
     info = cache.get(key) if key else None

@@ -726,7 +726,8 @@ SUBSCRIPTION_EXAMPLE = {
                "start": "beginning", "on_failing_event": "halt"},
     "configured_at": 4, "generation": 1, "processed_through_offset": 3, "head": 4, "lag": 1, "halted": None,
     "last_error": None, "attempts": 0, "next_retry_at": None, "delivered": 3, "failures": 0,
-    "delivering": "wrk_0123456789abcdef",
+    "delivering": "wrk_0123456789abcdef", "parked": None, "state": "running",
+    "source_stream_id": "str_0123456789abcdef01234567",
 }  # fmt: skip
 
 
@@ -747,6 +748,11 @@ class SubscriptionStatus(BaseModel):
     delivered: int
     failures: int
     delivering: str | None = Field(default=None, description="The process delivering it now (null: none)")
+    parked: JsonObject | None = Field(
+        default=None, description="Paused by the operator ({reason, offset, at_offset}); resume continues"
+    )
+    state: Literal["running", "retrying", "parked", "halted"] = "running"
+    source_stream_id: str = Field(default="", description="The source stream lifetime it delivers")
 
 
 class SubscriptionList(BaseModel):

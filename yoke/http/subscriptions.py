@@ -5,7 +5,7 @@ routes about one subscription take it in the query string:
 ``/v1/streams/orders/-/subscription?name=to-billing``. The collection is
 ``.../-/subscriptions``.
 
-Configuring, removing, resuming and moving a cursor need ``admin`` (a
+Configuring, removing, pausing, halting, resuming and moving a cursor need ``admin`` (a
 webhook sends the tenant's events out of Yoke); listing, showing and waiting
 need ``read``. The routes call the same ``Stream`` methods as Python.
 """
@@ -175,8 +175,24 @@ async def remove(request: Request, path: str = PATH_PARAM, name: str = NAME, pri
 
 
 @router.post(
+    "{path:path}/-/subscription/pause", responses={**STATUS, **answers(404, *CONTROL)},
+    summary="Pause a subscription: delivery stops, the cursor stays, its state is parked (resume continues)",
+)
+async def pause(request: Request, path: str = PATH_PARAM, name: str = NAME, principal: Principal = ADMIN) -> Response:
+    return json_response(status_json(await stream_of(request, principal, path).pause(name)))
+
+
+@router.post(
+    "{path:path}/-/subscription/halt", responses={**STATUS, **answers(404, *CONTROL)},
+    summary="Halt a subscription by command (only resume starts it again, never a deployment)",
+)
+async def halt(request: Request, path: str = PATH_PARAM, name: str = NAME, principal: Principal = ADMIN) -> Response:
+    return json_response(status_json(await stream_of(request, principal, path).halt(name)))
+
+
+@router.post(
     "{path:path}/-/subscription/resume", responses={**STATUS, **answers(404, *CONTROL)},
-    summary="Resume a halted subscription where it stopped",
+    summary="Resume a halted or parked subscription where it stopped",
 )
 async def resume(request: Request, path: str = PATH_PARAM, name: str = NAME, principal: Principal = ADMIN) -> Response:
     return json_response(status_json(await stream_of(request, principal, path).resume(name)))

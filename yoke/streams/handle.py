@@ -343,8 +343,19 @@ class Stream:
         """Deliver again from ``after_offset + 1`` (not beyond the head); a new delivery run."""
         return await Subscriptions(self).set_cursor(name, after_offset)
 
+    async def pause(self, name: str) -> SubscriptionStatus:
+        """Park the subscription (appends ``yoke.subscription.paused``): delivery
+        stops, the cursor stays, its status says ``parked``; ``resume`` continues."""
+        return await Subscriptions(self).pause(name)
+
+    async def halt(self, name: str) -> SubscriptionStatus:
+        """Halt the subscription by command (appends ``yoke.subscription.halted``
+        with reason ``operator``); only ``resume`` (or a cursor move with resume)
+        starts it again, never a deployment."""
+        return await Subscriptions(self).halt(name)
+
     async def resume(self, name: str) -> SubscriptionStatus:
-        """Resume a halted subscription where it stopped."""
+        """Resume a halted or parked subscription where it stopped."""
         return await Subscriptions(self).resume(name)
 
     async def set_cursor_and_resume(self, name: str, after_offset: int) -> SubscriptionStatus:
