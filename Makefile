@@ -10,7 +10,13 @@ PIP := $(PY) -m pip install -qq --disable-pip-version-check
 # make run PORT=9000 (default: YOKE_PORT, else 8080)
 PORT ?=
 
-.PHONY: install test run bench clean chromium
+# The Durable Streams conformance suite, client and reference server (npm,
+# pinned by tests/durable_streams/package-lock.json): npm ci again only when
+# the lock file changes.
+DS_DIR := tests/durable_streams
+DS_STAMP := $(DS_DIR)/node_modules/.installed
+
+.PHONY: install test run bench clean chromium npm
 
 $(PY):
 	@echo "creating $(VENV) (Python virtual environment)…"
@@ -37,20 +43,29 @@ chromium:
 			>/tmp/yoke-chromium-install.log 2>&1 \
 		|| { echo "error: could not install chromium, which tests/browser need (see /tmp/yoke-chromium-install.log)"; exit 1; }; }
 
+$(DS_STAMP): $(DS_DIR)/package-lock.json
+	@echo "installing the Durable Streams npm packages into $(DS_DIR) (first time only)…"
+	@cd $(DS_DIR) && npm ci --no-audit --no-fund --loglevel=error >/tmp/yoke-npm-ci.log 2>&1 \
+		|| { echo "error: npm ci failed in $(DS_DIR) (see /tmp/yoke-npm-ci.log)"; exit 1; }
+	@touch $@
+
+npm: $(DS_STAMP)
+
 # Three test processes (pytest-xdist), a test file each at a time: most of the
 # suite's time is spent waiting on servers, fsync and timeouts, not on the CPU.
-test: $(DEV_STAMP) chromium
+test: $(DEV_STAMP) chromium npm
 	$(PY) -m pytest -q -n 3 --dist loadfile
 
 run: $(RUN_STAMP)
 	@$(VENV)/bin/yoke serve --app examples.orders:app $(if $(PORT),--port $(PORT))
 
-bench: $(DEV_STAMP)
+bench: $(DEV_STAMP) npm
 	$(PY) bench/append.py
 	$(PY) bench/http_api.py
 	$(PY) bench/actors.py
 	$(PY) bench/subscriptions.py
 	$(PY) bench/cli_startup.py
+	$(PY) bench/durable_streams.py
 
 clean:
-	rm -rf $(VENV) .yoke .pytest_cache
+	rm -rf $(VENV) .yoke .pytest_cache $(DS_DIR)/node_modules

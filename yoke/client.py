@@ -235,6 +235,12 @@ class Client:
     def unsubscribe(self, path: str, name: str) -> None:
         self.request("DELETE", stream_url(path, "subscription"), params={"name": name})
 
+    def pause_subscription(self, path: str, name: str) -> Any:
+        return self.request("POST", stream_url(path, "subscription/pause"), params={"name": name})
+
+    def halt_subscription(self, path: str, name: str) -> Any:
+        return self.request("POST", stream_url(path, "subscription/halt"), params={"name": name})
+
     def resume_subscription(self, path: str, name: str) -> Any:
         return self.request("POST", stream_url(path, "subscription/resume"), params={"name": name})
 

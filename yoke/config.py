@@ -67,6 +67,14 @@ class Settings:
     http_max_connections: int = 1000
     http_max_connections_per_client: int = 0
     http_max_head_bytes: int = 32 * 1024
+    # The Durable Streams protocol (/v1/stream/..., docs/durable-streams.md):
+    # the largest request body a PUT or POST takes; how long a long-poll
+    # waits for data before answering 204 (and how often an idle SSE read
+    # gets a control event); how long one SSE response lasts before the
+    # server ends it (the client reconnects from its last offset).
+    protocol_max_body_bytes: int = 16 * 1024 * 1024
+    protocol_long_poll_s: float = 20.0
+    protocol_sse_max_s: float = 60.0
     # Actors. Where per-instance SQLite databases live: file (embedded
     # default), pg_sqlite (PostgreSQL default) or s3.
     storage: str = ""

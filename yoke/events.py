@@ -7,6 +7,7 @@ store persists prepared events and hands back ``Event`` objects on read.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import math
 import random
@@ -114,9 +115,12 @@ class Event:
     tenant: str = "default"
     path: str = "/"
     ephemeral: bool = False
+    # The bytes of a message appended to a Durable Streams byte stream (its
+    # type is BYTES_TYPE, its payload null); None for every other event.
+    data: bytes | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "offset": self.offset,
             "id": self.id,
             "at": self.at,
@@ -132,6 +136,9 @@ class Event:
             "path": self.path,
             "ephemeral": self.ephemeral,
         }
+        if self.data is not None:
+            out["data_base64"] = base64.b64encode(self.data).decode()
+        return out
 
 
 @dataclass(slots=True)
@@ -151,6 +158,7 @@ class PreparedEvent:
     fingerprint: str | None  # only events with an idempotency key need one
     size: int
     object_id: str | None = None  # kernel only: the record commits this object
+    data: bytes | None = None  # a byte stream's message (Event.data)
 
     def to_event(self, tenant: str, path: str, offset: int, at: int) -> Event:
         return Event(
@@ -168,6 +176,7 @@ class PreparedEvent:
             tenant=tenant,
             path=path,
             ephemeral=self.ephemeral,
+            data=self.data,
         )
 
 

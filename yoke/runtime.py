@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,8 +32,12 @@ from .streams.relay import EphemeralRelay
 from .streams.retention import prune_forever, prune_once
 from .streams.tail import SharedReads
 from .streams.wakeups import WakeupHub
+from .store.faults import log_retried
 from .subscriptions.engine import Deliveries
+from .subscriptions.operator import rebuild_stale_catalogues
 from .tokens import Tokens
+
+log = logging.getLogger("yoke.runtime")
 
 
 class Runtime:
@@ -45,6 +50,7 @@ class Runtime:
         self._want_deliveries = executor  # copies and webhooks need no app
         self.executor: Executor | None = None
         self.deliveries: Deliveries | None = None
+        self.catalogues: asyncio.Task[list[tuple[str, str]]] | None = None  # the check on open
         self._state_dbs: StateDatabases | None = None
         self._store: Store = connect_store(settings)
         self.hub = WakeupHub()
@@ -89,6 +95,10 @@ class Runtime:
         if self._want_deliveries:
             self.deliveries = Deliveries(self)
             await self.deliveries.start()
+            # Subscription catalogues missing, invalid or from another reducer
+            # version are rebuilt from their logs (in the background, resumably).
+            self.catalogues = asyncio.create_task(self._rebuild_catalogues(), name="yoke-catalogues")
+            self._tasks.append(self.catalogues)
         self._tasks.append(
             asyncio.create_task(
                 prune_forever(self._store, self.settings.prune_interval_s), name="yoke-retention"
@@ -175,6 +185,15 @@ class Runtime:
             )
             self._state_dbs = StateDatabases(storage)
         return self._state_dbs
+
+    async def _rebuild_catalogues(self) -> list[tuple[str, str]]:
+        try:
+            return await rebuild_stale_catalogues(self)
+        except errors.RuntimeClosed:
+            return []
+        except Exception:
+            log_retried(log, "checking the subscription catalogues failed")
+            return []
 
     async def stream_deleted(self, tenant: str, path: str) -> None:
         """What this process remembers of a deleted stream goes: its buffered

@@ -1,5 +1,5 @@
 """A real browser for tests of the pages Yoke serves (/docs, /redoc, the
-planned console): Debian's ``chromium`` (``make test`` installs it) driven by
+console): Debian's ``chromium`` (``make test`` installs it) driven by
 Playwright, which downloads no browser of its own here.
 
 Fixtures:
@@ -15,7 +15,9 @@ Fixtures:
   Content-Security-Policy refused that the test did not expect
   (``offline.refusals_expected``);
 - ``server``: a real ``yoke serve`` on SQLite for the module
-  (``server.url``; its admin token is ``server.token``).
+  (``server.url``; its admin token is ``server.token``);
+- ``console_server``: ``yoke serve --app tests.http.console_app:app`` per
+  backend, SQLite and PostgreSQL (tests/http/conftest.py).
 
 Without chromium (or Playwright) the tests are skipped with the reason;
 ``make test`` installs both, so there they always run.
@@ -32,6 +34,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.http.conftest import Server, start_server, stop_server
+from tests.http.conftest import console_server as http_console_server
 
 CHROMIUM = "/usr/bin/chromium"
 LAUNCH_ARGS = [
@@ -77,10 +80,22 @@ class Offline:
         self.errors: list[str] = []
         self.refused: list[str] = []
         self.refusals_expected: set[str] = set()
+        # Every error the page logged; a test that sets ``strict`` fails on
+        # any whose text contains none of ``errors_expected``.
+        self.logged: list[str] = []
+        self.strict = False
+        self.errors_expected: set[str] = set()
 
     def console(self, message: Any) -> None:
         if message.type == "error" and "Content Security Policy" in message.text:
             self.refused.append(message.text)
+        if message.type == "error":
+            self.logged.append(message.text)
+
+    def unexpected_logged(self) -> list[str]:
+        if not self.strict:
+            return []
+        return [m for m in self.logged if not any(e in m for e in self.errors_expected)]
 
     def unexpected_refusals(self) -> list[str]:
         return [r for r in self.refused if not any(url in r for url in self.refusals_expected)]
@@ -115,6 +130,7 @@ def page(browser: Any, offline: Offline) -> Iterator[Any]:
     assert not offline.blocked, f"the page needed the network: {offline.blocked}"
     assert not offline.errors, f"script errors on the page: {offline.errors}"
     assert not offline.unexpected_refusals(), f"refused by the page's policy: {offline.unexpected_refusals()}"
+    assert not offline.unexpected_logged(), f"errors in the browser console: {offline.unexpected_logged()}"
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +141,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield srv
     finally:
         stop_server(srv)
+
+
+console_server = http_console_server

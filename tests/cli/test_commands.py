@@ -195,7 +195,7 @@ def test_json_output_of_every_command(cli, server, tmp_path):
     assert [e["type"] for e in js("read", path)["events"]] == ["a.b"]
     assert [s["path"] for s in js("streams", path)] == [path]
     assert js("stream", "info", path)["head"] == 1
-    assert js("stream", "retention", path, "--max-events", "5")["retention"]["max_events"] == 5
+    assert js("stream", "retention", path, "--max-events", "50")["retention"]["max_events"] == 50
     assert js("stream", "hold", path, "off")["legal_hold"] is False
 
     added = js("subscriptions", "add", path, "--name", "j", "--copy-to", path + "-copy", "--start", "beginning")
@@ -205,7 +205,9 @@ def test_json_output_of_every_command(cli, server, tmp_path):
     assert waited["processed_through_offset"] == waited["head"] == 2  # the event and the configuration
     assert js("subscriptions", "show", path, "j")["config"]["target"] == path + "-copy"
     assert js("subscriptions", "cursor", path, "j", "0")["name"] == "j"
-    assert js("subscriptions", "resume", path, "j")["name"] == "j"
+    assert js("subscriptions", "pause", path, "j")["state"] == "parked"
+    assert js("subscriptions", "halt", path, "j")["state"] == "halted"
+    assert js("subscriptions", "resume", path, "j")["state"] == "running"
     assert js("subscriptions", "remove", path, "j") == {"removed": "j", "path": path}
 
     key = uuid.uuid4().hex[:8]
@@ -216,6 +218,7 @@ def test_json_output_of_every_command(cli, server, tmp_path):
     assert js("dlq", "list", created["id"]) == []
     assert js("dlq", "redrive", created["id"]) == {"redriven": 0}
     assert js("dlq", "drop", created["id"]) == {"dropped": 0}
+    assert js("instances", "remove", created["id"])["id"] == created["id"]
 
     new = js("tokens", "create", "--tenant", "jsonland", "--name", "j", db=True)
     assert new["tenant"] == "jsonland" and new["token"].startswith("yk_")
@@ -259,6 +262,7 @@ def test_json_output_of_every_command(cli, server, tmp_path):
     covered.add(("worker",))
 
     assert js("stream", "close", path)["closed"] is True
+    assert js("stream", "delete", path, "--yes")["path"] == path
     assert {path for path, _ in leaves(main)} <= covered
 
 

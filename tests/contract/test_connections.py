@@ -191,3 +191,27 @@ async def test_bad_input_is_refused_before_anything_opens(y, tenant):
         await s.open_connection(connection_key="k", on_batch=got, filter={"types": ["x"], "key": "payload.k"})
     assert await connection_facts(y, tenant) == []
     assert len(y.connections) == 0
+
+
+async def test_an_opening_that_cannot_be_recorded_leaves_nothing_behind(y, tenant):
+    """The opened fact is written before the connection runs: when the
+    database refuses it, the call fails and the key is free again."""
+    s = y.stream("/flaky", tenant)
+    store = y.store
+    real = store.append_fact
+
+    async def unavailable(*args, **kwargs):  # noqa: ANN002, ANN003
+        raise errors.Unavailable("the database is away", reason="connect_failed")
+
+    store.append_fact = unavailable
+    try:
+        with pytest.raises(errors.Unavailable):
+            await s.open_connection(connection_key="k", on_batch=Collector())
+    finally:
+        store.append_fact = real
+    assert len(y.connections) == 0
+    got = Collector()
+    async with asyncio.timeout(WAIT_S):
+        async with await s.open_connection(connection_key="k", on_batch=got):
+            await s.append({"type": "x"})
+            assert [e.type for e in await got.events(1)] == ["x"]

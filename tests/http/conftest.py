@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -143,8 +145,39 @@ def own_database(kind: str, base: Path, prefix: str) -> Iterator[str]:
         yield f"sqlite:///{base}/yoke.db"
         return
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    asyncio.run(admin_sql(f'CREATE DATABASE "{name}"'))
+    run_apart(admin_sql(f'CREATE DATABASE "{name}"'))
     try:
         yield with_database(PG_ADMIN_URL, name)
     finally:
-        asyncio.run(admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        run_apart(admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def run_apart(coroutine: Any) -> Any:
+    """``asyncio.run`` on a thread of its own: callable while this thread runs
+    an event loop (Playwright's sync API keeps one running in the browser tests)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+CONSOLE_APP = "tests.http.console_app:app"
+# Fast actor retries and schedules, fast subscription retries (a failing webhook halts at once).
+CONSOLE_FAST = {
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    "YOKE_SCHEDULER_SWEEP_S": "0.05",
+    "YOKE_WORKER_HEARTBEAT_S": "0.2",
+    "YOKE_SUBSCRIPTION_RETRY_BASE_S": "0.01",
+    "YOKE_SUBSCRIPTION_RETRY_MAX_S": "0.02",
+}
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def console_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """``yoke serve --app tests.http.console_app:app`` on a database of its own."""
+    base = tmp_path_factory.mktemp("console")
+    with own_database(request.param, base, "yoke_console") as db_url:
+        srv = start_server(db_url, base / ".yoke", args=("--app", CONSOLE_APP), **CONSOLE_FAST)
+        try:
+            yield srv
+        finally:
+            stop_server(srv)

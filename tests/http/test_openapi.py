@@ -26,6 +26,8 @@ BODILESS = {
     ("post", "/v1/streams{path}/-/close"),
     ("post", "/v1/streams{path}/-/objects/{object_id}/abort"),
     ("post", "/v1/streams{path}/-/subscription/resume"),
+    ("post", "/v1/streams{path}/-/subscription/pause"),
+    ("post", "/v1/streams{path}/-/subscription/halt"),
     ("post", "/api/workflow-streams/runs/{runID}/streams/{streamID}/close"),
     ("post", "/api/workflow-streams/runs/{runID}/streams/{streamID}/objects/{objectID}/abort"),
 }

@@ -39,6 +39,7 @@ FAST = {
 STATUS_FIELDS = {
     "name", "path", "config", "configured_at", "generation", "processed_through_offset", "head", "lag",
     "halted", "last_error", "attempts", "next_retry_at", "delivered", "failures", "delivering",
+    "parked", "state", "source_stream_id",
 }
 
 
@@ -207,6 +208,8 @@ def test_list_show_cursor_and_remove(http, path):
     }
     assert (a["path"], a["configured_at"], a["generation"], a["head"], a["lag"]) == (path, 1, 1, 4, 0)
     assert (a["halted"], a["last_error"], a["attempts"], a["next_retry_at"], a["failures"]) == (None, None, 0, None, 0)
+    assert (a["state"], a["parked"]) == ("running", None)
+    assert a["source_stream_id"] == http.get(f"/v1/streams{path}").json()["stream_id"]
     assert data_types(events_of(http, target)) == ["x", "y"]
     assert [e["payload"] for e in events_of(http, path + "/other")] == [3, 4]  # transformed
 
@@ -439,6 +442,11 @@ def test_cli_subscriptions(subs_server, http, path, hook):
     assert 'filter      {"types":["order.*"],"where":"payload.n > 0"}' in shown.stdout
     assert orjson.loads(moved.stdout)["processed_through_offset"] == 0
     assert resumed.stdout.startswith("h: running, processed through ")
+    paused, = cli_many(("pause", path, "h"))
+    assert paused.stdout.startswith("h: parked at ")
+    halted, = cli_many(("halt", path, "h"))
+    assert halted.stdout.startswith("h: halted at ")
+    assert cli("resume", path, "h").stdout.startswith("h: running, processed through ")
     assert missing.returncode == 1
     assert missing.stderr == f"error: subscription_not_found (404): no subscription 'nope' on {path}\n"
     assert timed_out.returncode == 1 and timed_out.stderr.startswith("error: not_processed (504): ")
@@ -447,3 +455,28 @@ def test_cli_subscriptions(subs_server, http, path, hook):
     assert [e["payload"] for e in events_of(http, target)] == [{"n": 1}, {"n": 1}]
     assert cli("remove", path, "c/1").stdout.strip() == f"removed c/1 from {path}"
     assert [s["name"] for s in http.get(sub_url(path)).json()["subscriptions"]] == ["h"]
+
+
+def test_pause_halt_and_resume_over_http(http, path):
+    target = path + "/paused"
+    assert http.post(sub_url(path), json={"name": "p", "receiver": {"kind": "copy", "target": target},
+                                          "start": "beginning"}).status_code == 201
+    append(http, path, {"type": "a"})
+    wait(http, path, "p")
+    r = http.post(sub_url(path, "subscription/pause"), params={"name": "p"})
+    assert r.status_code == 200
+    paused = r.json()
+    assert paused["state"] == "parked" and paused["halted"] is None and paused["parked"]["reason"] == "operator"
+    append(http, path, {"type": "b"})
+    shown = http.get(sub_url(path, "subscription"), params={"name": "p"}).json()
+    assert shown["state"] == "parked" and shown["processed_through_offset"] == paused["processed_through_offset"]
+    halted = http.post(sub_url(path, "subscription/halt"), params={"name": "p"}).json()
+    assert halted["state"] == "halted" and halted["halted"]["reason"] == "operator"
+    assert error_of(http.post(sub_url(path, "subscription/halt"), params={"name": "nope"})) == (
+        404, "subscription_not_found")
+    assert http.post(sub_url(path, "subscription/resume"), params={"name": "p"}).json()["state"] == "running"
+    wait(http, path, "p")
+    assert [e["type"] for e in events_of(http, target) if not e["type"].startswith("yoke.")] == ["a", "b"]
+    kinds = [e["type"] for e in events_of(http, path) if e["type"].startswith("yoke.subscription.")]
+    assert kinds == ["yoke.subscription.configured", "yoke.subscription.paused", "yoke.subscription.halted",
+                     "yoke.subscription.resumed"]

@@ -253,3 +253,17 @@ def test_gap_evidence_is_served_to_operators(server, http):
     assert code(http.get(f"{base}/g/gaps", params={"limit": 0})) == (400, "invalid_input")
     path = "/runs/" + base.split("/runs/")[1].replace("/streams", "/g")
     assert http.get(f"/v1/streams{path}/-/gaps").json() == {"gaps": []}
+
+
+def test_a_console_session_meets_the_same_pins(server, http):
+    url = pinned_stream(http)
+    path = "/runs/" + url.split("/runs/")[1].replace("/streams/", "/")
+    base = f"/api/workflow-streams/runs/{new_run()}/streams"
+    assert http.post(base, json={"stream_id": "free"}).status_code == 201
+    plain = "/runs/" + base.split("/runs/")[1].replace("/streams", "/free")
+    import httpx
+
+    with httpx.Client(base_url=server.url) as browser:
+        assert browser.post("/ui/session", json={"token": server.token}).status_code == 200
+        assert code(browser.get(f"/v1/streams{path}/-/events")) == (403, "data_handling_pinned")
+        assert browser.get(f"/v1/streams{plain}/-/events").status_code == 200

@@ -48,9 +48,14 @@ async def test_batches_filter_ephemeral_and_cursor(fresh_url: str) -> None:
         assert offsets == list(range(2, 2502))  # in order, each once, no ephemeral
         assert max(len(b["events"]) for b in batches) <= 1000
         first = batches[0]
-        assert set(first) == {"events", "path", "name", "stream_id", "attempt", "delivery_id"}
+        assert set(first) == {
+            "events", "path", "name", "stream_id", "stream_created_at", "generation", "attempt", "delivery_id",
+        }
         assert (first["path"], first["name"], first["attempt"]) == ("/s", "rec", 1)
-        assert first["stream_id"] == (await s.info()).stream_id
+        info = await s.info()
+        # The run: the source lifetime and the configuration generation.
+        assert (first["stream_id"], first["stream_created_at"], first["generation"]) == (
+            info.stream_id, info.created_at, (await s.subscription("rec")).generation)
         assert status.delivered == 2500
 
 

@@ -92,3 +92,58 @@ async def test_a_late_copy_of_the_old_lifetime_is_fenced(fresh_url: str) -> None
         ]
         [record] = await y.store.subscriptions.inbound("default", "/dst")
         assert (record.source_stream_id, record.source_created_at) == (new_info.stream_id, new_info.created_at)
+
+
+async def test_a_remote_webhook_receiver_fences_the_old_lifetime_by_its_stamps(fresh_url: str) -> None:
+    """End to end over HTTP: a webhook receiver that keeps the newest
+    (stream_created_at, generation) per (path, name) and refuses a strictly
+    older stamp. Process A's POST of the old lifetime is held in the network
+    while process B deletes the source, creates it again and subscribes
+    anew, and process C delivers the new run; the late POST arrives after
+    and is refused, and A's subscription of the old lifetime never runs again."""
+    from .webhook_server import Response, WebhookReceiver
+
+    secret = "whsec_" + "QUJD" * 8
+    newest: dict[tuple[str, str], tuple[int, int]] = {}
+    release = asyncio.Event()
+    held: list[dict] = []
+
+    async def respond(request) -> Response:  # noqa: ANN001
+        body = request.json
+        if not held:  # the first POST: held in the network
+            held.append(body)
+            await release.wait()
+        key, stamp = (body["path"], body["name"]), (body["stream_created_at"], body["generation"])
+        if key in newest and newest[key] > stamp:
+            return Response(409)  # a superseded run
+        newest[key] = max(newest.get(key, stamp), stamp)
+        return Response(204)
+
+    slow = {**FAST, "subscription_sweep_s": 60}  # A sweeps once, at the start
+    async with WebhookReceiver(respond) as hook:
+        async with yoke.open(fresh_url, **slow) as a, yoke.open(fresh_url, executor=False) as b:
+            await a.stream("/src").subscribe("hook", yoke.webhook(hook.url, secret=secret))
+            await a.stream("/src").append({"type": "x", "payload": "old"})
+            await hook.wait_for(lambda requests: len(requests) == 1, timeout_s=20)
+            old = await b.stream("/src").info()
+
+            await b.stream("/src").delete()
+            await b.stream("/src").subscribe("hook", yoke.webhook(hook.url, secret=secret))
+            await b.stream("/src").append({"type": "x", "payload": "new"})
+            async with yoke.open(fresh_url, **FAST) as c:
+                status = await c.stream("/src").wait_until_processed("hook", 2, timeout_s=20)
+                assert status.source_stream_id != old.stream_id
+                release.set()
+                await hook.wait_for(lambda requests: all(r.status is not None for r in requests), timeout_s=20)
+                [late, fresh] = hook.requests
+                assert (late.json["event"]["payload"], late.status) == ("old", 409)
+                assert (fresh.json["event"]["payload"], fresh.status) == ("new", 204)
+                assert (late.json["stream_id"], late.json["stream_created_at"]) == (old.stream_id, old.created_at)
+                assert fresh.json["stream_created_at"] > old.created_at
+                assert fresh.headers["yoke-stream-id"] == status.source_stream_id
+                # A's runner of the old lifetime failed into nothing and stopped.
+                await c.stream("/src").append({"type": "x", "payload": "later"})
+                await c.stream("/src").wait_until_processed("hook", 3, timeout_s=20)
+                after = await c.stream("/src").subscription("hook")
+                assert (after.failures, after.attempts, after.state) == (0, 0, "running")
+                assert [r.json["event"]["payload"] for r in hook.requests] == ["old", "new", "later"]

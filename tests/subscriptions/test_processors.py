@@ -170,6 +170,10 @@ async def test_a_counting_processor_folds_the_stream(fresh_url: str, tenant: str
                 e.to_dict() for e in log if e.offset in {x.offset for x in events}
             ]
             assert ctx.name == NAME and ctx.stream.path == PATH and ctx.stream.tenant == tenant
+            # The run that delivered it: the source lifetime and the generation.
+            info = await s.info()
+            assert (ctx.stream_id, ctx.stream_created_at, ctx.generation) == (
+                info.stream_id, info.created_at, sub.offset)
 
 
 async def test_after_gets_the_new_state_and_the_events(fresh_url: str, tenant: str) -> None:

@@ -205,10 +205,15 @@ def check_signed(request: Request, secret: str, stream_id: str, path: str, name:
         pass
     else:
         raise AssertionError("a signature verified under an unrelated secret")
-    assert set(body) == {"attempt", "event", "path", "name"}, body
+    assert set(body) == {"attempt", "event", "path", "name", "stream_id", "stream_created_at", "generation"}, body
     event = body["event"]
     assert isinstance(event, dict) and isinstance(event["offset"], int)  # one event, not a list
     assert request.headers["webhook-id"] == f"{stream_id}:{event['offset']}"
+    # The run that sent it, in the signed body and in headers.
+    assert body["stream_id"] == stream_id == request.headers["yoke-stream-id"]
+    assert isinstance(body["stream_created_at"], int) and body["stream_created_at"] > 0
+    assert request.headers["yoke-stream-created-at"] == str(body["stream_created_at"])
+    assert isinstance(body["generation"], int) and request.headers["yoke-generation"] == str(body["generation"])
     assert body["path"] == path and body["name"] == name
     assert isinstance(body["attempt"], int) and body["attempt"] >= 1
     return body

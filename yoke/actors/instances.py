@@ -5,8 +5,8 @@ handle; the HTTP API and the CLI use the same methods.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
@@ -15,14 +15,18 @@ from ..events import check_text, json_text, now_ms, validate_tenant
 from ..lifecycle import GLOBAL
 from ..routing.filters import Filter
 from ..routing.index import MAX_KEY_CHARS, SINGLETON_KEY
-from ..store.actors import InstanceInfo, QueueDepth, QueueRow, new_instance_id
-from .state import InstanceDatabase
+from ..store.actors import InstanceInfo, QueueDepth, QueueRow, Schedule, new_instance_id
+from .state import InstanceDatabase, QueryResult
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
 
 MAX_QID = 2**63 - 1
 MAX_QIDS = 10_000  # queue row ids one redrive or drop names
+MAX_QUERY_ROWS = 10_000  # rows one read-only query answers
+MAX_QUERY_S = 30.0  # seconds one read-only query may run
+
+T = TypeVar("T")
 
 
 def check_key(key: Any) -> str:
@@ -169,21 +173,49 @@ class Instances:
         return await self._store.list_instances(self.tenant, actor, limit, after)
 
     async def state(self, instance_id: str) -> tuple[Any, int]:
-        """The instance's ``ctx.state`` document and version (operators, tests).
+        """The instance's ``ctx.state`` document and version (operators, tests)."""
+        return await self._on_database(instance_id, lambda db: db.state_get())
 
-        The process that runs the instance keeps its database open and is
-        its only writer, so its copy is current; any other process (an API
-        server without an executor, a worker that does not own it) reads
-        the stored copy afresh instead of caching one that would go stale."""
+    async def query(
+        self, instance_id: str, sql: str, params: Sequence[Any] = (), *,
+        max_rows: int = 500, timeout_s: float = 2.0,
+    ) -> QueryResult:
+        """One read-only SQL statement on the instance's SQLite database (its
+        ``ctx.sqlite`` tables and ``_yoke_state``): at most ``max_rows`` rows
+        (1-10000) and ``timeout_s`` seconds (0-30). Anything that would write,
+        attach or set a pragma is refused (invalid_input)."""
+        if not isinstance(max_rows, int) or isinstance(max_rows, bool) or not 1 <= max_rows <= MAX_QUERY_ROWS:
+            raise errors.InvalidInput(f"max_rows must be 1-{MAX_QUERY_ROWS}", field="max_rows")
+        if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or not 0 < timeout_s <= MAX_QUERY_S:
+            raise errors.InvalidInput(f"timeout_s must be more than 0 and at most {MAX_QUERY_S}", field="timeout_s")
+        if not isinstance(params, (list, tuple)) or not all(_sql_value(v) for v in params):
+            raise errors.InvalidInput(
+                "params must be a list of strings, numbers (64-bit integers), booleans or nulls", field="params"
+            )
+        return await self._on_database(
+            instance_id, lambda db: db.read_only(sql, params, max_rows=max_rows, timeout_s=float(timeout_s))
+        )
+
+    async def _on_database(self, instance_id: str, work: Callable[[InstanceDatabase], Awaitable[T]]) -> T:
+        """``work`` on the instance's database. The process that runs the
+        instance keeps it open and is its only writer, so its copy is current;
+        any other process (an API server without an executor, a worker that
+        does not own it) reads the stored copy afresh instead of caching one
+        that would go stale."""
         info = await self.get(instance_id)
         databases = self._runtime.state_databases()
         if self._runtime.worker_id is not None and info.worker_id == self._runtime.worker_id:
-            return await databases.get(self.tenant, instance_id).state_get()
+            return await work(databases.get(self.tenant, instance_id))
         db = InstanceDatabase(databases, self.tenant, instance_id)
         try:
-            return await db.state_get()
+            return await work(db)
         finally:
             db.close()
+
+    async def schedules(self, instance_id: str) -> list[Schedule]:
+        """The instance's schedules (timers and cron), by name."""
+        await self.get(instance_id)
+        return sorted(await self._store.schedules(self.tenant, instance_id), key=lambda s: s.name)
 
     async def depth(self, instance_id: str | None = None) -> QueueDepth:
         if instance_id is not None:
@@ -211,6 +243,13 @@ class Instances:
         """Delete dead rows (all, or those listed)."""
         await self.get(instance_id)
         return await self._store.drop_dead(self.tenant, instance_id, _qids(qids))
+
+
+def _sql_value(value: Any) -> bool:
+    """A value SQLite can bind."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return -(2**63) <= value < 2**63
+    return value is None or isinstance(value, (bool, float, str))
 
 
 def _qids(qids: Sequence[int] | None) -> list[int] | None:

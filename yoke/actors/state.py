@@ -24,8 +24,10 @@ import os
 import re
 import secrets
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -226,6 +228,35 @@ class InstanceDatabase:
 
         return await self._guard(run, write=not _READ_ONLY.match(sql) or None)
 
+    async def read_only(
+        self, sql: str, params: Sequence[Any], *, max_rows: int, timeout_s: float
+    ) -> QueryResult:
+        """One statement that only reads (an authorizer refuses anything else,
+        ``_yoke_state`` included in what it may read), at most ``max_rows``
+        rows and ``timeout_s`` seconds (then ``InvalidInput``: interrupted)."""
+        if not isinstance(sql, str) or not sql.strip():
+            raise errors.InvalidInput("sql must be a non-empty string", field="sql")
+
+        def run(conn: sqlite3.Connection) -> QueryResult:
+            deadline = time.monotonic() + timeout_s
+            conn.set_authorizer(_read_only_authorizer)
+            conn.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
+            try:
+                cur = conn.execute(sql, params)
+                rows = cur.fetchmany(max_rows + 1)
+                columns = [d[0] for d in cur.description or ()]
+                cur.close()
+            finally:
+                conn.set_authorizer(None)
+                conn.set_progress_handler(None, 0)
+            return QueryResult(columns, [list(r) for r in rows[:max_rows]], len(rows) > max_rows)
+
+        try:
+            return await self._run(run, write=False)
+        except (sqlite3.Error, ValueError, OverflowError) as exc:  # ValueError: a NUL in the SQL
+            message = "the query ran out of time" if "interrupted" in str(exc) else str(exc)
+            raise errors.InvalidInput(f"sqlite: {message}", field="sql") from None
+
     async def _guard(self, fn: Callable[[sqlite3.Connection], T], *, write: bool | None) -> T:
         try:
             return await self._run(fn, write=write)
@@ -236,6 +267,35 @@ class InstanceDatabase:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    columns: list[str]
+    rows: list[list[Any]]
+    truncated: bool  # more rows than max_rows
+
+
+# The progress handler (the deadline check) runs every this many SQLite VM steps.
+PROGRESS_STEPS = 10_000
+# What a read-only query may do: read tables, call functions, recurse (CTEs),
+# and run pragmas that only describe the schema (whatever their argument) or
+# read a value (without one: nothing set).
+_READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+_SCHEMA_PRAGMAS = {
+    "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo", "foreign_key_list",
+}
+_VALUE_PRAGMAS = {"user_version", "page_count", "page_size"}
+
+
+def _read_only_authorizer(action: int, arg1: str | None, arg2: str | None, _db: str | None, _by: str | None) -> int:
+    if action in _READ_ACTIONS:
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_PRAGMA:
+        pragma = (arg1 or "").lower()
+        if pragma in _SCHEMA_PRAGMAS or (pragma in _VALUE_PRAGMAS and arg2 is None):
+            return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_DENY
 
 
 def _dump_state(value: Any) -> str:

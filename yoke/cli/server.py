@@ -116,12 +116,17 @@ def describe_app(app: Any) -> str:
     "--body-timeout", type=click.FloatRange(0, min_open=True), default=None, metavar="SECONDS",
     help="Seconds for a request's body to arrive after its headers (default 60; YOKE_HTTP_BODY_TIMEOUT_S).",
 )
+@click.option(
+    "--dev", is_flag=True,
+    help="Development: requests without a token act as tenant default with every scope"
+         " (authentication off; loopback addresses only).",
+)
 @ISOLATION_OPTION
 @RELOAD_OPTION
 @JSON_OPTION
 def serve(
     database_url: str | None, host: str | None, port: int | None, app_spec: str | None, no_executor: bool,
-    max_connections: int | None, header_timeout: float | None, body_timeout: float | None,
+    max_connections: int | None, header_timeout: float | None, body_timeout: float | None, dev: bool,
     isolation: str | None, reload: bool | None, as_json: bool,
 ) -> None:
     """Run the HTTP API (embedded SQLite under ./.yoke by default), and with
@@ -137,16 +142,19 @@ def serve(
         http_header_timeout_s=header_timeout, http_body_timeout_s=body_timeout, isolation=isolation,
         reload=reload or None,
     )
-    from ..http.server import bind_socket
+    from ..http.server import bind_socket, is_loopback
     from ..http.server import serve as run_server
 
+    if dev and not is_loopback(settings.host):
+        fail(f"--dev turns authentication off, so it listens on a loopback address only"
+             f" (127.0.0.1, ::1, localhost), not {settings.host}")
     try:  # before anything is loaded or announced
         sock = bind_socket(settings.host, settings.port)
     except OSError as exc:
         fail(listen_failure(exc, settings.host, settings.port))
     app = load_app_or_fail(app_spec) if app_spec is not None else None
 
-    def on_ready(settings: Settings, token: str) -> None:
+    def on_ready(settings: Settings, token: str, console: str) -> None:
         from .. import tokenfile
 
         token_file = str(tokenfile.token_file(settings.data_dir, settings.port))
@@ -155,20 +163,23 @@ def serve(
             emit(
                 {
                     "url": url, "token_file": token_file, "database_url": redact(settings.database_url),
-                    "app": app_spec, "executor": not no_executor,
+                    "app": app_spec, "executor": not no_executor, "console": console, "dev": dev,
                 },
                 True, str,
             )
             sys.stdout.flush()
             return
-        print_banner(settings, token, token_file)
+        print_banner(settings, token, token_file, console)
+        if dev:
+            click.echo("  authentication is OFF (--dev): requests without a token act as tenant default"
+                       " with every scope\n", err=True)
         if app is not None:
             mode = "API only (no executor: run `yoke worker`)" if no_executor else "running its actors here"
             click.echo(f"  app:          {app_spec}: {describe_app(app)}; {mode}\n", err=True)
         elif no_executor:
             click.echo("  no executor:  appends are stored without fan-out\n", err=True)
 
-    run_server(settings, app=app, executor=not no_executor, on_ready=on_ready, sock=sock)
+    run_server(settings, app=app, executor=not no_executor, on_ready=on_ready, sock=sock, dev=dev)
 
 
 def cli_name() -> str:
@@ -186,7 +197,7 @@ def cli_name() -> str:
     return argv0 if relative.startswith("..") else relative
 
 
-def print_banner(settings: Settings, token: str, token_file: str) -> None:
+def print_banner(settings: Settings, token: str, token_file: str, console: str) -> None:
     url = f"http://{settings.host}:{settings.port}"
     auth = f'-H "Authorization: Bearer $(cat {token_file})"'
     cli = cli_name() + " read /demo" + ("" if settings.port == 8080 else f" --url {url}")
@@ -195,6 +206,7 @@ def print_banner(settings: Settings, token: str, token_file: str) -> None:
 Yoke is serving {redact(settings.database_url)}
   URL:          {url}   (API docs: {url}/docs)
   admin token:  {token}   (saved in {token_file})
+  console:      {console}   (signs a browser in, once)
 
 Try it (in another terminal, in this directory):
   curl -s -X POST {url}/v1/streams/demo/-/events {auth} -H 'Content-Type: application/json' -d '{{"type":"hello","payload":{{"n":1}}}}'

@@ -1,4 +1,4 @@
-"""``yoke subscriptions list|show|add|remove|resume|cursor|wait`` over HTTP
+"""``yoke subscriptions list|show|add|remove|pause|halt|resume|cursor|wait`` over HTTP
 (docs/subscriptions.md)."""
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ def receiver_text(config: dict[str, Any]) -> str:
 
 
 def subscription_state(s: dict[str, Any]) -> str:
+    if s.get("parked") is not None:
+        return f"parked at {s['parked'].get('offset')}"
     if s["halted"] is not None:
         return f"halted at {s['halted'].get('offset')}"
     if s["next_retry_at"] is not None:
@@ -61,10 +63,10 @@ def subscription_lines(s: dict[str, Any]) -> str:
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
 
-@group(short_help="Subscriptions of a stream: list, show, add, remove, resume, cursor, wait.")
+@group(short_help="Subscriptions of a stream: list, show, add, remove, pause, halt, resume, cursor, wait.")
 def subscriptions() -> None:
-    """Subscriptions of a source stream: list, show, add, remove, resume,
-    cursor, wait."""
+    """Subscriptions of a source stream: list, show, add, remove, pause,
+    halt, resume, cursor, wait."""
 
 
 @subscriptions.command("list")
@@ -156,12 +158,36 @@ def subscriptions_remove(client: Remote, as_json: bool, path: str, name: str) ->
     emit({"removed": name, "path": path}, as_json, lambda r: f"removed {name} from {path}")
 
 
+@subscriptions.command("pause", short_help="Park a subscription: delivery stops, the cursor stays.")
+@argument("path", SOURCE_HELP)
+@argument("name", NAME_HELP)
+@http_command
+def subscriptions_pause(client: Remote, as_json: bool, path: str, name: str) -> None:
+    """Pause a subscription (a paused event on PATH): nothing is delivered,
+    the cursor stays, its state is parked; `resume` continues where it stopped."""
+    status = client.pause_subscription(path, name)
+    emit(status, as_json, lambda s: f"{s['name']}: {subscription_state(s)}, processed through "
+         f"{s['processed_through_offset']} (lag {s['lag']})")
+
+
+@subscriptions.command("halt", short_help="Halt a subscription by command (only resume restarts it).")
+@argument("path", SOURCE_HELP)
+@argument("name", NAME_HELP)
+@http_command
+def subscriptions_halt(client: Remote, as_json: bool, path: str, name: str) -> None:
+    """Halt a subscription (a halted event on PATH, reason operator): only
+    `resume` or `cursor --resume` start it again, never a new deployment."""
+    status = client.halt_subscription(path, name)
+    emit(status, as_json, lambda s: f"{s['name']}: {subscription_state(s)}, processed through "
+         f"{s['processed_through_offset']} (lag {s['lag']})")
+
+
 @subscriptions.command("resume")
 @argument("path", SOURCE_HELP)
 @argument("name", NAME_HELP)
 @http_command
 def subscriptions_resume(client: Remote, as_json: bool, path: str, name: str) -> None:
-    """Resume a halted subscription where it stopped."""
+    """Resume a halted or parked subscription where it stopped."""
     status = client.resume_subscription(path, name)
     emit(status, as_json, lambda s: f"{s['name']}: {subscription_state(s)}, processed through "
          f"{s['processed_through_offset']} (lag {s['lag']})")

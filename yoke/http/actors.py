@@ -17,12 +17,12 @@ from .. import errors
 from ..actors.instances import Instances
 from ..actors.ops import instance_dict
 from ..events import check_text, json_text
-from ..store.actors import InstanceInfo, QueueRow
+from ..store.actors import InstanceInfo, QueueRow, Schedule
 from .auth import ADMIN, READ, Principal, runtime_of
 from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_response, parse_json
 from .schemas import (
-    DeadRows, Dropped, Instance, InstanceCreated, InstanceDetail, InstanceList, InstanceRequest, QueueRows, Redriven, answer,
-    request_body,
+    DeadRows, Dropped, Instance, InstanceCreated, InstanceDetail, InstanceList, InstanceRequest, QueueRows, Redriven,
+    ScheduleList, SqlQuery, SqlResult, answer, request_body,
 )
 from .streams import object_body
 
@@ -67,6 +67,17 @@ def queue_row_json(row: QueueRow) -> dict[str, Any]:
         "enqueued_at": row.enqueued_at,
         "started_at": row.started_at,
     }
+
+
+def schedule_json(schedule: Schedule) -> dict[str, Any]:
+    return {
+        "name": schedule.name, "due_at": schedule.due_at, "cron": schedule.cron, "event": schedule.event,
+        "stream": schedule.stream, "created_at": schedule.created_at,
+    }
+
+
+def default(value: Any, fallback: Any) -> Any:
+    return fallback if value is None else value
 
 
 def qids_of(body: Any) -> list[int] | None:
@@ -161,6 +172,29 @@ async def queue(
 ) -> Response:
     rows = await instances_of(request, principal).queue(instance_id_of(instance_id), status=status, limit=limit)
     return json_response({"rows": [queue_row_json(r) for r in rows]})
+
+
+@router.get(
+    "/{instance_id}/schedules", responses={200: answer(ScheduleList, "Its schedules by name")},
+    summary="Schedules (timers and cron) of an instance",
+)
+async def schedules(request: Request, instance_id: str = INSTANCE_ID, principal: Principal = READ) -> Response:
+    listed = await instances_of(request, principal).schedules(instance_id_of(instance_id))
+    return json_response({"schedules": [schedule_json(s) for s in listed]})
+
+
+@router.post(
+    "/{instance_id}/sql", openapi_extra=request_body(SqlQuery),
+    responses={200: answer(SqlResult, "Columns and rows (at most max_rows)")},
+    summary="A read-only SQL query on the instance's SQLite database",
+)
+async def sql(request: Request, instance_id: str = INSTANCE_ID, principal: Principal = READ) -> Response:
+    body = object_body(await json_body(request), {"sql", "params", "max_rows", "timeout_s"})
+    options = {k: body[k] for k in ("max_rows", "timeout_s") if body.get(k) is not None}
+    result = await instances_of(request, principal).query(
+        instance_id_of(instance_id), body.get("sql"), default(body.get("params"), []), **options
+    )
+    return json_response({"columns": result.columns, "rows": result.rows, "truncated": result.truncated})
 
 
 # --- dead letters --------------------------------------------------------------

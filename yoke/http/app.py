@@ -14,8 +14,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from .. import __version__, errors, metrics
-from . import actors, docs, health, objects, portals, streams, subscriptions, tokens, workflow
+from . import actors, console, docs, health, objects, overview, portals, streams, subscriptions, tokens, workflow
+from .durable_streams import openapi as durable_streams
 from .auth import TokenCache
+from .durable_streams import DurableStreams
 from .guard import RequestGuard
 from .hotpath import HotPath
 from .responses import http_error_handler, internal_error_handler, validation_error_handler, yoke_error_handler
@@ -30,6 +32,7 @@ def create_app(
     *,
     heartbeat_s: float = 15.0,
     shutdown: asyncio.Event | None = None,
+    dev: bool = False,
 ) -> FastAPI:
     """``open_runtime()`` returns an async context manager yielding the Runtime
     (opened at startup, closed at shutdown, after in-flight requests end)."""
@@ -54,8 +57,10 @@ def create_app(
         redoc_url=None,
     )
     docs.install(app)
+    console.install(app)
     app.state.token_cache = TokenCache()
     app.state.heartbeat_s = heartbeat_s
+    app.state.dev = dev  # no token needed (yoke serve --dev, loopback only)
     app.state.shutdown = shutdown or asyncio.Event()
     app.add_exception_handler(errors.YokeError, yoke_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
@@ -63,7 +68,8 @@ def create_app(
     app.add_exception_handler(Exception, internal_error_handler)  # a 500 is JSON too
     # Routers with ``{path:path}/-/...`` routes come before streams, whose
     # ``{path:path}`` catch-alls would otherwise match them.
-    routers = [m.router for m in (health, tokens, objects, subscriptions, streams, workflow, actors, portals)]
+    routers = [m.router for m in (health, console, overview, tokens, objects, subscriptions, streams, workflow, actors,
+                                  portals, durable_streams)]
     for router in routers:
         app.include_router(router)
     # Every route, for the hints of a 405 (hints.py): the application's own
@@ -85,8 +91,9 @@ def create_app(
 
 def asgi_app(app: FastAPI) -> ASGIApp:
     """What the server runs: request metrics around the URL guard around the
-    append hot path around FastAPI (lifespan events pass straight through)."""
-    return RequestMetrics(RequestGuard(HotPath(app, app.state)))
+    Durable Streams protocol around the append hot path around FastAPI
+    (lifespan events pass straight through)."""
+    return RequestMetrics(RequestGuard(DurableStreams(HotPath(app, app.state), app.state)))
 
 
 class RequestMetrics:

@@ -1,6 +1,7 @@
 """Bearer-token authentication and scope checks.
 
-Every route depends on ``require(scope)``. The token decides the tenant; a
+Every route depends on ``require(scope)``. A console session's cookie stands
+in for the header (``session.py``: writes need its CSRF token too). The token decides the tenant; a
 request that names another tenant (``?tenant=``) is refused with 403 whether
 or not that tenant or stream exists, so responses never reveal another
 tenant's streams. ``admin`` includes ``read`` and ``append``.
@@ -21,6 +22,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from .. import errors
 from ..runtime import Runtime
 from ..store.contract import TokenInfo
+from . import session
 
 # Authenticated tokens are remembered this long, so most requests skip the
 # token lookup; a revocation reaches other processes within this time.
@@ -106,13 +108,23 @@ class TokenCache:
             revoked.popitem(last=False)
 
 
+# Who a request without a token is on a ``yoke serve --dev`` server.
+DEV = Principal("default", ("admin", "read", "append"), "dev")
+
+
 def runtime_of(request: Request) -> Runtime:
     return request.app.state.runtime
 
 
 async def authorize(state: Any, token: str | None, tenant: str | None, scope: str | None) -> Principal:
     """The caller behind ``token``, if it may act with ``scope`` on ``tenant``
-    (``scope`` None: whatever its scopes, for checks that only need the tenant)."""
+    (``scope`` None: whatever its scopes, for checks that only need the tenant).
+    A server started with ``--dev`` takes a request without a token as
+    tenant ``default`` with every scope."""
+    if not token and getattr(state, "dev", False):
+        if tenant is not None and tenant != DEV.tenant:
+            raise errors.Forbidden("without a token, requests act as tenant default")
+        return DEV
     cache: TokenCache = state.token_cache
     key = hashlib.sha256(token.encode()).hexdigest() if token else ""
     info = cache.get(key) if key else None
@@ -142,7 +154,8 @@ def require(scope: str) -> Callable[..., Awaitable[Principal]]:
         credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
         tenant: str | None = Query(None, description="Defaults to the token's tenant; any other is 403."),
     ) -> Principal:
-        token = credentials.credentials if credentials is not None else None
+        bearer = credentials.credentials if credentials is not None else None
+        token = session.credentials(request.method, request.headers, bearer)
         return await authorize(request.app.state, token, tenant, scope)
 
     return check

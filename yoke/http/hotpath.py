@@ -20,6 +20,7 @@ from starlette.responses import Response
 
 from .. import errors
 from .auth import authorize, bearer_token
+from .session import credentials
 from .responses import check_json_content_type, error_response, json_response, parse_json
 from .pinned import refuse_pinned
 from .streams import append_body, stream_of_principal
@@ -63,9 +64,8 @@ class HotPath:
             query: dict[str, str] = {}
             for name, value in parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True):
                 query.setdefault(name, value)
-            principal = await authorize(
-                self.state, bearer_token(headers.get("authorization")), query.get("tenant"), "append"
-            )
+            token = credentials("POST", headers, bearer_token(headers.get("authorization")))
+            principal = await authorize(self.state, token, query.get("tenant"), "append")
             check_json_content_type(headers)
             body = await read_body(receive)
             stream = stream_of_principal(self.state.runtime, principal, path)

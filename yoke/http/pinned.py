@@ -21,6 +21,7 @@ from .. import errors
 from ..runtime import Runtime
 from ..streams.handle import Stream
 from ..streams.pins import DataHandling, Redactor, check_not_forbidden
+from . import session
 from .auth import Principal, authorize, bearer_token
 
 REGION_HEADER = "Client-Region"
@@ -81,6 +82,6 @@ async def generic_routes_guard(request: Request) -> None:
     path = request.path_params.get("path") or ""
     if not path.startswith(WORKFLOW_PREFIX):
         return
-    token = bearer_token(request.headers.get("authorization"))
+    token = session.credentials(request.method, request.headers, bearer_token(request.headers.get("authorization")))
     principal = await authorize(request.app.state, token, request.query_params.get("tenant"), None)
     await refuse_pinned(request.app.state.runtime, principal.tenant, path)

@@ -726,7 +726,8 @@ SUBSCRIPTION_EXAMPLE = {
                "start": "beginning", "on_failing_event": "halt"},
     "configured_at": 4, "generation": 1, "processed_through_offset": 3, "head": 4, "lag": 1, "halted": None,
     "last_error": None, "attempts": 0, "next_retry_at": None, "delivered": 3, "failures": 0,
-    "delivering": "wrk_0123456789abcdef",
+    "delivering": "wrk_0123456789abcdef", "parked": None, "state": "running",
+    "source_stream_id": "str_0123456789abcdef01234567",
 }  # fmt: skip
 
 
@@ -747,11 +748,39 @@ class SubscriptionStatus(BaseModel):
     delivered: int
     failures: int
     delivering: str | None = Field(default=None, description="The process delivering it now (null: none)")
+    parked: JsonObject | None = Field(
+        default=None, description="Paused by the operator ({reason, offset, at_offset}); resume continues"
+    )
+    state: Literal["running", "retrying", "parked", "halted"] = "running"
+    source_stream_id: str = Field(default="", description="The source stream lifetime it delivers")
 
 
 class SubscriptionList(BaseModel):
     model_config = config({"subscriptions": [SUBSCRIPTION_EXAMPLE]})
     subscriptions: list[SubscriptionStatus]
+
+
+HISTORY_EXAMPLE = {
+    "name": "mirror", "path": "/orders",
+    "changes": [{**EVENT_EXAMPLE, "offset": 3, "type": "yoke.subscription.configured",
+                 "payload": {"name": "mirror", "config": SUBSCRIPTION_EXAMPLE["config"]}}],
+    "from_offset": 1, "scanned_through": 10, "head": 10,
+}  # fmt: skip
+
+
+class SubscriptionHistory(BaseModel):
+    """The subscription's control events from the source stream's log, one
+    page: read on with ``after=scanned_through`` until it reaches ``head``."""
+
+    model_config = config(HISTORY_EXAMPLE)
+    name: str
+    path: str
+    changes: list[EventOutput] = Field(
+        description="yoke.subscription.configured / halted / resumed / cursor_set / removed, by offset"
+    )
+    from_offset: int = Field(description="The first offset looked at (retention may have removed earlier ones)")
+    scanned_through: int = Field(description="Looked at the events through this offset")
+    head: int
 
 
 # --- actor instances ------------------------------------------------------------------
@@ -863,6 +892,141 @@ class Redriven(BaseModel):
 class Dropped(BaseModel):
     model_config = config({"dropped": 1})
     dropped: int
+
+
+SCHEDULE_EXAMPLE = {
+    "name": "reminder", "due_at": AT, "cron": "0 9 * * *", "event": {"type": "reminder.due", "payload": {}},
+    "stream": None, "created_at": AT,
+}  # fmt: skip
+
+
+class ScheduleOutput(BaseModel):
+    model_config = config(SCHEDULE_EXAMPLE)
+    name: str
+    due_at: Millis
+    cron: str | None = Field(description="A cron expression: fires again after each due time")
+    event: JsonObject = Field(description="What it enqueues (or appends to stream)")
+    stream: str | None = Field(description="Appends to this stream instead of the instance's queue")
+    created_at: Millis
+
+
+class ScheduleList(BaseModel):
+    model_config = config({"schedules": [SCHEDULE_EXAMPLE]})
+    schedules: list[ScheduleOutput]
+
+
+class SqlQuery(BaseModel):
+    model_config = closed_config(
+        {"sql": "SELECT name, total FROM orders ORDER BY total DESC", "max_rows": 100},
+        {"sql": "SELECT * FROM orders WHERE id = ?", "params": ["A-1"], "timeout_s": 1},
+    )
+    sql: str = Field(min_length=1, description="One statement that only reads (SELECT, WITH, read-only pragmas)")
+    params: list[Json] | None = Field(default=None, description="Values for the ? placeholders")
+    max_rows: int | None = Field(default=None, ge=1, le=10_000, description="Default 500")
+    timeout_s: float | None = Field(default=None, gt=0, le=30, description="Default 2 seconds")
+
+
+class SqlResult(BaseModel):
+    model_config = config({"columns": ["name", "total"], "rows": [["A-1", 42]], "truncated": False})
+    columns: list[str]
+    rows: list[list[Json]]
+    truncated: bool = Field(description="More rows than max_rows: only the first max_rows are answered")
+
+
+OVERVIEW_EXAMPLE = {
+    "at": AT, "streams": 12, "offsets": 5210, "open_tails": 3,
+    "queue": {"pending": 4, "processing": 1, "dead": 2},
+    "dead_letters": [{"instance_id": "inst_0190a3c4e5f6a7b8", "dead": 2}],
+    "fanout": {"lag": 0, "streams": []},
+    "subscriptions": {
+        "count": 3, "halted": 1, "lag": 17,
+        "attention": [{"path": "/orders", "name": "mirror", "halted": True, "lag": 17,
+                       "last_error": "ValueError: total"}],
+    },
+}  # fmt: skip
+
+
+class QueueCounts(BaseModel):
+    pending: int
+    processing: int
+    dead: int
+
+
+class DeadLetterCount(BaseModel):
+    instance_id: str
+    dead: int
+
+
+class FanoutStream(BaseModel):
+    path: str
+    head: int
+    through: int = Field(description="Fan-out has routed the events through this offset")
+    lag: int
+
+
+class FanoutLag(BaseModel):
+    lag: int = Field(description="Events not yet routed to actor instances, over all streams")
+    streams: list[FanoutStream] = Field(description="The streams furthest behind (at most 10)")
+
+
+class SubscriptionAttention(BaseModel):
+    path: str
+    name: str
+    halted: bool
+    lag: int
+    last_error: str | None
+
+
+class SubscriptionTotals(BaseModel):
+    count: int
+    halted: int
+    lag: int = Field(description="Events not yet processed, summed over the subscriptions")
+    attention: list[SubscriptionAttention] = Field(
+        description="Halted or lagging subscriptions, halted first then by lag (at most 10)"
+    )
+
+
+class Overview(BaseModel):
+    """The tenant at a glance. ``offsets`` is the sum of the streams' heads:
+    appends per second are the difference of two readings over their ``at``."""
+
+    model_config = config(OVERVIEW_EXAMPLE)
+    at: Millis
+    streams: int
+    offsets: int = Field(description="Offsets ever assigned, summed over the streams")
+    open_tails: int = Field(description="Live tails (SSE) this server process serves for the tenant")
+    queue: QueueCounts = Field(description="Actor queue rows of the tenant by status")
+    dead_letters: list[DeadLetterCount] = Field(description="The instances with the most dead rows (at most 10)")
+    fanout: FanoutLag
+    subscriptions: SubscriptionTotals
+
+
+class SignIn(BaseModel):
+    """One of the two: the code of the link ``yoke serve`` printed (once), or a token."""
+
+    model_config = closed_config({"code": "q3V1n0b4Lr9xN2mC5kPz8sT6yW1eH7aJ"}, {"token": "yk_tok_..."})
+    code: str | None = Field(default=None, description="The one-time code of the printed /ui link")
+    token: str | None = Field(default=None, description="An API token's secret")
+
+
+class ConsoleSession(BaseModel):
+    """A signed-in session (``signed_in: false`` and nothing else without one)."""
+
+    model_config = config(
+        {
+            "signed_in": True, "tenant": "default", "scopes": ["admin"], "token_id": "tok_0190a3c4e5f6",
+            "name": "console sign-in", "csrf": "5d41402abc4b2a76b9719d911017c592",
+        },
+        {"signed_in": False},
+    )
+    signed_in: bool
+    tenant: str | None = None
+    scopes: list[str] | None = None
+    token_id: str | None = None
+    name: str | None = None
+    csrf: str | None = Field(
+        default=None, description="Send it as X-Yoke-CSRF with every write made with the session cookie"
+    )
 
 
 # --- operations and portals -----------------------------------------------------------

@@ -19,6 +19,7 @@ tenant ``default`` goes to ``<data_dir>/token-<port>`` (see ``yoke.tokenfile``).
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -74,6 +75,20 @@ async def ensure_admin_token(runtime: Runtime, token_file: Path) -> str:
     return new.token
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is a loopback address."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``(host, port)``; ``OSError`` (EADDRINUSE,
     EACCES, EADDRNOTAVAIL, ...) if it cannot be had. Listening at once also
@@ -95,13 +110,18 @@ def serve(
     *,
     app: App | None = None,
     executor: bool = True,
-    on_ready: Callable[[Settings, str], None] | None = None,
+    on_ready: Callable[[Settings, str, str], None] | None = None,
     sock: socket.socket | None = None,
+    dev: bool = False,
 ) -> None:
     """Serve until SIGTERM/SIGINT on ``sock`` (from ``bind_socket``), else
     on a socket bound first: a busy port raises OSError before the runtime
     opens. ``on_ready`` gets the settings with the bound port (``port=0``
-    picks a free one)."""
+    picks a free one), the admin token and the console's sign-in link (a
+    one-time code). ``dev``: requests without a token act as tenant
+    ``default`` with every scope; only on a loopback address."""
+    if dev and not is_loopback(settings.host):
+        raise ValueError("dev mode serves without authentication: loopback addresses only")
     if sock is None:
         sock = bind_socket(settings.host, settings.port)
     # SSE heartbeats are sent on the tails' sweep: make it tick often enough.
@@ -118,10 +138,11 @@ def serve(
         async with runtime_module.open(settings=settings, app=app, executor=executor) as runtime:
             token = await ensure_admin_token(runtime, token_file)
             if on_ready is not None:
-                on_ready(settings, token)
+                code = api.state.login_codes.issue()
+                on_ready(settings, token, f"http://{url_host(settings.host)}:{settings.port}/ui/#code={code}")
             yield runtime
 
-    api = create_app(open_runtime, heartbeat_s=settings.sse_heartbeat_s, shutdown=shutdown)
+    api = create_app(open_runtime, heartbeat_s=settings.sse_heartbeat_s, shutdown=shutdown, dev=dev)
 
     def stop_tails() -> None:
         shutdown.set()

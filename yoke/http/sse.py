@@ -21,7 +21,7 @@ down ends tails without it (reconnect elsewhere with ``Last-Event-ID``).
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -41,6 +41,8 @@ HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 # its transport holds more than 64 KiB unsent (the ASGI send then waits for
 # the client to drain it), so what a stalled client costs is one chunk past that.
 CHUNK = 64 * 1024
+# Live tails this process serves, by tenant (the overview's open tails).
+OPEN_TAILS: Counter[str] = Counter()
 
 
 class FrameCache:
@@ -239,6 +241,7 @@ async def _events(
         event_filter=event_filter,
     )
     metrics.OPEN_TAILS.inc()
+    OPEN_TAILS[stream.tenant] += 1
     try:
         yield b": tailing\n\n"
         try:
@@ -256,4 +259,7 @@ async def _events(
                 yield encode_closed(stream)
     finally:
         metrics.OPEN_TAILS.dec()
+        OPEN_TAILS[stream.tenant] -= 1
+        if not OPEN_TAILS[stream.tenant]:
+            del OPEN_TAILS[stream.tenant]
         await batches.aclose()

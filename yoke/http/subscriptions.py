@@ -5,7 +5,7 @@ routes about one subscription take it in the query string:
 ``/v1/streams/orders/-/subscription?name=to-billing``. The collection is
 ``.../-/subscriptions``.
 
-Configuring, removing, resuming and moving a cursor need ``admin`` (a
+Configuring, removing, pausing, halting, resuming and moving a cursor need ``admin`` (a
 webhook sends the tenant's events out of Yoke); listing, showing and waiting
 need ``read``. The routes call the same ``Stream`` methods as Python.
 """
@@ -22,15 +22,15 @@ from fastapi.routing import APIRouter
 from starlette.responses import Response
 
 from .. import errors
-from ..events import json_text
+from ..events import MAX_OFFSET, json_text
 from ..subscriptions import receivers
 from ..subscriptions.catalogue import MAX_NAME_CHARS
-from ..subscriptions.operator import SubscriptionStatus
+from ..subscriptions.operator import HISTORY_SCAN, SubscriptionStatus
 from .auth import ADMIN, READ, Principal
 from .pinned import generic_routes_guard
 from .responses import ErrorBody, json_body, json_response
 from .schemas import (
-    Subscribed, SubscriptionCursor, SubscriptionList, SubscriptionRequest,
+    Subscribed, SubscriptionCursor, SubscriptionHistory, SubscriptionList, SubscriptionRequest,
     SubscriptionStatus as SubscriptionStatusAnswer, answer, request_body,
 )
 from .streams import PATH_PARAM, object_body, stream_of
@@ -45,7 +45,8 @@ ERROR_DESCRIPTIONS = {
          " invalid_cursor, invalid_path)",
     401: "Missing or invalid bearer token (unauthorized)",
     403: "Missing scope, or another tenant (forbidden)",
-    404: "No such subscription on this stream (subscription_not_found)",
+    404: "No such subscription on this stream (subscription_not_found); history: no such stream"
+         " (stream_not_found)",
     409: "The source stream is closed: its control events cannot be appended (stream_closed)",
     413: "The request body is too large (event_too_large)",
     429: "The source stream reached its unread ceiling; see Retry-After (backpressure)",
@@ -174,8 +175,24 @@ async def remove(request: Request, path: str = PATH_PARAM, name: str = NAME, pri
 
 
 @router.post(
+    "{path:path}/-/subscription/pause", responses={**STATUS, **answers(404, *CONTROL)},
+    summary="Pause a subscription: delivery stops, the cursor stays, its state is parked (resume continues)",
+)
+async def pause(request: Request, path: str = PATH_PARAM, name: str = NAME, principal: Principal = ADMIN) -> Response:
+    return json_response(status_json(await stream_of(request, principal, path).pause(name)))
+
+
+@router.post(
+    "{path:path}/-/subscription/halt", responses={**STATUS, **answers(404, *CONTROL)},
+    summary="Halt a subscription by command (only resume starts it again, never a deployment)",
+)
+async def halt(request: Request, path: str = PATH_PARAM, name: str = NAME, principal: Principal = ADMIN) -> Response:
+    return json_response(status_json(await stream_of(request, principal, path).halt(name)))
+
+
+@router.post(
     "{path:path}/-/subscription/resume", responses={**STATUS, **answers(404, *CONTROL)},
-    summary="Resume a halted subscription where it stopped",
+    summary="Resume a halted or parked subscription where it stopped",
 )
 async def resume(request: Request, path: str = PATH_PARAM, name: str = NAME, principal: Principal = ADMIN) -> Response:
     return json_response(status_json(await stream_of(request, principal, path).resume(name)))
@@ -200,6 +217,23 @@ async def set_cursor(
     else:
         status = await stream.set_cursor(name, body["after_offset"])
     return json_response(status_json(status))
+
+
+@router.get(
+    "{path:path}/-/subscription/history",
+    responses={200: answer(SubscriptionHistory, "A page of its control events"), **answers(404)},
+    summary="A subscription's configuration history: its control events in the log",
+)
+async def history(
+    request: Request,
+    path: str = PATH_PARAM,
+    name: str = NAME,
+    after: int = Query(0, ge=0, le=MAX_OFFSET, description="Look at the events after this offset"),
+    scan: int = Query(HISTORY_SCAN, ge=1, le=100_000, description="Look at this many events at most"),
+    principal: Principal = READ,
+) -> Response:
+    found = await stream_of(request, principal, path).subscription_history(name, after=after, scan=scan)
+    return json_response(found.to_dict())
 
 
 @router.get(

@@ -200,6 +200,9 @@ class ActorStore(Protocol):
 
     async def queue_depth(self, tenant: str, instance_id: str | None) -> QueueDepth: ...
 
+    async def dead_by_instance(self, tenant: str, limit: int) -> list[tuple[str, int]]:
+        """(instance_id, dead rows) of the instances with the most dead rows, most first."""
+
     async def redrive(self, tenant: str, instance_id: str, qids: Sequence[int] | None, now: int) -> int:
         """Dead rows back to pending with attempts reset (all when qids is None)."""
 

@@ -16,6 +16,7 @@ from ..events import Event, PreparedEvent
 if TYPE_CHECKING:
     from .actors import ActorStore
     from .outbox import OutboxStore
+    from .protocol import Guard, GuardOutcome, ProtocolStore
     from .subscriptions import SubscriptionStore
 
 
@@ -67,6 +68,12 @@ class StreamInfo:
     metadata: dict[str, Any] = field(default_factory=dict)
     # A workflow definition's data handling pins (streams/pins.py), as stored.
     data_handling: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTotals:
+    streams: int = 0
+    offsets: int = 0  # the sum of the heads
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +146,7 @@ class Outcome:
     # is not uploaded or has expired (a new record), or is not committed by
     # the record its key found (a duplicate); closed: the stream takes no new
     # event; unread_full / quota: no producer credit.
-    status: Literal["ok", "duplicate", "conflict", "object", "closed", "unread_full", "quota"]
+    status: Literal["ok", "duplicate", "conflict", "object", "closed", "unread_full", "quota", "guarded"]
     offset: int | None
     id: str
     at: int
@@ -149,6 +156,9 @@ class Outcome:
 class CommitResult:
     outcomes: list[Outcome]  # one per submitted event, in order
     head: int
+    # With guards (store/protocol.py): one decision per caller batch; the
+    # events of a batch its guard refused have the outcome status "guarded".
+    guards: list[GuardOutcome] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +205,7 @@ class Store(Protocol):
 
     actors: ActorStore  # the actor tables (store/actors.py)
     subscriptions: SubscriptionStore  # subscriptions, fences, checkpoints (store/subscriptions.py)
+    protocol: ProtocolStore  # the Durable Streams settings and producers (store/protocol.py)
     outbox: OutboxStore  # input records' delivery outbox (store/outbox.py)
 
     # Whether ephemeral events travel between processes (PostgreSQL): then
@@ -228,12 +239,18 @@ class Store(Protocol):
         batch_of: Sequence[int],
         now: int,
         new_stream_id: str,
+        guards: Sequence[Guard | None] | None = None,
     ) -> CommitResult:
         """One transaction: create the stream if missing, lock its row, resolve
         idempotency keys (a batch with a conflicting key is rejected whole),
         assign offsets head+1.. to the accepted new events in order, insert
         the durable ones, raise the head. ``batch_of[i]`` is the caller batch
-        event ``i`` belongs to."""
+        event ``i`` belongs to.
+
+        ``guards`` (one per caller batch, or None): the stream must exist;
+        each batch's guard is decided first, in order (``GuardBook``), and
+        a refused batch writes nothing; producer state, Stream-Seq and a
+        close are written in the same transaction."""
 
     async def read(
         self, tenant: str, path: str, after: int, limit: int, max_bytes: int | None = None
@@ -252,6 +269,10 @@ class Store(Protocol):
     async def list_streams(
         self, tenant: str, prefix: str, limit: int, after_path: str | None
     ) -> list[StreamInfo]: ...
+
+    async def stream_totals(self, tenant: str) -> StreamTotals:
+        """How many streams the tenant has, and the sum of their heads (every
+        offset ever assigned: a rate of appends from two readings)."""
 
     async def create_stream(
         self, tenant: str, path: str, stream_id: str, now: int, settings: StreamSettings

@@ -12,6 +12,7 @@ from .. import errors
 from ..events import Event
 from .actors import InstanceInfo, Message, QueueRow, Schedule
 from .contract import ConsumerInfo, Limits, ObjectInfo, Retention, StreamInfo, TokenInfo, Usage
+from .protocol import NATIVE_CONTENT_TYPE, ProtocolStream
 from .subscriptions import Checkpoint, InboundRecord, SubscriptionRow
 
 # Column order of every event SELECT in both backends.
@@ -37,7 +38,7 @@ def _json(value: Any) -> Any:
     return orjson.loads(value)
 
 
-def event_from_row(tenant: str, path: str, row: Sequence[Any]) -> Event:
+def event_from_row(tenant: str, path: str, row: Sequence[Any], data: bytes | None = None) -> Event:
     return Event(
         offset=row[0],
         id=row[1],
@@ -52,6 +53,7 @@ def event_from_row(tenant: str, path: str, row: Sequence[Any]) -> Event:
         idempotency_key=row[10],
         tenant=tenant,
         path=path,
+        data=None if data is None else bytes(data),
     )
 
 
@@ -328,4 +330,34 @@ def checkpoint_from_row(row: Sequence[Any]) -> Checkpoint:
     return Checkpoint(
         tenant=row[0], path=row[1], name=row[2], version=row[3], stream_id=row[4],
         generation=row[5], through=row[6], state=_json(row[7]), complete=bool(row[8]),
+    )
+
+
+# --- the Durable Streams protocol (store/protocol.py) -------------------------
+
+PROTOCOL_STREAM_SELECT = (
+    "SELECT s.sid, s.stream_id, s.path, s.created_at, s.head, s.pruned_through, s.closed,"
+    " p.content_type, p.ttl_s, p.expires_at, p.expires_ms, p.touched_ms, p.fork_of,"
+    " p.fork_offset, p.fork_sub, p.stream_seq, p.closed_by, p.deleted"
+    " FROM streams s LEFT JOIN protocol_streams p ON p.tenant_id = s.tenant_id AND p.sid = s.sid"
+)
+# Copies a fork source's events through an offset into the fork, at the same offsets.
+PROTOCOL_FORK_COPY = (
+    "INSERT INTO events (tenant_id, sid, seq, id, at, type, payload, metadata, source,"
+    " correlation, priority, group_id, idempotency_key, fingerprint, size, data)"
+    " SELECT tenant_id, {new}, seq, id, at, type, payload, metadata, source, correlation,"
+    " priority, group_id, NULL, NULL, size, data FROM events"
+    " WHERE tenant_id = {tenant} AND sid = {source} AND seq <= {through}"
+)
+
+
+def protocol_stream_from_row(row: Sequence[Any]) -> ProtocolStream:
+    native = row[7] is None
+    return ProtocolStream(
+        sid=row[0], stream_id=row[1], path=row[2], created_at=row[3], head=row[4],
+        pruned_through=row[5], closed=bool(row[6]),
+        content_type=NATIVE_CONTENT_TYPE if native else row[7],
+        ttl_s=row[8], expires_at=row[9], expires_ms=row[10], touched_ms=row[11] or 0,
+        fork_of=row[12], fork_offset=row[13], fork_sub=row[14] or 0, stream_seq=row[15],
+        closed_by=row[16], deleted=bool(row[17]), native=native,
     )

@@ -46,6 +46,13 @@ class SubscriptionRow:
 
 
 @dataclass(frozen=True, slots=True)
+class SubscriptionTotals:
+    subscriptions: int = 0
+    halted: int = 0
+    lag: int = 0  # events not yet processed, summed over the subscriptions
+
+
+@dataclass(frozen=True, slots=True)
 class SourceState:
     """The source stream under its row lock, as ``control`` sees it."""
 
@@ -144,6 +151,18 @@ class Checkpoint:
     complete: bool
 
 
+@dataclass(frozen=True, slots=True)
+class CatalogueRecord:
+    """What a stream's subscription catalogue was reduced by (see
+    ``subscription_catalogues`` in the schema)."""
+
+    path: str
+    stream_id: str
+    reducer: str
+    subscriptions: int  # rows the catalogue holds
+    stage: dict[str, Any] | None  # an unfinished rebuild: {through, created_at, rows}
+
+
 class SubscriptionStore(Protocol):
     async def control(
         self, tenant: str, path: str, name: str, decide: Decide, now: int, new_stream_id: str,
@@ -162,6 +181,10 @@ class SubscriptionStore(Protocol):
 
     async def get(self, tenant: str, path: str, name: str) -> SubscriptionRow | None: ...
 
+    async def totals(self, tenant: str, limit: int) -> tuple[SubscriptionTotals, list[SubscriptionRow]]:
+        """The tenant's subscriptions counted (all, halted, their summed lag),
+        and the ``limit`` that most need a look: halted first, then by lag."""
+
     async def list(self, tenant: str, path: str) -> list[SubscriptionRow]:
         """The subscriptions of one source stream, by name."""
 
@@ -170,8 +193,10 @@ class SubscriptionStore(Protocol):
     ) -> list[SubscriptionRow]:
         """Across tenants: lease to ``owner`` every subscription it can
         deliver that is free (or already its own, renewing it) and not
-        halted, or halted but not yet given up by ``version`` (a non-empty
-        version: its runner tries the deployment resume); returns every row
+        halted, or halted by a delivery under a deploy version and not yet
+        given up by ``version`` (a non-empty version: its runner tries the
+        deployment resume; a pause, an operator's halt or a halt recorded
+        without a version waits for the operator); returns every row
         ``owner`` now holds."""
 
     async def release(self, owner: str) -> None:
@@ -217,8 +242,24 @@ class SubscriptionStore(Protocol):
     async def write_catalogue(
         self, tenant: str, path: str, head: int,
         merge: Callable[[list[SubscriptionRow]], list[SubscriptionRow]],
+        *, reducer: str = "", stream_id: str = "", now: int = 0,
     ) -> bool:
         """A rebuild from the log read through ``head``: under the stream row
-        lock, unless the head moved meanwhile (False, nothing written),
-        replace the subscriptions of ``path`` with ``merge(current rows)``
-        (rows it does not return are removed)."""
+        lock, unless the head moved meanwhile or the stream is not of the
+        lifetime ``stream_id`` (when given) (False, nothing written), replace
+        the subscriptions of ``path`` with ``merge(current rows)`` (rows it
+        does not return are removed) and, in the same transaction, record
+        the catalogue as reduced by ``reducer`` (its stage removed)."""
+
+    async def stale_catalogues(self, tenant: str, reducer: str) -> list[str]:
+        """The paths whose catalogue must be rebuilt: rows but no record, or a
+        record of another reducer or stream lifetime, with a stage, or whose
+        row count disagrees with the rows there are."""
+
+    async def catalogue(self, tenant: str, path: str) -> CatalogueRecord | None: ...
+
+    async def save_catalogue_stage(
+        self, tenant: str, path: str, stream_id: str, reducer: str, stage: dict[str, Any], now: int
+    ) -> bool:
+        """Save a rebuild's progress while the stream is still the lifetime
+        ``stream_id``; False (nothing saved) otherwise."""

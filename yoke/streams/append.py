@@ -26,12 +26,14 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .. import errors, metrics
 from ..events import AppendResult, PreparedEvent, now_ms
 from ..lifecycle import new_stream_id  # noqa: F401 - where the rest of Yoke imports it from
 from ..store.contract import CommitResult, Store
 from ..store.faults import Backoff, nothing_written
+from ..store.protocol import Guard, GuardOutcome
 from .ephemeral import EphemeralBuffer, EphemeralBuffers
 from .wakeups import WakeupHub
 
@@ -41,7 +43,18 @@ log = logging.getLogger("yoke.streams.append")
 @dataclass(slots=True)
 class _Request:
     events: Sequence[PreparedEvent]
-    future: asyncio.Future[list[AppendResult]]
+    future: asyncio.Future[Any]
+    guard: Guard | None = None  # a protocol append's checks (store/protocol.py)
+
+
+@dataclass(frozen=True, slots=True)
+class GuardedAppend:
+    """What a guarded append got: its events' results (none when the guard
+    refused it), the guard's decision, and the stream's head after the group."""
+
+    results: list[AppendResult]
+    outcome: GuardOutcome
+    head: int
 
 
 # Outcome statuses that refuse a caller's whole batch.
@@ -103,10 +116,10 @@ class Appender:
     def busy(self) -> bool:
         return bool(self._queue or self._commits)
 
-    def submit(self, events: Sequence[PreparedEvent]) -> asyncio.Future[list[AppendResult]]:
+    def submit(self, events: Sequence[PreparedEvent], guard: Guard | None = None) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[list[AppendResult]] = loop.create_future()
-        self._queue.append(_Request(events, future))
+        future: asyncio.Future[Any] = loop.create_future()
+        self._queue.append(_Request(events, future, guard))
         if not self._pump_scheduled:
             # Start on the next loop turn, so every caller woken by the last
             # commit gets to queue its next append into the same group.
@@ -169,9 +182,10 @@ class Appender:
             if buffer is not None:
                 buffer.begin_commit()
             now = now_ms()
+            guards = [r.guard for r in group] if any(r.guard is not None for r in group) else None
             try:
                 result = await service.store.commit(
-                    self.tenant, self.path, events, batch_of, now, new_stream_id()
+                    self.tenant, self.path, events, batch_of, now, new_stream_id(), guards
                 )
                 break
             except BaseException as exc:
@@ -234,10 +248,17 @@ class Appender:
         # in the same turn it is observed, then resolve the callers, then wake.
         service = self._service
         position = 0
-        for request in group:
+        for index, request in enumerate(group):
             outcomes = result.outcomes[position : position + len(request.events)]
             prepared = events[position : position + len(request.events)]
             position += len(request.events)
+            decision = result.guards[index] if result.guards is not None else None
+            if decision is not None and decision.status != "ok":
+                if request.guard is None:  # only a close refuses an unguarded batch
+                    _fail(request, refusal_error("closed", self.path, prepared))
+                elif not request.future.done():
+                    request.future.set_result(GuardedAppend([], decision, result.head))
+                continue
             refusal = next((o.status for o in outcomes if o.status in REFUSALS), None)
             if refusal is not None:
                 _fail(request, refusal_error(refusal, self.path, prepared))
@@ -247,7 +268,11 @@ class Appender:
                     assert o.offset is not None
                     buffer.add(e, o.offset, now)
             if not request.future.done():
-                request.future.set_result([AppendResult(o.offset, o.id, o.at) for o in outcomes])  # type: ignore[arg-type]
+                results = [AppendResult(o.offset, o.id, o.at) for o in outcomes]  # type: ignore[arg-type]
+                if request.guard is not None and decision is not None:
+                    request.future.set_result(GuardedAppend(results, decision, result.head))
+                else:
+                    request.future.set_result(results)
         if buffer is not None:
             buffer.end_commit()
         service.appended(self.tenant, self.path, len(events))
@@ -331,14 +356,31 @@ class AppendService:
                 waiter.close()
 
     def _submit(
-        self, tenant: str, path: str, events: Sequence[PreparedEvent]
-    ) -> asyncio.Future[list[AppendResult]]:
+        self, tenant: str, path: str, events: Sequence[PreparedEvent], guard: Guard | None = None
+    ) -> asyncio.Future[Any]:
         appender = self._appenders.get((tenant, path))
         if appender is None:
             appender = self._appenders[(tenant, path)] = Appender(self, tenant, path)
         # A cancelled caller cancels only its own future: the shared commit
         # goes on (and may still write its events).
-        return appender.submit(events)
+        return appender.submit(events, guard)
+
+    async def append_protocol(
+        self, tenant: str, path: str, events: Sequence[PreparedEvent], guard: Guard | None
+    ) -> GuardedAppend | list[AppendResult]:
+        """A Durable Streams append (yoke/http/durable_streams): the same
+        group commit; with a guard (producer, Stream-Seq, close; a close may
+        carry no event) the store decides it in the append's transaction and
+        the answer is a ``GuardedAppend``. The stream must exist."""
+        if self.closing:
+            raise errors.RuntimeClosed("the runtime is shutting down")
+        started = time.perf_counter()
+        answer = await self._submit(tenant, path, events, guard)
+        metrics.APPEND_LATENCY.observe(time.perf_counter() - started)
+        if events:
+            metrics.APPENDS.labels(tenant).inc(len(events))
+            metrics.APPENDED_BYTES.labels(tenant).inc(sum(e.size for e in events))
+        return answer
 
     @property
     def appenders(self) -> int:

@@ -145,11 +145,18 @@ class Connections:
             await previous.close("replaced")
         connection = Connection(self, stream, key, after, events)
         self._open[ident] = connection
-        await self._watch(stream.tenant)
-        stream_id = await self._stream_id(stream)
-        connection.opened_at = await self._fact(
-            connection, CONNECTION_OPENED, stream_id, replay_after=replay_after, events=events
-        )
+        try:
+            await self._watch(stream.tenant)
+            stream_id = await self._stream_id(stream)
+            connection.opened_at = await self._fact(
+                connection, CONNECTION_OPENED, stream_id, replay_after=replay_after, events=events
+            )
+        except BaseException:  # not opened (the database away, say): nothing left behind
+            if self._open.get(ident) is connection:
+                del self._open[ident]
+            connection._end("failed")
+            connection._done.set()
+            raise
         connection._task = asyncio.create_task(
             self._run(connection, on_batch, event_filter, include_ephemeral, stream_id),
             name=f"yoke-connection-{connection.id}",

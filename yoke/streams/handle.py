@@ -23,7 +23,7 @@ from ..routing.filters import Filter
 from ..store.contract import MAX_GAPS, ConsumerInfo, GapEvidence, Limits, ReadPage, Retention, StreamInfo, StreamSettings
 from ..lifecycle import GLOBAL
 from .append import REFUSALS, new_stream_id, refusal_error
-from ..subscriptions.operator import Subscribed, Subscriptions, SubscriptionStatus
+from ..subscriptions.operator import HISTORY_SCAN, History, Subscribed, Subscriptions, SubscriptionStatus
 from ..subscriptions.receivers import Receiver, copy_to_stream
 from .connections import Connection
 from .objects import StreamObjects
@@ -343,8 +343,19 @@ class Stream:
         """Deliver again from ``after_offset + 1`` (not beyond the head); a new delivery run."""
         return await Subscriptions(self).set_cursor(name, after_offset)
 
+    async def pause(self, name: str) -> SubscriptionStatus:
+        """Park the subscription (appends ``yoke.subscription.paused``): delivery
+        stops, the cursor stays, its status says ``parked``; ``resume`` continues."""
+        return await Subscriptions(self).pause(name)
+
+    async def halt(self, name: str) -> SubscriptionStatus:
+        """Halt the subscription by command (appends ``yoke.subscription.halted``
+        with reason ``operator``); only ``resume`` (or a cursor move with resume)
+        starts it again, never a deployment."""
+        return await Subscriptions(self).halt(name)
+
     async def resume(self, name: str) -> SubscriptionStatus:
-        """Resume a halted subscription where it stopped."""
+        """Resume a halted or parked subscription where it stopped."""
         return await Subscriptions(self).resume(name)
 
     async def set_cursor_and_resume(self, name: str, after_offset: int) -> SubscriptionStatus:
@@ -356,6 +367,11 @@ class Stream:
 
     async def subscriptions(self) -> list[SubscriptionStatus]:
         return await Subscriptions(self).list()
+
+    async def subscription_history(self, name: str, *, after: int = 0, scan: int = HISTORY_SCAN) -> History:
+        """The subscription's control events from this stream's log (a page:
+        read on after ``scanned_through`` until it reaches ``head``)."""
+        return await Subscriptions(self).history(name, after=after, scan=scan)
 
     async def wait_until_processed(
         self, name: str, offset: int, timeout_s: float = 20.0

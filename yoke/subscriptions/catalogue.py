@@ -26,8 +26,13 @@ REMOVED = "yoke.subscription.removed"
 HALTED = "yoke.subscription.halted"
 RESUMED = "yoke.subscription.resumed"
 CURSOR_SET = "yoke.subscription.cursor_set"
-CONTROL_TYPES = frozenset({CONFIGURED, REMOVED, HALTED, RESUMED, CURSOR_SET})
+PAUSED = "yoke.subscription.paused"
+CONTROL_TYPES = frozenset({CONFIGURED, REMOVED, HALTED, RESUMED, CURSOR_SET, PAUSED})
 AUDIT = "yoke.error"  # kernel audit lines (skips, dropped copies): never copied onward
+
+# The version of reduce_log: a catalogue reduced by another one is rebuilt
+# when a process opens (2: pauses and operator halts).
+REDUCER = "2"
 
 GENERATED_PREFIX = "subscription:"
 MAX_COPIES_INTO = 64  # copy subscriptions into one stream (per tenant)
@@ -141,11 +146,55 @@ def decide_resume(name: str, path: str, *, deploy_version: str | None = None):  
             return Change(reply=row)
         payload: dict[str, Any] = {"name": name, "reason": "operator"}
         if deploy_version is not None:
-            if not deploy_version or deploy_version in row.gave_up:
-                return Change(reply=row)  # this version already gave up on it
+            if not deploy_version or deploy_version in row.gave_up or not deploy_resumable(row.halted):
+                return Change(reply=row)  # this version already gave up on it, or the operator's
             payload = {"name": name, "reason": "deploy", "version": deploy_version}
         new = replace(row, halted=None, attempts=0, skips=0, next_retry_at=0)
         return Change(events=[_event(RESUMED, payload)], row=new, bookkeeping=True, reply=new)
+
+    return decide
+
+
+def deploy_resumable(halted: dict[str, Any]) -> bool:
+    """May a deployment of another version resume this halt? Only a halt
+    the delivery recorded under a deploy version: a pause, an operator's
+    halt and a halt recorded without a version are for the operator doors."""
+    return not halted.get("parked") and bool(halted.get("version"))
+
+
+def decide_pause(name: str, path: str):  # noqa: ANN201
+    """Park a subscription (operator): delivery stops, the cursor stays;
+    ``resume`` continues where it stopped. A halted one stays halted."""
+
+    def decide(row: SubscriptionRow | None, source: SourceState) -> Change:
+        if row is None:
+            raise _missing(name, path)
+        if row.halted is not None:
+            return Change(reply=row)  # already parked, or halted (resume clears either)
+        parked = {"parked": True, "reason": "operator", "offset": row.cursor + 1, "version": "",
+                  "at_offset": source.next_offset}
+        new = replace(row, halted=parked, next_retry_at=0)
+        payload = {"name": name, "reason": "operator", "offset": row.cursor + 1}
+        return Change(events=[_event(PAUSED, payload)], row=new,
+                      bookkeeping=True, reply=new)
+
+    return decide
+
+
+def decide_operator_halt(name: str, path: str):  # noqa: ANN201
+    """Halt a subscription by command: a halted event with reason
+    ``operator`` and no version, so no deployment resumes it."""
+
+    def decide(row: SubscriptionRow | None, source: SourceState) -> Change:
+        if row is None:
+            raise _missing(name, path)
+        if row.halted is not None and not row.halted.get("parked"):
+            return Change(reply=row)  # halted already
+        payload = {"name": name, "reason": "operator", "offset": row.cursor + 1, "attempts": row.attempts,
+                   "error": None, "version": ""}
+        halted = {k: v for k, v in payload.items() if k != "name"} | {"at_offset": source.next_offset}
+        new = replace(row, halted=halted, next_retry_at=0)
+        return Change(events=[_event(HALTED, payload)], row=new, bookkeeping=True, reply=new)
 
     return decide
 
@@ -198,10 +247,12 @@ def first_hand(event: Event) -> bool:
 
 
 def reduce_log(
-    tenant: str, path: str, stream_id: str, events: Iterable[Event]
+    tenant: str, path: str, stream_id: str, events: Iterable[Event],
+    rows: dict[str, SubscriptionRow] | None = None,
 ) -> dict[str, SubscriptionRow]:
-    """The catalogue (configuration columns) from the stream's events alone."""
-    rows: dict[str, SubscriptionRow] = {}
+    """The catalogue (configuration columns) from the stream's events alone,
+    continued from ``rows`` (a rebuild's stage) when given."""
+    rows = {} if rows is None else rows
     for e in events:
         if not first_hand(e):
             continue
@@ -226,12 +277,40 @@ def reduce_log(
             rows[name] = replace(row, generation=e.offset, cursor=int(p.get("after_offset", 0)))
         elif e.type == HALTED:
             halted = {k: p.get(k) for k in ("offset", "attempts", "error", "version")}
+            if "reason" in p:
+                halted["reason"] = p["reason"]
             version = halted["version"]
             gave_up = row.gave_up if not version or version in row.gave_up else (*row.gave_up, version)
             rows[name] = replace(row, halted={**halted, "at_offset": e.offset}, gave_up=gave_up)
+        elif e.type == PAUSED:
+            if row.halted is None:
+                rows[name] = replace(row, halted={
+                    "parked": True, "reason": p.get("reason", "operator"), "offset": p.get("offset"),
+                    "version": "", "at_offset": e.offset,
+                })
         elif e.type == RESUMED:
             rows[name] = replace(row, halted=None)
     return rows
+
+
+def rows_to_json(rows: dict[str, SubscriptionRow]) -> list[dict[str, Any]]:
+    """A rebuild's reduced rows as a stage (configuration columns only)."""
+    return [
+        {"name": r.name, "config": r.config, "configured_at": r.configured_at,
+         "configured_id": r.configured_id, "configured_ms": r.configured_ms,
+         "generation": r.generation, "cursor": r.cursor, "halted": r.halted, "gave_up": list(r.gave_up)}
+        for r in rows.values()
+    ]
+
+
+def rows_from_json(tenant: str, path: str, stream_id: str, stage: list[dict[str, Any]]) -> dict[str, SubscriptionRow]:
+    return {
+        d["name"]: SubscriptionRow(
+            tenant=tenant, path=path, source_stream_id=stream_id,
+            **{**d, "gave_up": tuple(d.get("gave_up") or ())},
+        )
+        for d in stage
+    }
 
 
 def merge_rebuilt(

@@ -35,6 +35,7 @@ from .catalogue import (
     decide_halt,
     decide_resume,
     decide_skip,
+    deploy_resumable,
     first_hand,
 )
 from .receivers import MAX_BATCH_BYTES, MAX_BATCH_EVENTS
@@ -69,11 +70,18 @@ class Batch:
     def delivery_id(self) -> str:
         return f"{self.stream_id}:{self.generation}:{self.events[0].offset}-{self.events[-1].offset}"
 
+    def lifetime(self) -> dict[str, Any]:
+        """The run that produced the batch, for a receiver to fence a
+        superseded one (seed 003, "The receiver's passive fence"): the source
+        stream's lifetime (``stream_id``, ``stream_created_at``) and the
+        configuration generation (the configure or cursor_set offset)."""
+        return {"stream_id": self.stream_id, "stream_created_at": self.created_at, "generation": self.generation}
+
     def to_dict(self) -> dict[str, Any]:
         """What a ``call`` receiver gets."""
         return {
             "events": [e.to_dict() for e in self.events], "path": self.path, "name": self.name,
-            "stream_id": self.stream_id, "attempt": self.attempt, "delivery_id": self.delivery_id,
+            **self.lifetime(), "attempt": self.attempt, "delivery_id": self.delivery_id,
         }
 
 
@@ -195,7 +203,7 @@ class Runner:
         version resumes it (one resumed event, whichever process gets here)."""
         version = self.engine.version
         row = self.row
-        if not version or row.halted is None or version in row.gave_up:
+        if not version or row.halted is None or version in row.gave_up or not deploy_resumable(row.halted):
             return False
         resumed = await self.engine.control(row, decide_resume(row.name, row.path, deploy_version=version))
         if resumed is None:

@@ -1,6 +1,6 @@
 """Configuring and operating the subscriptions of one source stream.
 
-``Stream.subscribe``, ``unsubscribe``, ``set_cursor``, ``resume``,
+``Stream.subscribe``, ``unsubscribe``, ``set_cursor``, ``pause``, ``halt``, ``resume``,
 ``set_cursor_and_resume``, ``subscription``, ``subscriptions``,
 ``wait_until_processed`` and ``rebuild_subscriptions`` delegate here.
 """
@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,27 +17,37 @@ from typing import TYPE_CHECKING, Any
 from .. import errors
 from ..events import check_offset, now_ms
 from ..routing.filters import Filter, compile_jsonata
+from ..store.faults import log_retried
 from ..store.subscriptions import SubscriptionRow
 from .catalogue import (
     GENERATED_PREFIX,
+    REDUCER,
     check_caller_name,
     check_name,
     decide_configure,
     decide_cursor,
+    decide_operator_halt,
+    decide_pause,
     decide_remove,
     decide_resume,
+    first_hand,
     merge_rebuilt,
     reduce_log,
+    rows_from_json,
+    rows_to_json,
 )
 from .engine import control
 from .receivers import CopyToStream, Processor, Receiver, Webhook, validated
 
 if TYPE_CHECKING:
+    from ..runtime import Runtime
     from ..streams.handle import Stream
 
+log = logging.getLogger("yoke.subscriptions")
+
 WAIT_POLL_S = 0.1  # deliveries in other processes are seen at least this often
-REBUILD_PAGE = 1000
-REBUILD_TRIES = 5  # a rebuild retries when the stream moved under it
+REBUILD_PAGE = 500
+STAGE_EVERY = 8  # a long rebuild saves its progress every 8 pages (seed 003)
 
 
 @dataclass(frozen=True)
@@ -69,21 +80,54 @@ class SubscriptionStatus:
     # The delivery engine holding its lease (None: no process delivers it now,
     # e.g. no running application registers its call or processor name).
     delivering: str | None = None
+    # Paused by the operator ({reason, offset, at_offset}): delivery stopped,
+    # the cursor kept; ``resume`` continues. ``halted`` is None meanwhile.
+    parked: dict[str, Any] | None = None
+    # running, retrying, parked or halted
+    state: str = "running"
+    # The source stream's lifetime the subscription delivers (its stream_id).
+    source_stream_id: str = ""
 
     @classmethod
     def of(cls, row: SubscriptionRow) -> SubscriptionStatus:
+        stopped = row.halted
+        parked = stopped is not None and bool(stopped.get("parked"))
+        retrying = bool(row.next_retry_at) and stopped is None
         return cls(
             name=row.name, path=row.path, config=row.config, configured_at=row.configured_at,
             generation=row.generation, processed_through_offset=row.cursor, head=row.head,
-            lag=max(row.head - row.cursor, 0), halted=row.halted, last_error=row.last_error,
-            attempts=row.attempts,
-            next_retry_at=row.next_retry_at if row.next_retry_at and row.halted is None else None,
+            lag=max(row.head - row.cursor, 0), halted=None if parked else stopped,
+            last_error=row.last_error, attempts=row.attempts,
+            next_retry_at=row.next_retry_at if retrying else None,
             delivered=row.delivered, failures=row.failures,
-            delivering=row.lease_owner if row.lease_until > now_ms() else None,
+            delivering=row.lease_owner if row.lease_until > now_ms() and stopped is None else None,
+            parked={k: v for k, v in stopped.items() if k != "parked"} if parked and stopped else None,
+            state="parked" if parked else "halted" if stopped is not None else "retrying" if retrying else "running",
+            source_stream_id=row.source_stream_id,
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+HISTORY_SCAN = 10_000  # events one history call looks at by default
+HISTORY_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class History:
+    name: str
+    path: str
+    changes: list[Any]  # Events
+    from_offset: int  # the first offset looked at (retention may have removed earlier ones)
+    scanned_through: int  # read on after this offset
+    head: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "path": self.path, "changes": [e.to_dict() for e in self.changes],
+            "from_offset": self.from_offset, "scanned_through": self.scanned_through, "head": self.head,
+        }
 
 
 class Subscriptions:
@@ -170,6 +214,14 @@ class Subscriptions:
         row = await self._control(check_name(name), decide_cursor(name, self.path, after_offset, True))
         return SubscriptionStatus.of(row)
 
+    async def pause(self, name: str) -> SubscriptionStatus:
+        row = await self._control(check_name(name), decide_pause(name, self.path))
+        return SubscriptionStatus.of(row)
+
+    async def halt(self, name: str) -> SubscriptionStatus:
+        row = await self._control(check_name(name), decide_operator_halt(name, self.path))
+        return SubscriptionStatus.of(row)
+
     async def resume(self, name: str) -> SubscriptionStatus:
         row = await self._control(check_name(name), decide_resume(name, self.path))
         return SubscriptionStatus.of(row)
@@ -181,6 +233,41 @@ class Subscriptions:
                 f"no subscription {name!r} on {self.path}", name=name, path=self.path
             )
         return SubscriptionStatus.of(row)
+
+    async def history(self, name: str, *, after: int = 0, scan: int = HISTORY_SCAN) -> History:
+        """The subscription's control events (configured, halted, resumed,
+        cursor moves, removed) as the source stream's log holds them, in
+        offset order, from the events after ``after``: at most ``scan`` events
+        (1-100000) are looked at per call; read on from ``scanned_through``
+        until it reaches ``head``. Events removed by retention are gone from
+        the history too (``from_offset`` says where it starts)."""
+        check_name(name)
+        check_offset(after, "after")
+        if isinstance(scan, bool) or not isinstance(scan, int) or not 1 <= scan <= 100_000:
+            raise errors.InvalidInput("scan must be 1-100000", field="scan")
+        store = self.runtime.store
+        changes: list[Any] = []
+        cursor, head, looked = after, 0, 0
+        start: int | None = None
+        while looked < scan:
+            page = await store.read(self.tenant, self.path, cursor, min(HISTORY_PAGE, scan - looked))
+            if not page.exists:
+                raise errors.StreamNotFound(f"stream {self.path} does not exist", path=self.path)
+            head = page.head
+            if start is None:
+                if after > head:
+                    raise errors.InvalidCursor(f"after={after} is beyond the head {head}", field="after")
+                start = max(after, page.pruned_through) + 1
+            if not page.events:
+                cursor = max(cursor, head)  # ephemeral offsets past the last durable event
+                break
+            looked += len(page.events)
+            changes.extend(
+                e for e in page.events
+                if first_hand(e) and isinstance(e.payload, dict) and e.payload.get("name") == name
+            )
+            cursor = page.events[-1].offset
+        return History(name, self.path, changes, start or after + 1, cursor, head)
 
     async def list(self) -> list[SubscriptionStatus]:
         rows = await self.runtime.store.subscriptions.list(self.tenant, self.path)
@@ -224,32 +311,74 @@ class Subscriptions:
     async def rebuild(self) -> list[SubscriptionStatus]:
         """Recompute this stream's catalogue from its control events alone
         (delivery state is kept where the generation is unchanged; a
-        subscription whose configure event retention removed is kept as is)."""
+        subscription whose configure event retention removed is kept as is).
+        Resumable: progress is saved every ``STAGE_EVERY`` pages of
+        ``REBUILD_PAGE`` events, and a saved stage of this stream lifetime
+        and reducer version is continued rather than started over."""
         store = self.runtime.store
-        stream_id = (await self.stream.info()).stream_id
-        for _ in range(REBUILD_TRIES):
-            events, head, pruned_through = [], None, 0
-            after = 0
-            while True:
-                page = await store.read(self.tenant, self.path, after, REBUILD_PAGE)
-                head = page.head if head is None else head
-                pruned_through = page.pruned_through
-                events.extend(
-                    e for e in page.events if e.offset <= head and e.type.startswith("yoke.subscription.")
-                )
-                if len(page.events) < REBUILD_PAGE or page.events[-1].offset >= head:
-                    break
+        info = await self.stream.info()
+        record = await store.subscriptions.catalogue(self.tenant, self.path)
+        stage = record.stage if record is not None else None
+        if (
+            stage is not None and record is not None and record.stream_id == info.stream_id
+            and record.reducer == REDUCER and stage.get("created_at") == info.created_at
+        ):
+            # The stage proves the same stream (id and creation time): go on from it.
+            after = int(stage["through"])
+            rows = rows_from_json(self.tenant, self.path, info.stream_id, stage["rows"])
+        else:
+            after, rows = 0, {}
+        pages = 0
+        while True:
+            page = await store.read(self.tenant, self.path, after, REBUILD_PAGE)
+            if page.stream_id != info.stream_id:
+                raise errors.StreamDeleted(f"stream {self.path} was deleted", path=self.path)
+            rows = reduce_log(self.tenant, self.path, info.stream_id, page.events, rows)
+            if len(page.events) == REBUILD_PAGE:
                 after = page.events[-1].offset
-            rebuilt = reduce_log(self.tenant, self.path, stream_id, events)
+                pages += 1
+                if pages % STAGE_EVERY == 0:
+                    await store.subscriptions.save_catalogue_stage(
+                        self.tenant, self.path, info.stream_id, REDUCER,
+                        {"through": after, "created_at": info.created_at, "rows": rows_to_json(rows)}, now_ms(),
+                    )
+                continue
+            # Read through the head: promote the rows (and drop the stage)
+            # unless the stream moved meanwhile; then read on from there.
+            head, pruned_through = page.head, page.pruned_through
+            reduced = rows
 
             def merge(current: list[SubscriptionRow]) -> list[SubscriptionRow]:
-                return merge_rebuilt(rebuilt, current, pruned_through)
+                return merge_rebuilt(reduced, current, pruned_through)
 
-            if await store.subscriptions.write_catalogue(self.tenant, self.path, head, merge):
+            if await store.subscriptions.write_catalogue(
+                self.tenant, self.path, head, merge, reducer=REDUCER, stream_id=info.stream_id, now=now_ms(),
+            ):
                 break
-        else:
-            raise errors.YokeError(f"{self.path} kept changing during {REBUILD_TRIES} rebuild attempts")
+            after = max(after, page.events[-1].offset if page.events else after)
         if self.runtime.deliveries is not None:
             for status in await self.list():
                 self.runtime.deliveries.changed(self.tenant, self.path, status.name)
         return await self.list()
+
+
+async def rebuild_stale_catalogues(runtime: Runtime) -> list[tuple[str, str]]:
+    """On open: rebuild every subscription catalogue that is missing (rows
+    without a record, or fewer or more rows than its record counted),
+    invalid (another stream lifetime, an unfinished stage: resumed) or from
+    another reducer version. Returns the (tenant, path) rebuilt."""
+    rebuilt: list[tuple[str, str]] = []
+    store = runtime.store
+    for tenant in await store.actors.tenants():
+        for path in await store.subscriptions.stale_catalogues(tenant, REDUCER):
+            try:
+                await Subscriptions(runtime.stream(path, tenant)).rebuild()
+            except (errors.StreamNotFound, errors.StreamDeleted):
+                continue  # deleted meanwhile: nothing to rebuild
+            except errors.RuntimeClosed:
+                raise
+            except Exception:
+                log_retried(log, "rebuilding the subscription catalogue of %s %s failed", tenant, path)
+                continue
+            rebuilt.append((tenant, path))
+    return rebuilt

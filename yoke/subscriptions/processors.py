@@ -31,12 +31,17 @@ REBUILD_PAGE = 500
 
 @dataclass(frozen=True)
 class ProcessorContext:
-    """What ``after`` gets: the runtime, the source stream and the names."""
+    """What ``after`` gets: the runtime, the source stream and the names, and
+    the run that delivered the batch: the source lifetime (``stream_id``,
+    ``stream_created_at``) and the configuration ``generation``."""
 
     runtime: Runtime
     stream: Stream
     name: str
     processor: str
+    stream_id: str = ""
+    stream_created_at: int = 0
+    generation: int = 0
 
 
 def version_of(definition: Any) -> str:
@@ -109,6 +114,7 @@ async def fold(batch: Batch, processor: str, definition: Any, checkpoint: Checkp
     if after is not None:
         ctx = ProcessorContext(
             batch.runtime, batch.runtime.stream(batch.path, batch.tenant), batch.name, processor,
+            batch.stream_id, batch.created_at, batch.generation,
         )
         await after(state, list(batch.events), ctx)
     last = batch.events[-1].offset if batch.events else checkpoint.through

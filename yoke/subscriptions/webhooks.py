@@ -1,10 +1,12 @@
 """The webhook receiver: one signed POST per event (Standard Webhooks).
 
-Body ``{"attempt", "event", "path", "name"}``; headers ``webhook-id``
-(``<stream_id>:<offset>``, the receiver's deduplication key),
-``webhook-timestamp`` (unix seconds) and ``webhook-signature``
-(``v1,<base64 HMAC-SHA256 of "id.timestamp.body">`` keyed with the
-``whsec_`` secret). A 2xx status within the timeout acknowledges the event (the body is not
+Body ``{"attempt", "event", "path", "name", "stream_id",
+"stream_created_at", "generation"}`` (the last three: the run that sent it,
+to fence a superseded one); headers ``webhook-id`` (``<stream_id>:<offset>``,
+the receiver's deduplication key), ``webhook-timestamp`` (unix seconds),
+``webhook-signature`` (``v1,<base64 HMAC-SHA256 of "id.timestamp.body">``
+keyed with the ``whsec_`` secret) and the run again, as ``yoke-stream-id``,
+``yoke-stream-created-at`` and ``yoke-generation``. A 2xx status within the timeout acknowledges the event (the body is not
 read); a 429
 or 503 with ``Retry-After`` sets the next attempt's delay; anything else is
 a failure.
@@ -83,9 +85,10 @@ async def send(
     if not secret:
         raise WebhookFailed("the webhook secret is missing (configure the subscription again)")
     for event in batch.events:  # one event per POST (the batch holds one)
-        body = orjson.dumps(
-            {"attempt": batch.attempt, "event": event.to_dict(), "path": batch.path, "name": batch.name}
-        )
+        body = orjson.dumps({
+            "attempt": batch.attempt, "event": event.to_dict(), "path": batch.path, "name": batch.name,
+            **batch.lifetime(),
+        })
         msg_id = f"{batch.stream_id}:{event.offset}"
         stamp = int(time.time())
         headers = {
@@ -93,6 +96,9 @@ async def send(
             "webhook-id": msg_id,
             "webhook-timestamp": str(stamp),
             "webhook-signature": sign(secret, msg_id, stamp, body),
+            "yoke-stream-id": batch.stream_id,
+            "yoke-stream-created-at": str(batch.created_at),
+            "yoke-generation": str(batch.generation),
         }
         try:
             # A deadline for the whole exchange up to the status line; the

@@ -274,6 +274,15 @@ class PgActorStore:
             )
         return [queue_row_from_row(r) for r in rows]
 
+    async def dead_by_instance(self, tenant: str, limit: int) -> list[tuple[str, int]]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                "SELECT instance_id, count(*) AS n FROM actor_queue WHERE tenant_id=$1 AND status='dead'"
+                " GROUP BY instance_id ORDER BY n DESC, instance_id LIMIT $2",
+                tenant, limit,
+            )
+        return [(r[0], r[1]) for r in rows]
+
     async def queue_depth(self, tenant: str, instance_id: str | None) -> QueueDepth:
         async with self._tx(tenant) as conn:
             rows = await conn.fetch(

@@ -35,6 +35,7 @@ from ..contract import (
     Retention,
     StreamInfo,
     StreamSettings,
+    StreamTotals,
     MAX_GAPS,
     EphemeralCallback,
     GapEvidence,
@@ -56,7 +57,9 @@ from ..rows import (
 )
 from .actors import PgActorStore
 from .faults import connection_lost, is_closed, refused_before_send, rolled_back
+from ..protocol import Guard
 from .outbox import PgOutboxStore
+from .protocol import PgProtocolStore
 from .subscriptions import PgSubscriptionStore
 from .listener import Listener
 from .relay import encode as encode_relayed
@@ -116,7 +119,7 @@ def _connect_failed(exc: BaseException) -> errors.Unavailable:
     return unavailable("could not connect to the database; retry later", "connect_failed")
 
 
-APPEND = "SELECT * FROM yoke_append($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19)"
+APPEND = "SELECT * FROM yoke_append($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20)"
 # The same, and each admitted ephemeral event's chunks NOTIFYed on the relay
 # channel (relay.py, migration 0008).
 APPEND_RELAY = (
@@ -149,6 +152,7 @@ def _append_args(
         [e.ephemeral for e in events],
         [e.object_id for e in events],
         kernel,
+        [e.data for e in events] if any(e.data is not None for e in events) else None,
     )
 
 
@@ -183,6 +187,7 @@ class PostgresStore:
         self.listener: Listener | None = None
         self.actors = PgActorStore(self)
         self.subscriptions = PgSubscriptionStore(self)
+        self.protocol = PgProtocolStore(self)
         self.outbox = PgOutboxStore(self)
         # Server pids of this pool's open connections: their NOTIFYs announce
         # what this process already woke itself for, so the listener skips
@@ -429,11 +434,15 @@ class PostgresStore:
         batch_of: Sequence[int],
         now: int,
         new_stream_id: str,
+        guards: Sequence[Guard | None] | None = None,
     ) -> CommitResult:
+        if guards is not None:
+            return await self.protocol.commit_guarded(tenant, path, events, batch_of, now, new_stream_id, guards)
         args = _append_args(tenant, path, events, batch_of, now, new_stream_id)
         if any(e.ephemeral for e in events):
+            # yoke_append_relay: the first 18 (no p_kernel, no p_data: ephemeral events carry no bytes)
             owners, chunks = encode_relayed(tenant, path, now, events)
-            rows = await self._fetch(APPEND_RELAY, *args[:-1], self._relay_channel, owners, chunks)
+            rows = await self._fetch(APPEND_RELAY, *args[:18], self._relay_channel, owners, chunks)
         else:
             rows = await self._fetch(APPEND, *args)
         return _commit_result(rows, events)
@@ -553,9 +562,10 @@ class PostgresStore:
                 f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"]
             )
             # Object bytes are a column of their rows: they go with them.
-            for table in ("events", "consumers", "objects", "fanout_cursors", "input_outbox", "gap_evidence"):
+            for table in ("events", "consumers", "objects", "fanout_cursors", "input_outbox", "gap_evidence",
+                          "protocol_streams", "protocol_producers"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
-            for table in ("subscriptions", "processor_checkpoints", "subscription_inbound"):
+            for table in ("subscriptions", "processor_checkpoints", "subscription_inbound", "subscription_catalogues"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND path=$2", tenant, path)
             await conn.execute("DELETE FROM streams WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
             if path != "/":  # (the global stream is never deleted)
@@ -920,7 +930,7 @@ class PostgresStore:
                 capped = True  # yoke_read's one row past the cap
                 break
             total += size
-            events.append(event_from_row(tenant, path, r[3:14]))
+            events.append(event_from_row(tenant, path, r[3:14], r[17]))
             sizes.append(size)
         return ReadPage(
             exists=True, head=head, pruned_through=pruned_through, events=events, closed=closed,
@@ -934,6 +944,14 @@ class PostgresStore:
                 f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant_id=$1 AND path=$2", tenant, path
             )
         return stream_from_row(row) if row else None
+
+    @retry_reads
+    async def stream_totals(self, tenant: str) -> StreamTotals:
+        async with self._tx(tenant) as conn:
+            row = await conn.fetchrow(
+                "SELECT count(*), coalesce(sum(head), 0)::bigint FROM streams WHERE tenant_id=$1", tenant
+            )
+        return StreamTotals(row[0], row[1])
 
     @retry_reads
     async def list_streams(

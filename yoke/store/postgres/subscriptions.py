@@ -6,7 +6,7 @@ that stream and never deadlock with one."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import orjson
@@ -25,6 +25,7 @@ from ..rows import (
     subscription_values,
 )
 from ..subscriptions import (
+    CatalogueRecord,
     Change,
     Checkpoint,
     Decide,
@@ -33,6 +34,7 @@ from ..subscriptions import (
     SourceState,
     Stamp,
     SubscriptionRow,
+    SubscriptionTotals,
     all_accepted,
     fence_refuses,
 )
@@ -41,6 +43,22 @@ if TYPE_CHECKING:
     from .store import PostgresStore
 
 KEY = "tenant_id=$1 AND path=$2 AND name=$3"
+# A control change keeps the catalogue record's row count (when it has one).
+CATALOGUE_COUNT = (
+    "UPDATE subscription_catalogues SET subscriptions ="
+    " (SELECT count(*) FROM subscriptions WHERE tenant_id=$1 AND path=$2) WHERE tenant_id=$1 AND path=$2"
+)
+STALE_CATALOGUES = """
+SELECT s.path FROM streams s
+LEFT JOIN subscription_catalogues c ON c.tenant_id = s.tenant_id AND c.path = s.path
+WHERE s.tenant_id = $1 AND (
+    (c.path IS NULL AND EXISTS (SELECT 1 FROM subscriptions x WHERE x.tenant_id = s.tenant_id AND x.path = s.path))
+    OR (c.path IS NOT NULL AND (
+        c.reducer <> $2 OR c.stream_id <> s.stream_id OR c.stage IS NOT NULL
+        OR c.subscriptions <> (SELECT count(*) FROM subscriptions x
+                               WHERE x.tenant_id = s.tenant_id AND x.path = s.path))))
+ORDER BY s.path
+"""
 # The first key of the two-key advisory locks on a copy target (the second is
 # a hash of tenant and target); two-key locks never meet single-key ones.
 COPIES_INTO_LOCK = 0x5E0C
@@ -132,6 +150,8 @@ class PgSubscriptionStore:
                         f"DELETE FROM processor_checkpoints WHERE {KEY}",
                         tenant, path, change.row.name if change.row else name,
                     )
+                if change.delete or change.row is not None:
+                    await conn.execute(CATALOGUE_COUNT, tenant, path)
                 return change, outcomes
         except _Refused as refused:
             return Change(), refused.result.outcomes
@@ -143,6 +163,24 @@ class PgSubscriptionStore:
                 tenant, path, name,
             )
         return None if row is None else subscription_from_row(row[:-1], row[-1])
+
+    async def totals(self, tenant: str, limit: int) -> tuple[SubscriptionTotals, list[SubscriptionRow]]:
+        async with self._tx(tenant) as conn:
+            counted = await conn.fetchrow(
+                "SELECT count(*), coalesce(sum(CASE WHEN s.halted IS NULL THEN 0 ELSE 1 END), 0)::bigint,"
+                " coalesce(sum(CASE WHEN coalesce(t.head, 0) > s.processed_through_offset"
+                " THEN coalesce(t.head, 0) - s.processed_through_offset ELSE 0 END), 0)::bigint"
+                " FROM subscriptions s LEFT JOIN streams t ON t.tenant_id = s.tenant_id AND t.path = s.path"
+                " WHERE s.tenant_id=$1",
+                tenant,
+            )
+            rows = await conn.fetch(
+                f"{SUBSCRIPTION_WITH_HEAD} WHERE s.tenant_id=$1"
+                " ORDER BY s.halted IS NULL, coalesce(t.head, 0) - s.processed_through_offset DESC, s.path, s.name"
+                " LIMIT $2",
+                tenant, limit,
+            )
+        return SubscriptionTotals(*counted), [subscription_from_row(r[:-1], r[-1]) for r in rows]
 
     async def list(self, tenant: str, path: str) -> list[SubscriptionRow]:
         async with self._tx(tenant) as conn:
@@ -161,7 +199,8 @@ class PgSubscriptionStore:
                 rows = await conn.fetch(
                     "UPDATE subscriptions SET lease_owner=$2, lease_until=$3"
                     " WHERE tenant_id=$1 AND (lease_owner IS NULL OR lease_owner=$2 OR lease_until <= $4)"
-                    " AND (halted IS NULL OR ($5 <> '' AND strpos(coalesce(gave_up, ''), $8) = 0))"
+                    " AND (halted IS NULL OR ($5 <> '' AND strpos(coalesce(gave_up, ''), $8) = 0"
+                    "  AND coalesce(halted->>'version', '') <> '' AND halted->>'parked' IS NULL))"
                     " AND (config->>'kind' IN ('copy', 'webhook') OR config->>'function' = ANY($6)"
                     "  OR config->>'processor' = ANY($7))"
                     f" RETURNING {SUBSCRIPTION_COLUMNS}",
@@ -298,12 +337,13 @@ class PgSubscriptionStore:
     async def write_catalogue(
         self, tenant: str, path: str, head: int,
         merge: Callable[[list[SubscriptionRow]], list[SubscriptionRow]],
+        *, reducer: str = "", stream_id: str = "", now: int = 0,
     ) -> bool:
         async with self._tx(tenant) as conn:
-            locked = await conn.fetchval(
-                "SELECT head FROM streams WHERE tenant_id=$1 AND path=$2 FOR UPDATE", tenant, path
+            locked = await conn.fetchrow(
+                "SELECT head, stream_id FROM streams WHERE tenant_id=$1 AND path=$2 FOR UPDATE", tenant, path
             )
-            if locked != head:
+            if locked is None or locked["head"] != head or (stream_id and locked["stream_id"] != stream_id):
                 return False
             current = [
                 subscription_from_row(r, head) for r in await conn.fetch(
@@ -318,4 +358,47 @@ class PgSubscriptionStore:
                 tenant, path, [r.name for r in rows],
             )
             await conn.executemany(UPSERT, [subscription_values(r) for r in rows])
+            if reducer:
+                await conn.execute(
+                    "INSERT INTO subscription_catalogues (tenant_id, path, stream_id, reducer,"
+                    " subscriptions, stage, updated_at) VALUES ($1,$2,$3,$4,$5,NULL,$6)"
+                    " ON CONFLICT (tenant_id, path) DO UPDATE SET stream_id=excluded.stream_id,"
+                    " reducer=excluded.reducer, subscriptions=excluded.subscriptions, stage=NULL,"
+                    " updated_at=excluded.updated_at",
+                    tenant, path, locked["stream_id"], reducer, len(rows), now,
+                )
+            return True
+
+    async def stale_catalogues(self, tenant: str, reducer: str) -> list[str]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(STALE_CATALOGUES, tenant, reducer)
+        return [r[0] for r in rows]
+
+    async def catalogue(self, tenant: str, path: str) -> CatalogueRecord | None:
+        async with self._tx(tenant) as conn:
+            r = await conn.fetchrow(
+                "SELECT path, stream_id, reducer, subscriptions, stage::text FROM subscription_catalogues"
+                " WHERE tenant_id=$1 AND path=$2",
+                tenant, path,
+            )
+        if r is None:
+            return None
+        return CatalogueRecord(r[0], r[1], r[2], r[3], orjson.loads(r[4]) if r[4] is not None else None)
+
+    async def save_catalogue_stage(
+        self, tenant: str, path: str, stream_id: str, reducer: str, stage: dict[str, Any], now: int
+    ) -> bool:
+        async with self._tx(tenant) as conn:
+            current = await conn.fetchval(
+                "SELECT stream_id FROM streams WHERE tenant_id=$1 AND path=$2 FOR UPDATE", tenant, path
+            )
+            if current != stream_id:
+                return False
+            await conn.execute(
+                "INSERT INTO subscription_catalogues (tenant_id, path, stream_id, reducer, subscriptions,"
+                " stage, updated_at) VALUES ($1,$2,$3,$4,-1,$5::jsonb,$6) ON CONFLICT (tenant_id, path)"
+                " DO UPDATE SET stream_id=excluded.stream_id, reducer=excluded.reducer,"
+                " stage=excluded.stage, updated_at=excluded.updated_at",
+                tenant, path, stream_id, reducer, orjson.dumps(stage).decode(), now,
+            )
             return True

@@ -396,6 +396,14 @@ class SqliteActorStore:
         )
         return [queue_row_from_row(r) for r in rows]
 
+    async def dead_by_instance(self, tenant: str, limit: int) -> list[tuple[str, int]]:
+        rows = await self._read(
+            "SELECT instance_id, count(*) AS n FROM actor_queue WHERE tenant_id=? AND status='dead'"
+            " GROUP BY instance_id ORDER BY n DESC, instance_id LIMIT ?",
+            (tenant, limit),
+        )
+        return [(r[0], r[1]) for r in rows]
+
     async def queue_depth(self, tenant: str, instance_id: str | None) -> QueueDepth:
         rows = await self._read(
             "SELECT status, count(*) FROM actor_queue WHERE tenant_id=?"

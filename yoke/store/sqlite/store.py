@@ -36,6 +36,7 @@ from ..contract import (
     Retention,
     StreamInfo,
     StreamSettings,
+    StreamTotals,
     TokenInfo,
     MAX_GAPS,
     EphemeralCallback,
@@ -60,7 +61,9 @@ from ..rows import (
 from ..faults import log_retried, retry_reads, unavailable
 from ..schema import Migration, Recorded, check_recorded, read_migrations
 from .actors import SqliteActorStore
+from ..protocol import Guard
 from .outbox import SqliteOutboxStore
+from .protocol import SqliteProtocolStore
 from .subscriptions import SqliteSubscriptionStore
 
 T = TypeVar("T")
@@ -68,8 +71,8 @@ log = logging.getLogger("yoke.store.sqlite")
 
 INSERT_EVENT = (
     "INSERT INTO events (tenant_id, sid, seq, id, at, type, payload, metadata, source,"
-    " correlation, priority, group_id, idempotency_key, fingerprint, size)"
-    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    " correlation, priority, group_id, idempotency_key, fingerprint, size, data)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 )
 
 
@@ -152,6 +155,7 @@ class SqliteStore:
         self._wconn: sqlite3.Connection | None = None
         self.actors = SqliteActorStore(self)
         self.subscriptions = SqliteSubscriptionStore(self)
+        self.protocol = SqliteProtocolStore(self)
         self.outbox = SqliteOutboxStore(self)
 
     # --- lifecycle ----------------------------------------------------------
@@ -344,8 +348,9 @@ class SqliteStore:
         batch_of: Sequence[int],
         now: int,
         new_stream_id: str,
+        guards: Sequence[Guard | None] | None = None,
     ) -> CommitResult:
-        return await self._write(self._commit, tenant, path, events, batch_of, now, new_stream_id)
+        return await self._write(self._commit, tenant, path, events, batch_of, now, new_stream_id, guards)
 
     def _commit(
         self,
@@ -355,8 +360,11 @@ class SqliteStore:
         batch_of: Sequence[int],
         now: int,
         new_stream_id: str,
+        guards: Sequence[Guard | None] | None = None,
     ) -> CommitResult:
         with self._transaction() as conn:
+            if guards is not None:
+                return self.protocol.commit_guarded(conn, tenant, path, events, batch_of, now, new_stream_id, guards)
             return self._commit_in(conn, tenant, path, events, batch_of, now, new_stream_id)
 
     def _commit_in(
@@ -457,7 +465,7 @@ class SqliteStore:
                         (
                             tenant, sid, head, e.id, now, e.type, e.payload_json,
                             e.metadata_json, e.source_json, e.correlation, e.priority,
-                            e.group_id, e.idempotency_key, e.fingerprint, e.size,
+                            e.group_id, e.idempotency_key, e.fingerprint, e.size, e.data,
                         )
                     )
                 if e.object_id is not None:
@@ -521,8 +529,9 @@ class SqliteStore:
         return await self._write(run)
 
     # Tables whose rows belong to one stream, by its sid or by its path.
-    _BY_SID = ("events", "consumers", "objects", "fanout_cursors", "input_outbox", "gap_evidence")
-    _BY_PATH = ("subscriptions", "processor_checkpoints", "subscription_inbound")
+    _BY_SID = ("events", "consumers", "objects", "fanout_cursors", "input_outbox", "gap_evidence",
+               "protocol_streams", "protocol_producers")
+    _BY_PATH = ("subscriptions", "processor_checkpoints", "subscription_inbound", "subscription_catalogues")
 
     async def delete_stream(self, tenant: str, path: str) -> StreamInfo | None:
         def run() -> StreamInfo | None:
@@ -1003,7 +1012,7 @@ class SqliteStore:
             sid, head, pruned_through, closed, stream_id, created_at = row
             # Rows are stepped one at a time: past the byte cap, none is fetched but the first.
             rows = conn.execute(
-                f"SELECT {EVENT_COLUMNS}, size FROM events WHERE tenant_id=? AND sid=? AND {where}",
+                f"SELECT {EVENT_COLUMNS}, size, data FROM events WHERE tenant_id=? AND sid=? AND {where}",
                 (tenant, sid, *params),
             )
             try:
@@ -1013,7 +1022,7 @@ class SqliteStore:
                         capped = True
                         break
                     total += size
-                    events.append(event_from_row(tenant, path, r))
+                    events.append(event_from_row(tenant, path, r, r[12]))
                     sizes.append(size)
             finally:
                 rows.close()
@@ -1030,6 +1039,16 @@ class SqliteStore:
             stream_id=stream_id,
             created_at=created_at,
         )
+
+    @retry_reads
+    async def stream_totals(self, tenant: str) -> StreamTotals:
+        def run() -> StreamTotals:
+            row = self._rconn().execute(
+                "SELECT count(*), coalesce(sum(head), 0) FROM streams WHERE tenant_id=?", (tenant,)
+            ).fetchone()
+            return StreamTotals(row[0], row[1])
+
+        return await self._read(run)
 
     @retry_reads
     async def list_streams(

@@ -24,6 +24,7 @@ from ..rows import (
     subscription_values,
 )
 from ..subscriptions import (
+    CatalogueRecord,
     Change,
     Checkpoint,
     Decide,
@@ -32,6 +33,7 @@ from ..subscriptions import (
     SourceState,
     Stamp,
     SubscriptionRow,
+    SubscriptionTotals,
     all_accepted,
     fence_refuses,
 )
@@ -44,6 +46,22 @@ if TYPE_CHECKING:
 # again and subscribed anew: its generation may well be the same offset).
 SAME_LIFETIME = "(? IS NULL OR source_stream_id = ?)"
 KEY = "tenant_id=? AND path=? AND name=?"
+# A control change keeps the catalogue record's row count (when it has one).
+CATALOGUE_COUNT = (
+    "UPDATE subscription_catalogues SET subscriptions ="
+    " (SELECT count(*) FROM subscriptions WHERE tenant_id=? AND path=?) WHERE tenant_id=? AND path=?"
+)
+STALE_CATALOGUES = """
+SELECT s.path FROM streams s
+LEFT JOIN subscription_catalogues c ON c.tenant_id = s.tenant_id AND c.path = s.path
+WHERE s.tenant_id = ?2 AND (
+    (c.path IS NULL AND EXISTS (SELECT 1 FROM subscriptions x WHERE x.tenant_id = s.tenant_id AND x.path = s.path))
+    OR (c.path IS NOT NULL AND (
+        c.reducer <> ?1 OR c.stream_id <> s.stream_id OR c.stage IS NOT NULL
+        OR c.subscriptions <> (SELECT count(*) FROM subscriptions x
+                               WHERE x.tenant_id = s.tenant_id AND x.path = s.path))))
+ORDER BY s.path
+"""
 UPSERT = (
     f"INSERT INTO subscriptions ({', '.join(SUBSCRIPTION_WRITE_COLUMNS)})"
     f" VALUES ({', '.join('?' * len(SUBSCRIPTION_WRITE_COLUMNS))})"
@@ -104,6 +122,8 @@ class SqliteSubscriptionStore:
                     if change.drop_checkpoint:
                         key = (tenant, path, change.row.name if change.row else name)
                         conn.execute(f"DELETE FROM processor_checkpoints WHERE {KEY}", key)
+                    if change.delete or change.row is not None:
+                        conn.execute(CATALOGUE_COUNT, (tenant, path, tenant, path))
                     return change, outcomes
             except _Refused as refused:
                 return Change(), refused.outcomes
@@ -116,6 +136,23 @@ class SqliteSubscriptionStore:
             (tenant, path, name),
         )
         return subscription_from_row(rows[0][:-1], rows[0][-1]) if rows else None
+
+    async def totals(self, tenant: str, limit: int) -> tuple[SubscriptionTotals, list[SubscriptionRow]]:
+        counted = await self._read(
+            "SELECT count(*), coalesce(sum(CASE WHEN s.halted IS NULL THEN 0 ELSE 1 END), 0),"
+            " coalesce(sum(CASE WHEN coalesce(t.head, 0) > s.processed_through_offset"
+            " THEN coalesce(t.head, 0) - s.processed_through_offset ELSE 0 END), 0)"
+            " FROM subscriptions s LEFT JOIN streams t ON t.tenant_id = s.tenant_id AND t.path = s.path"
+            " WHERE s.tenant_id=?",
+            (tenant,),
+        )
+        rows = await self._read(
+            f"{SUBSCRIPTION_WITH_HEAD} WHERE s.tenant_id=?"
+            " ORDER BY s.halted IS NULL, coalesce(t.head, 0) - s.processed_through_offset DESC, s.path, s.name"
+            " LIMIT ?",
+            (tenant, limit),
+        )
+        return SubscriptionTotals(*counted[0]), [subscription_from_row(r[:-1], r[-1]) for r in rows]
 
     async def list(self, tenant: str, path: str) -> list[SubscriptionRow]:
         rows = await self._read(
@@ -132,7 +169,9 @@ class SqliteSubscriptionStore:
                 rows = conn.execute(
                     "UPDATE subscriptions SET lease_owner=?, lease_until=?"
                     " WHERE (lease_owner IS NULL OR lease_owner=? OR lease_until <= ?)"
-                    " AND (halted IS NULL OR (? <> '' AND instr(coalesce(gave_up, ''), ?) = 0))"
+                    " AND (halted IS NULL OR (? <> '' AND instr(coalesce(gave_up, ''), ?) = 0"
+                    "  AND coalesce(json_extract(halted, '$.version'), '') <> ''"
+                    "  AND json_extract(halted, '$.parked') IS NULL))"
                     " AND (json_extract(config, '$.kind') IN ('copy', 'webhook')"
                     "  OR json_extract(config, '$.function') IN (SELECT value FROM json_each(?))"
                     "  OR json_extract(config, '$.processor') IN (SELECT value FROM json_each(?)))"
@@ -275,13 +314,14 @@ class SqliteSubscriptionStore:
     async def write_catalogue(
         self, tenant: str, path: str, head: int,
         merge: Callable[[list[SubscriptionRow]], list[SubscriptionRow]],
+        *, reducer: str = "", stream_id: str = "", now: int = 0,
     ) -> bool:
         store = self._store
 
         def run() -> bool:
             with store._transaction() as conn:
                 s = store._stream_row(conn, tenant, path)
-                if s is None or s["head"] != head:
+                if s is None or s["head"] != head or (stream_id and s["stream_id"] != stream_id):
                     return False
                 current = [
                     subscription_from_row(r, head) for r in conn.execute(
@@ -298,6 +338,51 @@ class SqliteSubscriptionStore:
                     (tenant, path, *keep),
                 )
                 conn.executemany(UPSERT, [subscription_values(r) for r in rows])
+                if reducer:
+                    conn.execute(
+                        "INSERT INTO subscription_catalogues (tenant_id, path, stream_id, reducer,"
+                        " subscriptions, stage, updated_at) VALUES (?,?,?,?,?,NULL,?)"
+                        " ON CONFLICT (tenant_id, path) DO UPDATE SET stream_id=excluded.stream_id,"
+                        " reducer=excluded.reducer, subscriptions=excluded.subscriptions, stage=NULL,"
+                        " updated_at=excluded.updated_at",
+                        (tenant, path, s["stream_id"], reducer, len(rows), now),
+                    )
+                return True
+
+        return await store._write(run)
+
+    async def stale_catalogues(self, tenant: str, reducer: str) -> list[str]:
+        rows = await self._read(STALE_CATALOGUES, (reducer, tenant))
+        return [r[0] for r in rows]
+
+    async def catalogue(self, tenant: str, path: str) -> CatalogueRecord | None:
+        rows = await self._read(
+            "SELECT path, stream_id, reducer, subscriptions, stage FROM subscription_catalogues"
+            " WHERE tenant_id=? AND path=?",
+            (tenant, path),
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        return CatalogueRecord(r[0], r[1], r[2], r[3], orjson.loads(r[4]) if r[4] is not None else None)
+
+    async def save_catalogue_stage(
+        self, tenant: str, path: str, stream_id: str, reducer: str, stage: dict[str, Any], now: int
+    ) -> bool:
+        store = self._store
+
+        def run() -> bool:
+            with store._transaction() as conn:
+                s = store._stream_row(conn, tenant, path)
+                if s is None or s["stream_id"] != stream_id:
+                    return False
+                conn.execute(
+                    "INSERT INTO subscription_catalogues (tenant_id, path, stream_id, reducer, subscriptions,"
+                    " stage, updated_at) VALUES (?,?,?,?,-1,?,?) ON CONFLICT (tenant_id, path) DO UPDATE"
+                    " SET stream_id=excluded.stream_id, reducer=excluded.reducer, stage=excluded.stage,"
+                    " updated_at=excluded.updated_at",
+                    (tenant, path, stream_id, reducer, orjson.dumps(stage).decode(), now),
+                )
                 return True
 
         return await store._write(run)

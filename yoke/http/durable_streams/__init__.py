@@ -1,0 +1,6 @@
+"""The Durable Streams protocol (ElectricSQL) on Yoke's streams: see
+docs/durable-streams.md."""
+
+from .routes import DurableStreams
+
+__all__ = ["DurableStreams"]

@@ -1,0 +1,81 @@
+"""Protocol messages and Yoke events, both ways.
+
+A JSON stream (``application/json``): each message of a POST (a top-level
+array is flattened one level) is one event of type ``ds.message`` whose
+payload is the message. Any other content type is a byte stream: each POST
+body is one event of type ``ds.bytes``, payload null, its bytes in
+``Event.data`` (BLOB / BYTEA). Reading back, a ``ds.message`` event is its
+payload and a ``ds.bytes`` event its bytes; an event appended through Yoke's
+own API (any other type) reads as ``{"type": ..., "payload": ...}`` (in a
+byte stream, that object's JSON text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import orjson
+
+from ... import errors
+from ...events import Event, PreparedEvent, json_text, new_event_id
+from ...store.protocol_forks import BYTES_TYPE, JSON, base_type, bytes_event
+from ..responses import parse_json
+
+MESSAGE_TYPE = "ds.message"
+# What a message costs besides its JSON (the envelope a read sends with it).
+MESSAGE_OVERHEAD = 16
+
+
+def is_json(content_type: str) -> bool:
+    return base_type(content_type) == JSON
+
+
+def is_text(content_type: str) -> bool:
+    kind = base_type(content_type)
+    return kind == JSON or kind.startswith("text/")
+
+
+def message_event(payload_json: str) -> PreparedEvent:
+    return PreparedEvent(
+        id=new_event_id(), type=MESSAGE_TYPE, payload_json=payload_json, metadata_json="{}",
+        source_json=None, correlation=None, priority=0, group_id=None, idempotency_key=None,
+        ephemeral=False, fingerprint=None, size=len(payload_json) + MESSAGE_OVERHEAD,
+    )
+
+
+def events_of(body: bytes, content_type: str, *, creating: bool = False) -> list[PreparedEvent]:
+    """The events a POST (or PUT) body appends to a stream of ``content_type``."""
+    if not is_json(content_type):
+        return [bytes_event(body)] if body else []
+    value = parse_json(body)  # integers beyond 64 bits exactly, to refuse them below
+    if isinstance(value, list):
+        if not value and not creating:
+            raise errors.InvalidEvent("an empty JSON array appends nothing")
+        return [message_event(json_text(v, "message")) for v in value]
+    return [message_event(json_text(value, "message"))]
+
+
+def _message_json(event: Event) -> bytes:
+    if event.type == MESSAGE_TYPE:
+        return orjson.dumps(event.payload)
+    if event.data is not None:  # bytes in a JSON stream (a fork of another type cannot happen)
+        return orjson.dumps(event.data.decode("utf-8", "replace"))
+    return orjson.dumps({"type": event.type, "payload": event.payload})
+
+
+def _message_bytes(event: Event) -> bytes:
+    if event.data is not None:
+        return event.data
+    if event.type == MESSAGE_TYPE:
+        return orjson.dumps(event.payload)
+    return orjson.dumps({"type": event.type, "payload": event.payload})
+
+
+def render(events: Sequence[Event], content_type: str) -> bytes:
+    """A read's body: a JSON array of the messages, or the bytes concatenated."""
+    if is_json(content_type):
+        return b"[" + b",".join(_message_json(e) for e in events) + b"]"
+    return b"".join(_message_bytes(e) for e in events)
+
+
+__all__ = ["BYTES_TYPE", "MESSAGE_TYPE", "events_of", "render", "is_json", "is_text"]

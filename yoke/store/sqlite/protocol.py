@@ -1,0 +1,165 @@
+"""SQLite implementation of the Durable Streams storage contract
+(``store.protocol``), on the store's writer thread."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ... import errors
+from ...lifecycle import STREAM_CLOSED, stream_fact
+from ...events import PreparedEvent
+from ..contract import CommitResult, StreamSettings
+from ..protocol import CreateSpec, Guard, GuardBook, ProtocolStream, assemble, decide_batches
+from ..rows import PROTOCOL_FORK_COPY, PROTOCOL_STREAM_SELECT, protocol_stream_from_row
+from ..protocol_forks import check_fork, sub_offset_prefix
+
+if TYPE_CHECKING:
+    from .store import SqliteStore
+
+BY_PATH = PROTOCOL_STREAM_SELECT + " WHERE s.tenant_id=? AND s.path=?"
+
+
+class SqliteProtocolStore:
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+
+    async def stream(self, tenant: str, path: str) -> ProtocolStream | None:
+        def run() -> ProtocolStream | None:
+            row = self._store._rconn().execute(BY_PATH, (tenant, path)).fetchone()
+            return protocol_stream_from_row(row) if row else None
+
+        return await self._store._read(run)
+
+    async def touch(self, tenant: str, sid: int, now: int) -> None:
+        def run() -> None:
+            with self._store._transaction() as conn:
+                conn.execute(
+                    "UPDATE protocol_streams SET touched_ms=max(touched_ms, ?) WHERE tenant_id=? AND sid=?",
+                    (now, tenant, sid),
+                )
+
+        await self._store._write(run)
+
+    async def forks(self, tenant: str, path: str) -> int:
+        def run() -> int:
+            return self._store._rconn().execute(
+                "SELECT count(*) FROM protocol_streams WHERE tenant_id=? AND fork_of=?", (tenant, path)
+            ).fetchone()[0]
+
+        return await self._store._read(run)
+
+    async def soft_delete(self, tenant: str, sid: int) -> None:
+        def run() -> None:
+            with self._store._transaction() as conn:
+                conn.execute("UPDATE protocol_streams SET deleted=1 WHERE tenant_id=? AND sid=?", (tenant, sid))
+
+        await self._store._write(run)
+
+    async def create(
+        self, tenant: str, path: str, stream_id: str, now: int, spec: CreateSpec
+    ) -> tuple[ProtocolStream, bool]:
+        return await self._store._write(self._create, tenant, path, stream_id, now, spec)
+
+    def _create(
+        self, tenant: str, path: str, stream_id: str, now: int, spec: CreateSpec
+    ) -> tuple[ProtocolStream, bool]:
+        store = self._store
+        with store._transaction() as conn:
+            row = conn.execute(BY_PATH, (tenant, path)).fetchone()
+            if row is not None:
+                return protocol_stream_from_row(row), False
+            content_type, ttl_s, expires_at, expires_ms = (
+                spec.content_type, spec.ttl_s, spec.expires_at, spec.expires_ms
+            )
+            source: ProtocolStream | None = None
+            prefix: PreparedEvent | None = None
+            through = base = 0
+            if spec.fork_of is not None:
+                srow = conn.execute(BY_PATH, (tenant, spec.fork_of)).fetchone()
+                source = protocol_stream_from_row(srow) if srow else None
+                source, through, content_type, ttl_s, expires_at, expires_ms = check_fork(source, spec, now)
+                base = through
+                if spec.fork_sub:
+                    nxt = conn.execute(
+                        "SELECT type, data FROM events WHERE tenant_id=? AND sid=? AND seq=?",
+                        (tenant, source.sid, through + 1),
+                    ).fetchone()
+                    through, prefix = sub_offset_prefix(source, through, spec.fork_sub, nxt)
+            s, _ = store._ensure_stream(conn, tenant, path, stream_id, now, StreamSettings())
+            sid = s["sid"]
+            conn.execute(
+                "INSERT INTO protocol_streams (tenant_id, sid, content_type, ttl_s, expires_at, expires_ms,"
+                " touched_ms, fork_of, fork_offset, fork_sub) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (tenant, sid, content_type, ttl_s, expires_at, expires_ms, now, spec.fork_of,
+                 None if source is None else base, spec.fork_sub),
+            )
+            if source is not None and through:
+                conn.execute(PROTOCOL_FORK_COPY.format(new="?", tenant="?", source="?", through="?"),
+                             (sid, tenant, source.sid, through))
+                conn.execute(
+                    "UPDATE streams SET head=?, durable_events=(SELECT count(*) FROM events WHERE"
+                    " tenant_id=? AND sid=?), durable_bytes=(SELECT coalesce(sum(size), 0) FROM events"
+                    " WHERE tenant_id=? AND sid=?) WHERE tenant_id=? AND sid=?",
+                    (through, tenant, sid, tenant, sid, tenant, sid),
+                )
+            events = ([prefix] if prefix is not None else []) + list(spec.events)
+            if events:
+                store._commit_in(conn, tenant, path, events, [0] * len(events), now, stream_id)
+            if spec.closed:
+                conn.execute("UPDATE streams SET closed=1 WHERE tenant_id=? AND sid=?", (tenant, sid))
+                store._fact(conn, tenant, stream_fact(STREAM_CLOSED, path, stream_id), now)
+            row = conn.execute(BY_PATH, (tenant, path)).fetchone()
+            return protocol_stream_from_row(row), True
+
+    def commit_guarded(
+        self, conn: sqlite3.Connection, tenant: str, path: str, events: Sequence[PreparedEvent],
+        batch_of: Sequence[int], now: int, new_stream_id: str, guards: Sequence[Guard | None],
+    ) -> CommitResult:
+        """``Store.commit`` with guards, inside the writer's transaction."""
+        store = self._store
+        s = store._stream_row(conn, tenant, path)
+        if s is None:  # protocol appends check that the stream exists first
+            raise errors.StreamNotFound(f"stream {path} does not exist", path=path)
+        sid = s["sid"]
+        p = conn.execute(
+            "SELECT stream_seq, closed_by FROM protocol_streams WHERE tenant_id=? AND sid=?", (tenant, sid)
+        ).fetchone()
+        ids = sorted({g.producer[0] for g in guards if g is not None and g.producer is not None})
+        producers: dict[str, tuple[int, int]] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            for pid, epoch, seq in conn.execute(
+                "SELECT producer_id, epoch, seq FROM protocol_producers WHERE tenant_id=? AND sid=?"
+                f" AND producer_id IN ({','.join('?' * len(chunk))})",
+                (tenant, sid, *chunk),
+            ):
+                producers[pid] = (epoch, seq)
+        book = GuardBook(
+            closed=bool(s["closed"]), closed_by=p["closed_by"] if p else None,
+            stream_seq=p["stream_seq"] if p else None, producers=producers,
+        )
+        decided, admitted, admitted_batch = decide_batches(book, events, batch_of, guards)
+        result = store._commit_in(conn, tenant, path, admitted, admitted_batch, now, new_stream_id)
+        head = result.head
+        if book.changed:
+            conn.executemany(
+                "INSERT INTO protocol_producers VALUES (?,?,?,?,?,?) ON CONFLICT (tenant_id, sid, producer_id)"
+                " DO UPDATE SET epoch=excluded.epoch, seq=excluded.seq, updated_ms=excluded.updated_ms",
+                [(tenant, sid, pid, epoch, seq, now) for pid, (epoch, seq) in book.changed.items()],
+            )
+        if book.stream_changed:
+            if p is None:
+                conn.execute(
+                    "INSERT INTO protocol_streams (tenant_id, sid, content_type, touched_ms)"
+                    " VALUES (?, ?, 'application/json', ?)", (tenant, sid, now),
+                )
+            conn.execute(
+                "UPDATE protocol_streams SET stream_seq=?, closed_by=? WHERE tenant_id=? AND sid=?",
+                (book.stream_seq, book.closed_by, tenant, sid),
+            )
+            if book.closed and not s["closed"]:
+                conn.execute("UPDATE streams SET closed=1 WHERE tenant_id=? AND sid=?", (tenant, sid))
+                store._fact(conn, tenant, stream_fact(STREAM_CLOSED, path, s["stream_id"]), now)
+        return assemble(events, batch_of, decided, result, head, now)
