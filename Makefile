@@ -59,12 +59,13 @@ test: $(DEV_STAMP) chromium npm
 run: $(RUN_STAMP)
 	@$(VENV)/bin/yoke serve --app examples.orders:app $(if $(PORT),--port $(PORT))
 
-bench: $(DEV_STAMP)
+bench: $(DEV_STAMP) npm
 	$(PY) bench/append.py
 	$(PY) bench/http_api.py
 	$(PY) bench/actors.py
 	$(PY) bench/subscriptions.py
 	$(PY) bench/cli_startup.py
+	$(PY) bench/durable_streams.py
 
 clean:
 	rm -rf $(VENV) .yoke .pytest_cache $(DS_DIR)/node_modules

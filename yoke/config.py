@@ -100,7 +100,14 @@ class Settings:
     # address space when that is above 0). @app.actor(isolation=) overrides.
     isolation: str = "inprocess"
     host_processes: int = 4
+    # Runs one host takes at once: 1 isolates each run from every other;
+    # more trade that (a crash or a timeout ends every run on the host) for
+    # throughput (docs/hosts.md#the-pool).
+    host_runs: int = 1
     host_memory_mb: int = 0
+    # Watch the application's files and recycle the hosts when they change
+    # (serve/worker --reload; docs/hosts.md#reloading).
+    reload: bool = False
     # The deployment version (subscriptions resume halted deliveries on a new one).
     deploy_version: str = ""
     # Subscriptions: how often the engine claims and renews, how long a lease

@@ -191,3 +191,14 @@ def test_yoke_serve_isolation_flag(fresh_url: str, tmp_path) -> None:
     finally:
         stop_server(server)  # graceful: uvicorn ends by raising SIGTERM again
     assert not alive(pid)
+
+
+async def test_runs_share_a_host_when_allowed(fresh_url: str, tmp_path) -> None:
+    """host_runs=3, one host: the three instances' runs all go to it."""
+    async with open_runtime(fresh_url, tmp_path, host_processes=1, host_runs=3) as y:
+        ids = [(await y.instances("acme").create("echo", key=k)).instance_id for k in "abc"]
+        await y.stream("/", "acme").append({"type": "echo", "payload": {"n": 1}})
+        await y.wait_idle(timeout_s=WAIT_S)
+        pids = {(await y.instances("acme").state(i))[0]["pid"] for i in ids}
+        assert len(pids) == 1 and os.getpid() not in pids
+        assert y.executor.hosts.started == 1

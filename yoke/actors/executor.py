@@ -44,7 +44,7 @@ class Executor:
         self.hosts = None
         if isolated:
             self.hosts = HostPool(
-                app_spec(app), size=settings.host_processes,
+                app_spec(app), size=settings.host_processes, runs_per_host=settings.host_runs,
                 memory_limit_bytes=settings.host_memory_mb * 2**20,
             )
         self.scheduler = Scheduler(
@@ -92,6 +92,10 @@ class Executor:
         if self.hosts is not None:
             self.hosts.warm()
             await self.hosts.ready()  # runs should not start by waiting for hosts
+            if self._runtime.settings.reload:
+                from ..hosts.reload import watch
+
+                jobs["reload"] = watch(self.hosts, self.hosts.app_spec)
         for name, job in jobs.items():
             self._tasks.append(asyncio.create_task(job, name=f"yoke-{name}"))
 

@@ -256,6 +256,7 @@ class Scheduler:
         isolated = self.hosts is not None and row.actor in self.isolated
         budget_s = definition.timeout_s
         host = None
+        handed = False  # the host went to process(), which gives it back
         try:
             # An isolated run waits for a free host first: outside its time.
             host = await self.hosts.acquire() if isolated else None
@@ -268,6 +269,7 @@ class Scheduler:
                     raise LookupError(f"instance {row.instance_id} does not exist")
                 ops = OpHandler(self.runtime, row.tenant, instance)
                 if host is not None:
+                    handed = True
                     await self.hosts.process(host, ops, instance, event_from_queue(row), row.attempts)
                 else:
                     ctx = Context(ops, instance, event_from_queue(row), row.attempts)
@@ -290,7 +292,7 @@ class Scheduler:
             error = f"{type(exc).__name__}: {exc}"
             tb = traceback.format_exc()
         finally:
-            if host is not None and host.in_use:  # acquired, but process() was not reached
+            if host is not None and not handed:  # acquired, but process() was not reached
                 self.hosts.release(host)
         finished = time.time()
         if self.on_run is not None:

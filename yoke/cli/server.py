@@ -22,6 +22,11 @@ ISOLATION_OPTION = click.option(
          " fast, unisolated) or process (a pool of host processes; docs/hosts.md). Default"
          " inprocess; YOKE_ISOLATION.",
 )
+RELOAD_OPTION = click.option(
+    "--reload", is_flag=True, default=None,
+    help="Start new hosts when the app's Python files change: isolated actors run the new code"
+         " (runs in progress finish on the old hosts); YOKE_RELOAD.",
+)
 APP_OPTION_HELP = "module:attr of a Yoke App to run, like examples.orders:app (imported with the current directory on sys.path)."
 
 
@@ -117,11 +122,12 @@ def describe_app(app: Any) -> str:
          " (authentication off; loopback addresses only).",
 )
 @ISOLATION_OPTION
+@RELOAD_OPTION
 @JSON_OPTION
 def serve(
     database_url: str | None, host: str | None, port: int | None, app_spec: str | None, no_executor: bool,
     max_connections: int | None, header_timeout: float | None, body_timeout: float | None, dev: bool,
-    isolation: str | None, as_json: bool,
+    isolation: str | None, reload: bool | None, as_json: bool,
 ) -> None:
     """Run the HTTP API (embedded SQLite under ./.yoke by default), and with
     --app the application's actors in the same process.
@@ -134,6 +140,7 @@ def serve(
     settings = settings_or_fail(
         database_url=database_url, host=host, port=port, http_max_connections=max_connections,
         http_header_timeout_s=header_timeout, http_body_timeout_s=body_timeout, isolation=isolation,
+        reload=reload or None,
     )
     from ..http.server import bind_socket, is_loopback
     from ..http.server import serve as run_server
@@ -219,8 +226,11 @@ class WorkerCommand(SettingsCommand):
 @DB_OPTION
 @click.option("--app", "app_spec", envvar="YOKE_APP", required=True, metavar="MODULE:ATTR", help=APP_OPTION_HELP)
 @ISOLATION_OPTION
+@RELOAD_OPTION
 @JSON_OPTION
-def worker(database_url: str | None, app_spec: str, isolation: str | None, as_json: bool) -> None:
+def worker(
+    database_url: str | None, app_spec: str, isolation: str | None, reload: bool | None, as_json: bool,
+) -> None:
     """Run the application's actors without HTTP (fan-out, scheduler,
     schedules, portal loops) until SIGTERM/SIGINT, then stop gracefully:
     runs in progress finish (up to YOKE_SHUTDOWN_TIMEOUT_S), queued appends
@@ -230,7 +240,7 @@ def worker(database_url: str | None, app_spec: str, isolation: str | None, as_js
     import logging
 
     app = load_app_or_fail(app_spec)
-    settings = settings_or_fail(database_url=database_url, isolation=isolation)
+    settings = settings_or_fail(database_url=database_url, isolation=isolation, reload=reload or None)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         asyncio.run(_work(settings, app, app_spec, as_json))

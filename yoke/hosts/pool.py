@@ -19,7 +19,6 @@ import os
 import signal
 import socket
 import sys
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
@@ -36,6 +35,14 @@ log = logging.getLogger("yoke.hosts")
 # tokens) and the usual database credentials.
 SCRUBBED_ENV_PREFIXES = ("YOKE_", "PG", "DATABASE_URL", "AWS_")
 INIT_TIMEOUT_S = 60.0
+
+
+def instance_dict(info: InstanceInfo) -> dict[str, Any]:
+    return {
+        "instance_id": info.instance_id, "tenant": info.tenant, "actor": info.actor, "key": info.key,
+        "config": info.config, "filter": info.filter, "parent_id": info.parent_id,
+        "worker_id": info.worker_id, "created_at": info.created_at,
+    }
 
 
 class HostFailure(Exception):
@@ -69,12 +76,13 @@ class Host:
         self.proc = proc
         self.reader = reader
         self.writer = writer
+        self.outbox = p.Outbox(writer)
         self.ids = itertools.count(1)
         self.waiting: dict[int, asyncio.Future[Any]] = {}
         self.runs: dict[int, OpHandler] = {}
         self.dead: str | None = None  # why, once it is
         self.killed_because: str | None = None
-        self.in_use = False  # acquired for a run
+        self.generation = 0  # the pool's generation (code version) it was started in
         self.op_tasks: set[asyncio.Task[None]] = set()
         self.reading = asyncio.create_task(self._read(), name=f"yoke-host-{proc.pid}")
 
@@ -89,7 +97,7 @@ class Host:
         future = asyncio.get_running_loop().create_future()
         self.waiting[id_] = future
         try:
-            self.writer.write(p.encode(p.request(id_, method, params)))
+            self.outbox.send(p.request(id_, method, params))
             return await future
         finally:
             self.waiting.pop(id_, None)
@@ -152,7 +160,7 @@ class Host:
                 log.exception("op %s from host %s failed", method, self.pid)
                 answer = p.error(id_, p.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
         if self.dead is None:
-            self.writer.write(p.encode(answer))
+            self.outbox.send(answer)
 
     def kill(self, because: str) -> None:
         if self.dead is None and self.killed_because is None:
@@ -190,10 +198,12 @@ class HostPool:
     ``process()`` call at a time; made on demand, reused, replaced when
     they die."""
 
-    def __init__(self, app_spec: str, *, size: int, memory_limit_bytes: int = 0) -> None:
+    def __init__(self, app_spec: str, *, size: int, runs_per_host: int = 1, memory_limit_bytes: int = 0) -> None:
         self.app_spec = app_spec
         self.size = max(size, 1)
         self.memory_limit_bytes = memory_limit_bytes
+        # One entry per free run slot: a host is listed runs_per_host times when idle.
+        self.runs_per_host = max(runs_per_host, 1)
         self.idle: list[Host] = []
         self.hosts: set[Host] = set()
         self.starting = 0
@@ -202,6 +212,7 @@ class HostPool:
         self.closing = False
         self.started = 0  # host processes started (tests: replacements)
         self.warming: set[asyncio.Task[None]] = set()
+        self.generation = 0  # raised by recycle(): hosts of older ones take no new runs
 
     async def acquire(self) -> Host:
         """An idle started host of this pool; waits while all are busy
@@ -209,9 +220,7 @@ class HostPool:
         if self.closing:
             raise HostFailure("the host pool is closing")
         if self.idle:
-            host = self.idle.pop()
-            host.in_use = True
-            return host
+            return self.idle.pop()
         waiter: asyncio.Future[Host] = asyncio.get_running_loop().create_future()
         self.waiters.append(waiter)
         self.warm()  # below its size (a host died): start one
@@ -221,7 +230,6 @@ class HostPool:
             if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                 self._release(waiter.result())  # handed over as we were cancelled: pass it on
             raise
-        host.in_use = True
         return host
 
     async def process(
@@ -236,7 +244,7 @@ class HostPool:
         try:
             params = {
                 "run": run, "actor": instance.actor, "tenant": ops.tenant,
-                "instance": asdict(instance), "event": event.to_dict(), "attempt": attempt,
+                "instance": instance_dict(instance), "event": event.to_dict(), "attempt": attempt,
             }
             try:
                 await host.call("actor.process", params)
@@ -254,7 +262,8 @@ class HostPool:
             if finished and host.dead is None:
                 self._release(host)
             else:
-                host.kill(host.killed_because or "its run was cut short")
+                # Other runs on it (runs_per_host > 1) fail with this reason.
+                host.kill(host.killed_because or "another run on the host timed out or was cancelled")
                 self._forget(host)
 
     def warm(self) -> None:
@@ -287,15 +296,19 @@ class HostPool:
             return
         finally:
             self.starting -= 1
-        self._release(host)
+        for _ in range(self.runs_per_host):
+            self._release(host)
 
     def release(self, host: Host) -> None:
         """Give back a host from acquire() that ran nothing."""
         self._release(host)
 
     def _release(self, host: Host) -> None:
-        host.in_use = False
         if host.dead is not None or host not in self.hosts:
+            return
+        if host.generation != self.generation:  # older code: retire it once its runs end
+            if not host.runs and host not in self.idle:  # its last slot came back
+                self._retire(host)
             return
         while self.waiters:
             waiter = self.waiters.popleft()
@@ -304,11 +317,26 @@ class HostPool:
                 return
         self.idle.append(host)
 
+    def recycle(self) -> None:
+        """The application's code changed: new runs go to new hosts (which
+        import it afresh); idle hosts end now, busy ones when their runs end,
+        so no run is cut short or run twice."""
+        self.generation += 1
+        for host in list(self.hosts):
+            if self.idle.count(host) == self.runs_per_host:  # none of its slots taken
+                self._retire(host)
+        self.idle = [h for h in self.idle if h.generation == self.generation]
+        self.warm()
+
+    def _retire(self, host: Host) -> None:
+        self._forget(host)
+        host.killed_because = "retired (the code changed)"
+        host.writer.close()  # end of file: the host exits
+
     def _forget(self, host: Host) -> None:
-        host.in_use = False
         self.hosts.discard(host)
         if host in self.idle:
-            self.idle.remove(host)
+            self.idle = [h for h in self.idle if h is not host]
 
     def gone(self, host: Host) -> None:
         """A host's process ended (its reader saw it)."""
@@ -332,6 +360,7 @@ class HostPool:
             theirs.close()
         reader, writer = await asyncio.open_unix_connection(sock=ours, limit=p.MAX_MESSAGE_BYTES)
         host = Host(self, proc, reader, writer)
+        host.generation = self.generation
         self.hosts.add(host)
         self.started += 1
         try:

@@ -38,6 +38,29 @@ APP_FAILED = -32005  # the host could not load the application
 EXIT_OUT_OF_MEMORY = 3
 
 
+class Outbox:
+    """Messages written in one ``write`` per event-loop turn: answers and
+    requests made in the same turn share a system call and a wake-up of
+    the other side."""
+
+    def __init__(self, writer: Any) -> None:
+        self._writer = writer
+        self._pending: list[bytes] = []
+
+    def send(self, message: dict[str, Any]) -> None:
+        if not self._pending:
+            import asyncio
+
+            asyncio.get_running_loop().call_soon(self.flush)
+        self._pending.append(encode(message))
+
+    def flush(self) -> None:
+        if self._pending:
+            data, self._pending = b"".join(self._pending), []
+            if not self._writer.is_closing():
+                self._writer.write(data)
+
+
 def encode(message: dict[str, Any]) -> bytes:
     return orjson.dumps(message) + b"\n"
 

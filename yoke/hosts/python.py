@@ -45,12 +45,13 @@ class Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader = reader
         self._writer = writer
+        self._outbox = p.Outbox(writer)
         self._next_id = 0
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._errors = error_by_code()
 
     def send(self, message: dict[str, Any]) -> None:
-        self._writer.write(p.encode(message))
+        self._outbox.send(message)
 
     async def call(self, run: int, method: str, params: Any) -> Any:
         self._next_id += 1
@@ -132,6 +133,7 @@ class Host:
                     id_, p.OUT_OF_MEMORY,
                     f"MemoryError: the host's memory limit ({self.memory_limit // 2**20} MiB) was reached",
                 ))
+                self.connection._outbox.flush()
                 await self.connection._writer.drain()
             finally:
                 os._exit(p.EXIT_OUT_OF_MEMORY)
