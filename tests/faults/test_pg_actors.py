@@ -1,6 +1,6 @@
 """PostgreSQL connection cuts under actor load.
 
-Jobs are appended (with keys) to the tenant's stream while two actor
+Jobs are appended (with keys) to a stream of the tenant while two actor
 instances process them, each ``process()`` appending one result with a key
 derived from the job: every session of the runtime role is terminated five
 times, paced by the runs. Fan-out, claims, completions and the actors' own
@@ -50,7 +50,7 @@ async def test_cuts_under_actor_load(tmp_path: Path) -> None:
         async with yoke.open(url, app=app, data_dir=str(tmp_path), worker_heartbeat_s=0.3) as y:
             for key in INSTANCES:
                 await y.instances(TENANT).create("worker", key=key)
-            jobs = y.stream("/", tenant=TENANT)
+            jobs = y.stream("/jobs", tenant=TENANT)  # "/" also holds lifecycle facts
             produced: list[str] = []
             producer_errors: Counter = Counter()
 

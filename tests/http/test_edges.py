@@ -232,7 +232,7 @@ def test_a_json_route_refuses_another_content_type_with_415(http, path, content_
         ("PUT", f"/v1/streams{path}/-/retention"),
         ("POST", "/v1/tokens"),
         ("POST", f"/v1/streams{path}/-/subscriptions"),
-        ("POST", f"/api/workflow-streams/runs/r/streams/s/records"),
+        ("POST", "/api/workflow-streams/runs/r/streams/s/records"),
     ):
         r = http.request(method, url, content=body, headers={"Content-Type": content_type})
         assert error_of(r) == (415, "unsupported_media_type"), url

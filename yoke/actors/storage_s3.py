@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import importlib.util
 import shutil
 import sqlite3
 import threading
@@ -83,12 +84,10 @@ class _CacheConnection(sqlite3.Connection):
 
 class S3Storage:
     def __init__(self, settings: Any, cache_dir: Path) -> None:
-        try:
-            import boto3  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec("boto3") is None:  # imported when first used
             raise errors.InvalidInput(
                 "YOKE_STORAGE=s3 needs boto3: pip install 'yoke[s3]'", field="storage"
-            ) from None
+            )
         if not settings.s3_bucket:
             raise errors.InvalidInput("YOKE_STORAGE=s3 needs YOKE_S3_BUCKET", field="s3_bucket")
         if settings.s3_sync not in SYNC_MODES:
