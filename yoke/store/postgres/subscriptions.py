@@ -196,13 +196,19 @@ class PgSubscriptionStore:
         held: list[SubscriptionRow] = []
         for tenant in await self._tenants():
             async with self._tx(tenant) as conn:
+                # Rows are locked in (path, name) order, as a catalogue rebuild
+                # locks a stream's rows (by name): an UPDATE alone locks in heap
+                # order, and the two deadlocked. Nothing is skipped: this claim
+                # also renews the leases held.
                 rows = await conn.fetch(
                     "UPDATE subscriptions SET lease_owner=$2, lease_until=$3"
+                    " WHERE tenant_id=$1 AND (path, name) IN (SELECT path, name FROM subscriptions"
                     " WHERE tenant_id=$1 AND (lease_owner IS NULL OR lease_owner=$2 OR lease_until <= $4)"
                     " AND (halted IS NULL OR ($5 <> '' AND strpos(coalesce(gave_up, ''), $8) = 0"
                     "  AND coalesce(halted->>'version', '') <> '' AND halted->>'parked' IS NULL))"
                     " AND (config->>'kind' IN ('copy', 'webhook') OR config->>'function' = ANY($6)"
                     "  OR config->>'processor' = ANY($7))"
+                    " ORDER BY path, name FOR UPDATE)"
                     f" RETURNING {SUBSCRIPTION_COLUMNS}",
                     tenant, owner, now + lease_ms, now, version, list(can.functions),
                     list(can.processors), f"|{version}|",
@@ -218,7 +224,8 @@ class PgSubscriptionStore:
             async with self._tx(tenant) as conn:
                 await conn.execute(
                     "UPDATE subscriptions SET lease_owner=NULL, lease_until=0"
-                    " WHERE tenant_id=$1 AND lease_owner=$2",
+                    " WHERE tenant_id=$1 AND (path, name) IN (SELECT path, name FROM subscriptions"
+                    " WHERE tenant_id=$1 AND lease_owner=$2 ORDER BY path, name FOR UPDATE)",
                     tenant, owner,
                 )
 
