@@ -10,7 +10,7 @@ import ctypes
 import gc
 import os
 import sys
-import time
+import threading
 
 from yoke import App, Filter
 
@@ -27,12 +27,12 @@ async def misbehave(what: str | None) -> None:
     if what == "kill":
         os.kill(os.getpid(), 9)
     if what == "hang":
-        await asyncio.sleep(3600)
+        await asyncio.Event().wait()  # hangs until its host is killed
     if what == "spin":
         while True:
             pass
     if what == "sleep":
-        time.sleep(3600)
+        threading.Event().wait()  # blocks the host's loop until it is killed
     if what == "allocate":
         hoard = []
         while True:

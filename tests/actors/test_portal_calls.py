@@ -122,7 +122,7 @@ async def test_an_unhandled_portal_error_fails_the_run_like_any_other(fresh_url:
 
     @p.method("slow")
     async def slow(ctx, params):
-        await asyncio.sleep(30)
+        await asyncio.Event().wait()  # never answers: the call times out
 
     @app.actor("caller", filter=Filter(types=["go"]), max_attempts=1)
     async def caller(ctx, event):
