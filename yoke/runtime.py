@@ -15,12 +15,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from . import errors
-from .actors.app import App
+from .actors.app import App, app_spec
 from .actors.executor import Executor
 from .actors.instances import Instances
 from .actors.state import StateDatabases, make_storage
 from .config import Settings
 from .events import MAX_PATH_CHARS, validate_path, validate_tenant
+from .hosts.reload import CodeWatch
 from .store import Store, StreamInfo, connect_store
 from .streams.append import AppendService
 from .streams.connections import Connections
@@ -50,6 +51,10 @@ class Runtime:
         self._want_deliveries = executor  # copies and webhooks need no app
         self.executor: Executor | None = None
         self.deliveries: Deliveries | None = None
+        # --reload: the application's code, watched (hosts/reload.py).
+        self.code: CodeWatch | None = None
+        if settings.reload and app is not None:
+            self.code = CodeWatch(app_spec(app))
         self.catalogues: asyncio.Task[list[tuple[str, str]]] | None = None  # the check on open
         self._state_dbs: StateDatabases | None = None
         self._store: Store = connect_store(settings)
@@ -99,6 +104,8 @@ class Runtime:
             # version are rebuilt from their logs (in the background, resumably).
             self.catalogues = asyncio.create_task(self._rebuild_catalogues(), name="yoke-catalogues")
             self._tasks.append(self.catalogues)
+        if self.code is not None:
+            self._tasks.append(asyncio.create_task(self.code.run(self._code_changed), name="yoke-reload"))
         self._tasks.append(
             asyncio.create_task(
                 prune_forever(self._store, self.settings.prune_interval_s), name="yoke-retention"
@@ -111,6 +118,13 @@ class Runtime:
             self._tasks.append(asyncio.create_task(
                 self.inputs.run_forever(self.settings.input_dispatch_s), name="yoke-input-dispatch"
             ))
+
+    def _code_changed(self, version: str) -> None:
+        """--reload saw new code: new hosts for new runs, a new deploy version."""
+        if self.executor is not None and self.executor.hosts is not None:
+            self.executor.hosts.recycle()
+        if self.deliveries is not None:
+            self.deliveries.redeployed(version)
 
     async def close(self) -> None:
         """Stop accepting appends, finish the queued ones, stop background work."""

@@ -1,15 +1,21 @@
 """--reload: isolated actors pick up changed code on new hosts; no queue row
-is lost or run twice (docs/hosts.md#reloading)."""
+is lost or run twice; the new code is a new deploy version, so subscriptions
+halted under the old one resume (docs/hosts.md#reloading)."""
 
 from __future__ import annotations
 
+import base64
 import os
 import sys
 import uuid
 
+import pytest
+
 import yoke
 from tests.actors.test_isolation import WAIT_S, eventually
+from tests.subscriptions.webhook_server import Request, WebhookReceiver
 from yoke.actors.app import load_app
+from yoke.hosts.reload import code_version
 
 SOURCE = '''
 import os
@@ -24,40 +30,128 @@ async def versioned(ctx, event):
 '''
 
 
-async def test_reload_runs_new_code_on_new_hosts(fresh_url: str, tmp_path) -> None:
-    package = f"reloadapp_{uuid.uuid4().hex[:8]}"
-    folder = tmp_path / "code" / package
+@pytest.fixture
+def package(tmp_path):
+    """A package of the test's own on sys.path: (its name, its __init__.py)."""
+    name = f"reloadapp_{uuid.uuid4().hex[:8]}"
+    folder = tmp_path / "code" / name
     folder.mkdir(parents=True)
-    module = folder / "__init__.py"
-    module.write_text(SOURCE.format(version=1))
     sys.path.insert(0, str(folder.parent))
     try:
-        app = load_app(f"{package}:app")
-        async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), reload=True, host_processes=2) as y:
-            instances = y.instances("acme")
-            inst = await instances.create("versioned", key="a")
-            await y.stream("/", "acme").append({"type": "go"})
-            await y.wait_idle(timeout_s=WAIT_S)
-            state, _ = await instances.state(inst.instance_id)
-            assert state["version"] == 1 and state["runs"] == 1
-            old_pid = state["pid"]
-            pool = y.executor.hosts
-
-            module.write_text(SOURCE.format(version=2))
-            stat = module.stat()
-            os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000))
-            await eventually(lambda: _async(
-                pool.generation == 1 and len(pool.hosts) == 2 and all(h.generation == 1 for h in pool.hosts)
-            ))
-            await y.stream("/", "acme").append({"type": "go"})
-            await y.wait_idle(timeout_s=WAIT_S)
-            state, _ = await instances.state(inst.instance_id)
-            assert state["version"] == 2 and state["runs"] == 2  # each row ran once
-            assert state["pid"] != old_pid
-            assert (await instances.depth(inst.instance_id)).dead == 0
+        yield name, folder / "__init__.py"
     finally:
         sys.path.remove(str(folder.parent))
 
 
+def rewrite(module, text: str) -> None:
+    """New contents with a modification time the watch cannot miss (some
+    file systems keep coarse times)."""
+    module.write_text(text)
+    stat = module.stat()
+    os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000))
+
+
+async def test_reload_runs_new_code_on_new_hosts(fresh_url: str, tmp_path, package) -> None:
+    name, module = package
+    module.write_text(SOURCE.format(version=1))
+    app = load_app(f"{name}:app")
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), reload=True, host_processes=2) as y:
+        instances = y.instances("acme")
+        inst = await instances.create("versioned", key="a")
+        await y.stream("/", "acme").append({"type": "go"})
+        await y.wait_idle(timeout_s=WAIT_S)
+        state, _ = await instances.state(inst.instance_id)
+        assert state["version"] == 1 and state["runs"] == 1
+        old_pid = state["pid"]
+        pool = y.executor.hosts
+
+        rewrite(module, SOURCE.format(version=2))
+        await eventually(lambda: _async(
+            pool.generation == 1 and len(pool.hosts) == 2 and all(h.generation == 1 for h in pool.hosts)
+        ))
+        await y.stream("/", "acme").append({"type": "go"})
+        await y.wait_idle(timeout_s=WAIT_S)
+        state, _ = await instances.state(inst.instance_id)
+        assert state["version"] == 2 and state["runs"] == 2  # each row ran once
+        assert state["pid"] != old_pid
+        assert (await instances.depth(inst.instance_id)).dead == 0
+
+
 async def _async(value):
     return value
+
+
+WEBHOOK_APP = '''
+from yoke import App
+
+app = App()  # {note}
+'''
+FAST = {"subscription_retry_base_s": 0.01, "subscription_retry_max_s": 0.05, "subscription_sweep_s": 0.1}
+
+
+async def test_new_code_is_a_new_deploy_version_and_resumes_its_halts(
+    fresh_url: str, tmp_path, package,
+) -> None:
+    """A webhook halts under the first code's version; the fix is deployed
+    by changing the code, which --reload sees: the halt resumes, once, under
+    the new version. A halt recorded without a version (a process without
+    --reload or a version) is the operator's and stays."""
+    name, module = package
+    module.write_text(WEBHOOK_APP.format(note="first"))
+    broken = True
+
+    def respond(request: Request) -> int:
+        return 500 if broken else 204
+
+    async with WebhookReceiver(respond) as hook:
+        webhook = yoke.webhook(hook.url, "whsec_" + base64.b64encode(os.urandom(32)).decode())
+
+        async def halted(s, sub):
+            status = await s.subscription(sub)
+            return status if status.halted is not None else None
+
+        # Unversioned: no --reload, no deploy version.
+        async with yoke.open(fresh_url, data_dir=str(tmp_path), **FAST) as y:
+            s = y.stream("/orders", "acme")
+            await s.subscribe("operators", webhook)
+            first = (await s.append({"type": "a"})).offset
+            assert (await eventually(lambda: halted(s, "operators"))).halted["version"] == ""
+
+        app = load_app(f"{name}:app")
+        v1 = code_version([module])
+        async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), reload=True, **FAST) as y:
+            assert y.deliveries.version == v1
+            s = y.stream("/orders", "acme")
+            await s.subscribe("deploys", webhook)
+            second = (await s.append({"type": "b"})).offset
+            status = await eventually(lambda: halted(s, "deploys"))
+            assert status.halted["version"] == v1 and status.halted["offset"] == second
+
+            broken = False  # the fix...
+            rewrite(module, WEBHOOK_APP.format(note="fixed"))  # ...is deployed
+            v2 = code_version([module])
+            assert v2 != v1
+            await s.wait_until_processed("deploys", second, timeout_s=WAIT_S)
+            assert y.deliveries.version == v2
+            resumed = [e.payload for e in await s.read(0) if e.type == "yoke.subscription.resumed"]
+            assert resumed == [{"name": "deploys", "reason": "deploy", "version": v2}]
+            assert (await s.subscription("operators")).halted is not None
+
+        # The version is the code's (after the deploy version when there is one).
+        async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), reload=True,
+                             deploy_version="v7", **FAST) as y:
+            assert y.deliveries.version == f"v7+{v2}"
+
+
+def test_the_code_version_is_its_contents_not_its_place(tmp_path) -> None:
+    for place in ("a", "b"):
+        (tmp_path / place / "pkg" / "sub").mkdir(parents=True)
+        (tmp_path / place / "pkg" / "__init__.py").write_text("x = 1\n")
+        (tmp_path / place / "pkg" / "sub" / "m.py").write_text("y = 2\n")
+    a, b = (sorted((tmp_path / p / "pkg").rglob("*.py")) for p in ("a", "b"))
+    assert code_version(a) == code_version(b)
+    (tmp_path / "b" / "pkg" / "sub" / "m.py").write_text("y = 3\n")
+    assert code_version(a) != code_version(b)
+    (tmp_path / "b" / "pkg" / "sub" / "m.py").rename(tmp_path / "b" / "pkg" / "m.py")
+    (tmp_path / "b" / "pkg" / "m.py").write_text("y = 2\n")
+    assert code_version(a) != code_version(sorted((tmp_path / "b" / "pkg").rglob("*.py")))

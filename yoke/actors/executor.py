@@ -92,10 +92,6 @@ class Executor:
         if self.hosts is not None:
             self.hosts.warm()
             await self.hosts.ready()  # runs should not start by waiting for hosts
-            if self._runtime.settings.reload:
-                from ..hosts.reload import watch
-
-                jobs["reload"] = watch(self.hosts, self.hosts.app_spec)
         for name, job in jobs.items():
             self._tasks.append(asyncio.create_task(job, name=f"yoke-{name}"))
 

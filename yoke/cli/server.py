@@ -25,7 +25,8 @@ ISOLATION_OPTION = click.option(
 RELOAD_OPTION = click.option(
     "--reload", is_flag=True, default=None,
     help="Start new hosts when the app's Python files change: isolated actors run the new code"
-         " (runs in progress finish on the old hosts); YOKE_RELOAD.",
+         " (runs in progress finish on the old hosts), and the code's hash is part of the deploy"
+         " version, so subscriptions halted under the old code resume; YOKE_RELOAD.",
 )
 APP_OPTION_HELP = "module:attr of a Yoke App to run, like examples.orders:app (imported with the current directory on sys.path)."
 

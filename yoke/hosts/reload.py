@@ -1,26 +1,31 @@
-"""``--reload``: new hosts when the application's code changes.
+"""``--reload``: the application's code, its version, and a watch for changes.
 
-Polls the modification times of the application's Python files (its
-top-level package, or its module file alone when it has no package); on a
-change the pool recycles (pool.py): runs in progress finish on the hosts
-they started on, every later run goes to a new host that imports the code
-afresh. Queue rows are not touched, so none is lost or run twice. Only
-isolated actors pick up new code: the kernel keeps the App it started with
-(actors, filters, in-process handlers).
+The code is the application's Python files (its top-level package, or its
+module file alone when it has no package). Its version is a hash of their
+contents, so the same code always has the same version and any change to it
+a new one. The watch polls modification times and, when the contents'
+hash changes, tells the runtime, which recycles the host pool (pool.py:
+runs in progress finish on the hosts they started on, every later run goes
+to a new host that imports the code afresh; queue rows are not touched, so
+none is lost or run twice) and makes the hash the new deploy version of
+subscriptions (halted ones resume under it). Only isolated actors pick up
+new code: the kernel keeps the App it started with.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-
-from .pool import HostPool
 
 log = logging.getLogger("yoke.hosts.reload")
 
 POLL_S = 0.5
+VERSION_PREFIX = "code:"
 
 
 def watched_files(app_spec: str) -> list[Path]:
@@ -45,15 +50,47 @@ def snapshot(files: list[Path]) -> dict[Path, int]:
     return times
 
 
-async def watch(pool: HostPool, app_spec: str) -> None:
-    files = watched_files(app_spec)
-    last = snapshot(files)
-    while True:
-        await asyncio.sleep(POLL_S)
-        files = watched_files(app_spec) if files else files
-        now = snapshot(files)
-        if now != last:
-            changed = sorted(str(f) for f in set(now) | set(last) if now.get(f) != last.get(f))
-            log.info("code changed (%s): new hosts for new runs", ", ".join(changed[:5]))
-            last = now
-            pool.recycle()
+def code_version(files: list[Path]) -> str:
+    """``code:`` and 12 hex digits of a hash of the files' contents and
+    their names relative to the code's folder (not where it is checked out:
+    every worker running the same code has the same version)."""
+    digest = hashlib.sha256()
+    root = Path(os.path.commonpath(files)) if len(files) > 1 else None
+    for f in sorted(files):
+        try:
+            content = f.read_bytes()
+        except OSError:
+            content = b"\0missing"
+        name = (f.relative_to(root).as_posix() if root else f.name).encode()
+        digest.update(len(name).to_bytes(4, "big") + name + len(content).to_bytes(8, "big") + content)
+    return VERSION_PREFIX + digest.hexdigest()[:12]
+
+
+class CodeWatch:
+    """The application's code files: their version now, and a loop that
+    calls ``on_change(version)`` when their contents change."""
+
+    def __init__(self, app_spec: str) -> None:
+        self.app_spec = app_spec
+        self.files = watched_files(app_spec)
+        self._times = snapshot(self.files)
+        self.version = code_version(self.files)
+
+    async def run(self, on_change: Callable[[str], None]) -> None:
+        while True:
+            await asyncio.sleep(POLL_S)
+            self.check(on_change)
+
+    def check(self, on_change: Callable[[str], None]) -> None:
+        files = watched_files(self.app_spec) if self.files else self.files  # a new file in the package
+        times = snapshot(files)
+        if times == self._times:
+            return
+        changed = sorted(str(f) for f in set(times) | set(self._times) if times.get(f) != self._times.get(f))
+        self.files, self._times = files, times
+        version = code_version(files)
+        if version == self.version:
+            return  # touched, not changed
+        log.info("code changed (%s): version %s, new hosts for new runs", ", ".join(changed[:5]), version)
+        self.version = version
+        on_change(version)

@@ -39,8 +39,10 @@ class Deliveries:
         self.runtime = runtime
         self.owner = "dlv_" + secrets.token_hex(8)
         app_version = runtime.app.version if runtime.app is not None else None
-        # Halted subscriptions resume once under a different version.
-        self.version = (settings.deploy_version or app_version or "").replace("|", "/")
+        # Halted subscriptions resume once under a different version. Under
+        # --reload the code's hash is part of it (redeployed() on a change).
+        self.base_version = settings.deploy_version or app_version or ""
+        self.version = self._versioned(runtime.code.version if runtime.code is not None else None)
         app = runtime.app
         self.deliverable = Deliverable(
             tuple(app.receivers) if app else (), tuple(app.processors) if app else ()
@@ -52,6 +54,19 @@ class Deliveries:
         self._wake = asyncio.Event()
         self._progress: set[asyncio.Event] = set()
         self._task: asyncio.Task[None] | None = None
+
+    def _versioned(self, code_version: str | None) -> str:
+        version = self.base_version
+        if code_version:
+            version = f"{version}+{code_version}" if version else code_version
+        return version.replace("|", "/")
+
+    def redeployed(self, code_version: str) -> None:
+        """The application's code changed (--reload): a new deploy version,
+        so the next sweep claims the subscriptions halted under the old one
+        and their runners resume them."""
+        self.version = self._versioned(code_version)
+        self._wake.set()
 
     # --- lifecycle ------------------------------------------------------------
 
