@@ -15,6 +15,11 @@ PORT ?=
 # the lock file changes.
 DS_DIR := tests/durable_streams
 DS_STAMP := $(DS_DIR)/node_modules/.installed
+# The TypeScript actors of examples/orders_node.py, compiled for the Node host
+# (yoke/hosts/node) by the TypeScript compiler pinned in its package-lock.json.
+NODE_EXAMPLE := examples/node
+NODE_STAMP := $(NODE_EXAMPLE)/node_modules/.installed
+NODE_BUILT := $(NODE_EXAMPLE)/dist/payments.js
 
 .PHONY: install test run bench clean chromium npm
 
@@ -49,7 +54,16 @@ $(DS_STAMP): $(DS_DIR)/package-lock.json
 		|| { echo "error: npm ci failed in $(DS_DIR) (see /tmp/yoke-npm-ci.log)"; exit 1; }
 	@touch $@
 
-npm: $(DS_STAMP)
+$(NODE_STAMP): $(NODE_EXAMPLE)/package-lock.json
+	@echo "installing the TypeScript compiler into $(NODE_EXAMPLE) (first time only)…"
+	@cd $(NODE_EXAMPLE) && npm ci --no-audit --no-fund --loglevel=error >/tmp/yoke-npm-ci-node.log 2>&1 \
+		|| { echo "error: npm ci failed in $(NODE_EXAMPLE) (see /tmp/yoke-npm-ci-node.log)"; exit 1; }
+	@touch $@
+
+$(NODE_BUILT): $(NODE_STAMP) $(wildcard $(NODE_EXAMPLE)/*.ts) $(NODE_EXAMPLE)/tsconfig.json yoke/hosts/node/yoke.d.ts
+	@cd $(NODE_EXAMPLE) && node_modules/.bin/tsc -p .
+
+npm: $(DS_STAMP) $(NODE_BUILT)
 
 # Three test processes (pytest-xdist), a test file each at a time: most of the
 # suite's time is spent waiting on servers, fsync and timeouts, not on the CPU.
@@ -68,4 +82,4 @@ bench: $(DEV_STAMP) npm
 	$(PY) bench/durable_streams.py
 
 clean:
-	rm -rf $(VENV) .yoke .pytest_cache $(DS_DIR)/node_modules
+	rm -rf $(VENV) .yoke .pytest_cache $(DS_DIR)/node_modules $(NODE_EXAMPLE)/node_modules $(NODE_EXAMPLE)/dist

@@ -54,7 +54,7 @@ class Runtime:
         # --reload: the application's code, watched (hosts/reload.py).
         self.code: CodeWatch | None = None
         if settings.reload and app is not None:
-            self.code = CodeWatch(app_spec(app))
+            self.code = CodeWatch(app_spec(app), [d.script for d in app.actors.values() if d.script])
         self.catalogues: asyncio.Task[list[tuple[str, str]]] | None = None  # the check on open
         self._state_dbs: StateDatabases | None = None
         self._store: Store = connect_store(settings)
@@ -91,8 +91,9 @@ class Runtime:
         self._started = True
         if self._want_executor:
             assert self.app is not None
-            self.executor = Executor(self, self.app)
             try:
+                # Constructing it checks the app (hosts' scripts, isolation): a refusal closes the store too.
+                self.executor = Executor(self, self.app)
                 await self.executor.start()
             except BaseException:
                 await self.close()
@@ -121,8 +122,9 @@ class Runtime:
 
     def _code_changed(self, version: str) -> None:
         """--reload saw new code: new hosts for new runs, a new deploy version."""
-        if self.executor is not None and self.executor.hosts is not None:
-            self.executor.hosts.recycle()
+        if self.executor is not None:
+            for pool in self.executor.pools.values():
+                pool.recycle()
         if self.deliveries is not None:
             self.deliveries.redeployed(version)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import sys
 import uuid
 
@@ -19,6 +20,7 @@ from yoke.hosts.reload import code_version
 
 SOURCE = '''
 import os
+import shutil
 from yoke import App, Filter
 
 app = App()
@@ -155,3 +157,45 @@ def test_the_code_version_is_its_contents_not_its_place(tmp_path) -> None:
     (tmp_path / "b" / "pkg" / "sub" / "m.py").rename(tmp_path / "b" / "pkg" / "m.py")
     (tmp_path / "b" / "pkg" / "m.py").write_text("y = 2\n")
     assert code_version(a) != code_version(sorted((tmp_path / "b" / "pkg").rglob("*.py")))
+
+
+NODE_APP = """
+from pathlib import Path
+from yoke import App, Filter
+
+app = App()
+app.node_actor("js", Path(__file__).parent / "actor.mjs", filter=Filter(types=["go"]))
+"""
+NODE_ACTOR = """
+export async function process(ctx) {
+  await ctx.state.update((s) => ({ runs: (s.runs ?? 0) + 1, version: %d, pid: globalThis.process.pid }));
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js (make test has it)")
+async def test_reload_watches_node_actors_scripts(fresh_url: str, tmp_path, package) -> None:
+    """A changed Node actor script is new code too: new Node hosts, a new
+    deploy version."""
+    name, module = package
+    module.write_text(NODE_APP)
+    script = module.parent / "actor.mjs"
+    script.write_text(NODE_ACTOR % 1)
+    app = load_app(f"{name}:app")
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), reload=True, host_processes=1) as y:
+        instances = y.instances("acme")
+        inst = await instances.create("js", key="a")
+        await y.stream("/", "acme").append({"type": "go"})
+        await y.wait_idle(timeout_s=WAIT_S)
+        state, _ = await instances.state(inst.instance_id)
+        assert state["version"] == 1
+        first_version = y.deliveries.version
+        assert first_version == code_version([module, script])
+        pool = y.executor.pools["node"]
+
+        rewrite(script, NODE_ACTOR % 2)
+        await eventually(lambda: _async(pool.generation == 1 and y.deliveries.version != first_version))
+        await y.stream("/", "acme").append({"type": "go"})
+        await y.wait_idle(timeout_s=WAIT_S)
+        state, _ = await instances.state(inst.instance_id)
+        assert state["version"] == 2 and state["runs"] == 2 and y.deliveries.version == code_version([module, script])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +29,7 @@ Handler = Callable[..., Awaitable[Any]]
 @dataclass(frozen=True)
 class ActorDef:
     name: str
-    handler: Handler
+    handler: Handler | None  # None: a script of another language's host
     filter: Filter | None = None
     # Derives each instance's filter from its config (instead of ``filter``).
     filter_from_config: Callable[[Mapping[str, Any]], Filter | Mapping[str, Any] | None] | None = None
@@ -41,6 +42,9 @@ class ActorDef:
     # "process": process() runs in a host process (docs/hosts.md);
     # "inprocess": in the runtime's event loop; None: the worker's default.
     isolation: str | None = None
+    # "python", or the host that runs ``script`` (app.node_actor: "node").
+    language: str = "python"
+    script: str | None = None
 
     @property
     def keyed(self) -> bool:
@@ -113,6 +117,54 @@ class App:
         retry_max_s: float = 300.0,
         isolation: str | None = None,
     ) -> Callable[[Handler], Handler]:
+        check_isolation(isolation)
+        define = self._definer(
+            name, filter=filter, filter_from_config=filter_from_config, concurrency=concurrency,
+            max_attempts=max_attempts, timeout_s=timeout_s, singleton=singleton,
+            retry_base_s=retry_base_s, retry_max_s=retry_max_s, isolation=isolation,
+        )
+
+        def register(handler: Handler) -> Handler:
+            if not inspect.iscoroutinefunction(handler):
+                raise errors.InvalidInput(f"actor {name!r}: process must be an async function")
+            define(handler=handler)
+            return handler
+
+        return register
+
+    def node_actor(
+        self,
+        name: str,
+        script: str | os.PathLike[str],
+        *,
+        filter: Filter | Mapping[str, Any] | None = None,  # noqa: A002
+        filter_from_config: Callable[[Mapping[str, Any]], Any] | None = None,
+        concurrency: int = 1,
+        max_attempts: int = 5,
+        timeout_s: float = 30.0,
+        singleton: bool = False,
+        retry_base_s: float = 1.0,
+        retry_max_s: float = 300.0,
+    ) -> None:
+        """An actor whose ``process(ctx, event)`` is exported by ``script``,
+        a JavaScript module (compiled TypeScript, say) run by the Node host
+        (yoke/hosts/node/README.md). The kernel routes, queues and retries
+        its events as for any actor; it always runs in a host process.
+        A relative ``script`` is taken from the current directory."""
+        if not isinstance(script, (str, os.PathLike)) or not str(script):
+            raise errors.InvalidInput("a Node actor's script is a path to a JavaScript module", field="script")
+        self._definer(
+            name, filter=filter, filter_from_config=filter_from_config, concurrency=concurrency,
+            max_attempts=max_attempts, timeout_s=timeout_s, singleton=singleton,
+            retry_base_s=retry_base_s, retry_max_s=retry_max_s, isolation="process",
+        )(handler=None, language="node", script=os.path.abspath(script))
+
+    def _definer(
+        self, name: Any, *, filter: Any, filter_from_config: Any, concurrency: Any,  # noqa: A002
+        max_attempts: Any, timeout_s: Any, singleton: bool, retry_base_s: float, retry_max_s: float,
+        isolation: str | None,
+    ) -> Callable[..., None]:
+        """Checks an actor's settings now; the returned function registers it."""
         if not isinstance(name, str) or not 1 <= len(name) <= 200:
             raise errors.InvalidInput("an actor name is 1-200 characters", field="name")
         if name in self.actors:
@@ -123,21 +175,19 @@ class App:
             raise errors.InvalidInput("max_attempts must be a positive integer", field="max_attempts")
         if not timeout_s > 0:
             raise errors.InvalidInput("timeout_s must be positive", field="timeout_s")
-        check_isolation(isolation)
         parsed = None if filter is None else Filter.from_dict(filter)
         if singleton and parsed is not None and parsed.key is not None:
             raise errors.InvalidFilter("a singleton actor has no routing key", field="key")
 
-        def register(handler: Handler) -> Handler:
-            if not inspect.iscoroutinefunction(handler):
-                raise errors.InvalidInput(f"actor {name!r}: process must be an async function")
+        def define(handler: Handler | None, language: str = "python", script: str | None = None) -> None:
+            if name in self.actors:
+                raise errors.InvalidInput(f"actor {name!r} is already registered", field="name")
             self.actors[name] = ActorDef(
                 name, handler, parsed, filter_from_config, concurrency, max_attempts,
-                float(timeout_s), singleton, retry_base_s, retry_max_s, isolation,
+                float(timeout_s), singleton, retry_base_s, retry_max_s, isolation, language, script,
             )
-            return handler
 
-        return register
+        return define
 
     def portal(self, name: str, *, tenant: str = "default") -> Callable[[Handler], PortalDef]:
         """Decorate ``async def handle(ctx, request)`` (mounted at

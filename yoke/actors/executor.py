@@ -15,6 +15,7 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..hosts.languages import node_launch, python_launch
 from ..hosts.pool import HostPool
 from .app import App, app_spec, check_isolation
 from .fanout import Fanout
@@ -38,19 +39,27 @@ class Executor:
         self.app = app
         self.worker_id = "wrk_" + secrets.token_hex(8)
         check_isolation(settings.isolation)
-        isolated = frozenset(
-            name for name, d in app.actors.items() if (d.isolation or settings.isolation) == "process"
-        )
-        self.hosts = None
-        if isolated:
-            self.hosts = HostPool(
-                app_spec(app), size=settings.host_processes, runs_per_host=settings.host_runs,
+        # A pool of hosts per language that has isolated actors; each such
+        # actor's runs go to its language's pool.
+        by_language: dict[str, list[str]] = {}
+        for name, d in app.actors.items():
+            if d.language != "python" or (d.isolation or settings.isolation) == "process":
+                by_language.setdefault(d.language, []).append(name)
+        self.pools: dict[str, HostPool] = {}
+        for language, names in by_language.items():
+            if language == "python":
+                launch = python_launch(app_spec(app))
+            else:
+                launch = node_launch({n: app.actors[n].script for n in names}, settings.host_memory_mb)
+            self.pools[language] = HostPool(
+                launch, size=settings.host_processes, runs_per_host=settings.host_runs,
                 memory_limit_bytes=settings.host_memory_mb * 2**20,
             )
         self.scheduler = Scheduler(
             runtime, app, self.worker_id,
             max_in_flight=settings.max_in_flight, sweep_s=settings.scheduler_sweep_s,
-            shards=settings.claim_shards, hosts=self.hosts, isolated=isolated,
+            shards=settings.claim_shards,
+            pools={n: self.pools[lang] for lang, names in by_language.items() for n in names},
         )
         self.fanout = Fanout(
             runtime, app, self.worker_id, self.scheduler.wake, sweep_s=settings.scheduler_sweep_s
@@ -62,6 +71,11 @@ class Executor:
             on_adopted=self.scheduler.wake, on_evicted=self._evicted, actors=list(app.actors),
         )
         self._tasks: list[asyncio.Task[Any]] = []
+
+    @property
+    def hosts(self) -> HostPool | None:
+        """The pool of Python hosts (None without isolated Python actors)."""
+        return self.pools.get("python")
 
     def _evicted(self) -> None:
         self.scheduler.forget_instances()
@@ -89,9 +103,10 @@ class Executor:
         for portal in self.app.portals.values():
             if portal.start_fn is not None:
                 jobs[f"portal-{portal.name}"] = run_loop(self._runtime, portal)
-        if self.hosts is not None:
-            self.hosts.warm()
-            await self.hosts.ready()  # runs should not start by waiting for hosts
+        for pool in self.pools.values():
+            pool.warm()
+        for pool in self.pools.values():
+            await pool.ready()  # runs should not start by waiting for hosts
         for name, job in jobs.items():
             self._tasks.append(asyncio.create_task(job, name=f"yoke-{name}"))
 
@@ -101,8 +116,8 @@ class Executor:
             hub.observers.remove(self.fanout.appended)
             hub.resync_observers.remove(self._resync)
         await self.scheduler.stop(timeout_s)
-        if self.hosts is not None:
-            await self.hosts.close()
+        for pool in self.pools.values():
+            await pool.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

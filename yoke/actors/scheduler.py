@@ -169,19 +169,18 @@ class _ClaimLoop:
 class Scheduler:
     def __init__(
         self, runtime: Runtime, app: App, worker_id: str, *, max_in_flight: int, sweep_s: float,
-        shards: int = 2, hosts: HostPool | None = None, isolated: frozenset[str] = frozenset(),
+        shards: int = 2, pools: dict[str, HostPool] | None = None,
     ) -> None:
         self.runtime = runtime
-        # Actors whose process() runs in a host of ``hosts`` (docs/hosts.md).
-        self.hosts = hosts
-        self.isolated = isolated
+        # Actors whose process() runs in a host, and their pools (docs/hosts.md).
+        self.pools = pools or {}
         self._app = app
         self.worker_id = worker_id
         self.max_in_flight = max_in_flight
         self.sweep_s = sweep_s
         self.policies = [
             Policy(d.name, d.concurrency, int(d.timeout_s * 1000) + LEASE_GRACE_MS
-                   + (HOST_WAIT_MS if d.name in isolated else 0))
+                   + (HOST_WAIT_MS if d.name in self.pools else 0))
             for d in app.actors.values()
         ]
         self.running: set[asyncio.Task[None]] = set()
@@ -253,13 +252,14 @@ class Scheduler:
         # The run must end before its lease does (another worker may claim
         # the row then): its time is the actor's timeout, cut short when the
         # run starts late, and a row whose lease is nearly over does not start.
-        isolated = self.hosts is not None and row.actor in self.isolated
+        pool = self.pools.get(row.actor)
+        isolated = pool is not None
         budget_s = definition.timeout_s
         host = None
         handed = False  # the host went to process(), which gives it back
         try:
             # An isolated run waits for a free host first: outside its time.
-            host = await self.hosts.acquire() if isolated else None
+            host = await pool.acquire() if pool is not None else None
             budget_s = min(definition.timeout_s, (row.lease_until - LEASE_MARGIN_MS - now_ms()) / 1000)
             if budget_s <= 0:
                 raise LeaseLost("claimed, but its lease ran out before process() could start")
@@ -270,10 +270,10 @@ class Scheduler:
                 ops = OpHandler(self.runtime, row.tenant, instance)
                 if host is not None:
                     handed = True
-                    await self.hosts.process(host, ops, instance, event_from_queue(row), row.attempts)
+                    await pool.process(host, ops, instance, event_from_queue(row), row.attempts)
                 else:
                     ctx = Context(ops, instance, event_from_queue(row), row.attempts)
-                    await definition.handler(ctx, ctx.event)
+                    await definition.handler(ctx, ctx.event)  # type: ignore[misc]
             ok = True
         except TimeoutError:
             error = f"process() timed out after {budget_s:.3g}s"
@@ -293,7 +293,7 @@ class Scheduler:
             tb = traceback.format_exc()
         finally:
             if host is not None and not handed:  # acquired, but process() was not reached
-                self.hosts.release(host)
+                pool.release(host)  # type: ignore[union-attr]
         finished = time.time()
         if self.on_run is not None:
             self.on_run(row, started, finished, ok)

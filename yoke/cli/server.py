@@ -24,7 +24,8 @@ ISOLATION_OPTION = click.option(
 )
 RELOAD_OPTION = click.option(
     "--reload", is_flag=True, default=None,
-    help="Start new hosts when the app's Python files change: isolated actors run the new code"
+    help="Start new hosts when the app's code changes (its Python files, its Node actors' scripts):"
+         " isolated actors run the new code"
          " (runs in progress finish on the old hosts), and the code's hash is part of the deploy"
          " version, so subscriptions halted under the old code resume; YOKE_RELOAD.",
 )

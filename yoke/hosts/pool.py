@@ -18,7 +18,7 @@ import logging
 import os
 import signal
 import socket
-import sys
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
@@ -193,13 +193,24 @@ class HandlerFailed(Exception):
         self.traceback = traceback
 
 
+@dataclass(frozen=True)
+class Launch:
+    """How to start one kind of host: its command line (the socket's
+    descriptor number is added as the last argument) and what ``host.init``
+    tells it besides the protocol version and the memory limit."""
+
+    language: str
+    command: tuple[str, ...]
+    init: dict[str, Any] = field(default_factory=dict)
+
+
 class HostPool:
     """Up to ``size`` host processes of one application, each running one
     ``process()`` call at a time; made on demand, reused, replaced when
     they die."""
 
-    def __init__(self, app_spec: str, *, size: int, runs_per_host: int = 1, memory_limit_bytes: int = 0) -> None:
-        self.app_spec = app_spec
+    def __init__(self, launch: Launch, *, size: int, runs_per_host: int = 1, memory_limit_bytes: int = 0) -> None:
+        self.launch = launch
         self.size = max(size, 1)
         self.memory_limit_bytes = memory_limit_bytes
         # One entry per free run slot: a host is listed runs_per_host times when idle.
@@ -350,7 +361,7 @@ class HostPool:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "yoke.hosts.python", str(theirs.fileno()),
+                *self.launch.command, str(theirs.fileno()),
                 pass_fds=(theirs.fileno(),), env=host_env(), stdin=asyncio.subprocess.DEVNULL,
             )
         except BaseException:
@@ -366,7 +377,7 @@ class HostPool:
         try:
             async with asyncio.timeout(INIT_TIMEOUT_S):
                 await host.call("host.init", {
-                    "protocol": p.PROTOCOL_VERSION, "app": self.app_spec, "sys_path": list(sys.path),
+                    "protocol": p.PROTOCOL_VERSION, **self.launch.init,
                     "memory_limit_bytes": self.memory_limit_bytes,
                 })
         except BaseException as exc:

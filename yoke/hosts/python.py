@@ -164,7 +164,7 @@ class Host:
         except Exception as exc:
             raise _Refused(p.APP_FAILED, f"cannot load {params.get('app')}: {type(exc).__name__}: {exc}",
                            {"traceback": traceback.format_exc()}) from None
-        self.actors = {name: d.handler for name, d in app.actors.items()}
+        self.actors = {name: d.handler for name, d in app.actors.items() if d.handler is not None}
         return {"protocol": p.PROTOCOL_VERSION, "language": "python", "pid": os.getpid(),
                 "actors": sorted(self.actors)}
 

@@ -1,7 +1,8 @@
 """``--reload``: the application's code, its version, and a watch for changes.
 
 The code is the application's Python files (its top-level package, or its
-module file alone when it has no package). Its version is a hash of their
+module file alone when it has no package) and the scripts of its Node
+actors. Its version is a hash of their
 contents, so the same code always has the same version and any change to it
 a new one. The watch polls modification times and, when the contents'
 hash changes, tells the runtime, which recycles the host pool (pool.py:
@@ -70,11 +71,15 @@ class CodeWatch:
     """The application's code files: their version now, and a loop that
     calls ``on_change(version)`` when their contents change."""
 
-    def __init__(self, app_spec: str) -> None:
+    def __init__(self, app_spec: str, scripts: list[str] | None = None) -> None:
         self.app_spec = app_spec
-        self.files = watched_files(app_spec)
+        self.scripts = [Path(s) for s in scripts or []]  # other languages' actors (app.node_actor)
+        self.files = self._files()
         self._times = snapshot(self.files)
         self.version = code_version(self.files)
+
+    def _files(self) -> list[Path]:
+        return sorted(set(watched_files(self.app_spec)) | set(self.scripts))
 
     async def run(self, on_change: Callable[[str], None]) -> None:
         while True:
@@ -82,7 +87,7 @@ class CodeWatch:
             self.check(on_change)
 
     def check(self, on_change: Callable[[str], None]) -> None:
-        files = watched_files(self.app_spec) if self.files else self.files  # a new file in the package
+        files = self._files()  # a new file in the package counts
         times = snapshot(files)
         if times == self._times:
             return

@@ -1,0 +1,2 @@
+// A script without process(): the Node host refuses to start with it.
+export const nothing = true;

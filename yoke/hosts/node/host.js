@@ -1,0 +1,180 @@
+// The Node host: `node host.js FD`, FD one end of a unix socket pair whose
+// other end the kernel holds (yoke/hosts/pool.py). It speaks the host
+// protocol (docs/hosts.md#the-protocol): JSON-RPC 2.0, one JSON text per
+// line. The kernel sends host.init once (the actors' scripts to import)
+// and actor.process per run; every ctx call is an op request back. The
+// host holds no database connection and no credentials.
+
+import net from "node:net";
+import nodeProcess from "node:process";
+import { pathToFileURL } from "node:url";
+import { Context, YokeError } from "./yoke.js";
+
+const PROTOCOL_VERSION = 1;
+const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
+const PARSE_ERROR = -32700;
+const METHOD_NOT_FOUND = -32601;
+const INVALID_PARAMS = -32602;
+const OP_FAILED = -32000;
+const HANDLER_FAILED = -32001;
+const VERSION_MISMATCH = -32003;
+const APP_FAILED = -32005;
+
+class Refused extends Error {
+  constructor(code, message, data) {
+    super(message);
+    this.code = code;
+    this.data = data;
+  }
+}
+
+const socket = new net.Socket({ fd: Number(nodeProcess.argv[2]), readable: true, writable: true });
+const actors = new Map(); // name -> process(ctx, event)
+const waiting = new Map(); // id of an op we sent -> {resolve, reject}
+const updates = new Map(); // instance id -> the tail of its state updates in this host
+let nextId = 0;
+let corked = false;
+
+// Messages sent in one tick share a write (and one wake-up of the kernel).
+function send(message) {
+  if (!corked) {
+    corked = true;
+    socket.cork();
+    nodeProcess.nextTick(() => {
+      corked = false;
+      socket.uncork();
+    });
+  }
+  socket.write(JSON.stringify(message) + "\n");
+}
+
+function answer(id, result) {
+  send({ jsonrpc: "2.0", id, result: result ?? null });
+}
+
+function fail(id, code, message, data) {
+  const error = { code, message };
+  if (data !== undefined) error.data = data;
+  send({ jsonrpc: "2.0", id, error });
+}
+
+// An op of run `run`: resolves to its result, rejects with YokeError.
+function op(run, method, params) {
+  const id = ++nextId;
+  return new Promise((resolve, reject) => {
+    waiting.set(id, { resolve, reject });
+    send({ jsonrpc: "2.0", id, method, params, run });
+  });
+}
+
+function answered(message) {
+  const pending = waiting.get(message.id);
+  if (pending === undefined) return;
+  waiting.delete(message.id);
+  if (message.error === undefined) {
+    pending.resolve(message.result);
+    return;
+  }
+  const { message: text, data } = message.error;
+  pending.reject(new YokeError(text, data?.code ?? "op_failed", data?.details));
+}
+
+// One state update of an instance at a time in this host (other hosts'
+// are caught by the compare-and-set).
+function lockFor(instanceId) {
+  return (fn) => {
+    const run = (updates.get(instanceId) ?? Promise.resolve()).then(fn);
+    const tail = run.catch(() => {});
+    updates.set(instanceId, tail);
+    tail.then(() => {
+      if (updates.get(instanceId) === tail) updates.delete(instanceId);
+    });
+    return run;
+  };
+}
+
+async function init(params) {
+  if (params.protocol !== PROTOCOL_VERSION) {
+    throw new Refused(VERSION_MISMATCH, `this host speaks protocol ${PROTOCOL_VERSION}, not ${params.protocol}`,
+      { supported: [PROTOCOL_VERSION] });
+  }
+  // memory_limit_bytes: the kernel already started Node with --max-old-space-size.
+  for (const [name, script] of Object.entries(params.actors ?? {})) {
+    let module;
+    try {
+      module = await import(pathToFileURL(script).href);
+    } catch (err) {
+      throw new Refused(APP_FAILED, `cannot load ${script}: ${err?.name ?? "Error"}: ${err?.message ?? err}`,
+        { traceback: String(err?.stack ?? err) });
+    }
+    const handler = [module.process, module.default, module.default?.process].find((f) => typeof f === "function");
+    if (handler === undefined) {
+      throw new Refused(APP_FAILED, `${script} exports no process(ctx, event) function`);
+    }
+    actors.set(name, handler);
+  }
+  return { protocol: PROTOCOL_VERSION, language: "node", pid: nodeProcess.pid, actors: [...actors.keys()].sort(),
+    node: nodeProcess.version };
+}
+
+async function run(params) {
+  const handler = actors.get(params.actor);
+  if (handler === undefined) {
+    throw new Refused(INVALID_PARAMS, `no actor named ${JSON.stringify(params.actor)} in this host`);
+  }
+  const ctx = new Context((method, p) => op(params.run, method, p), lockFor(params.instance.instance_id), {
+    tenant: params.tenant, instance: params.instance, event: params.event, attempt: params.attempt,
+  });
+  try {
+    await handler(ctx, params.event);
+  } catch (err) {
+    const type = err?.name ?? typeof err;
+    throw new Refused(HANDLER_FAILED, `${type}: ${err?.message ?? String(err)}`,
+      { type, traceback: String(err?.stack ?? err) });
+  }
+  return null;
+}
+
+async function handle(message) {
+  const { id, method, params } = message;
+  try {
+    if (method === "host.init") answer(id, await init(params ?? {}));
+    else if (method === "actor.process") answer(id, await run(params ?? {}));
+    else fail(id, METHOD_NOT_FOUND, `unknown method ${JSON.stringify(method)}`);
+  } catch (err) {
+    if (err instanceof Refused) fail(id, err.code, err.message, err.data);
+    else fail(id, HANDLER_FAILED, `${err?.name}: ${err?.message}`, { type: err?.name, traceback: String(err?.stack) });
+  }
+}
+
+function received(line) {
+  let message;
+  try {
+    message = JSON.parse(line);
+  } catch {
+    message = null;
+  }
+  if (message === null || typeof message !== "object" || Array.isArray(message)) {
+    fail(null, PARSE_ERROR, "not a JSON object");
+  } else if ("method" in message) {
+    handle(message);
+  } else {
+    answered(message);
+  }
+}
+
+let buffered = "";
+socket.setEncoding("utf8");
+socket.on("data", (chunk) => {
+  buffered += chunk;
+  let end;
+  while ((end = buffered.indexOf("\n")) >= 0) {
+    const line = buffered.slice(0, end);
+    buffered = buffered.slice(end + 1);
+    if (line.trim()) received(line);
+  }
+  if (buffered.length > MAX_MESSAGE_BYTES) nodeProcess.exit(1); // the kernel sends no such message
+});
+// The kernel closed its end: this host is done.
+socket.on("end", () => nodeProcess.exit(0));
+socket.on("error", () => nodeProcess.exit(0));

@@ -1,0 +1,102 @@
+// The SDK: what an actor's process(ctx, event) gets. Every ctx call is an
+// op (a method name and JSON params) that the host sends to the kernel
+// (host.js); types in yoke.d.ts, guide in README.md.
+
+// ctx.state.update retries a lost compare-and-set this many times.
+const MAX_UPDATE_RETRIES = 1000;
+
+/** An op the kernel refused or failed: `code` is Yoke's stable error code. */
+export class YokeError extends Error {
+  constructor(message, code, details) {
+    super(message);
+    this.name = "YokeError";
+    this.code = code;
+    this.details = details ?? {};
+  }
+}
+
+class State {
+  #ops;
+  #lock;
+
+  constructor(ops, lock) {
+    this.#ops = ops;
+    this.#lock = lock;
+  }
+
+  async get(fallback = null) {
+    const { value } = await this.#ops("state_get", {});
+    return value ?? fallback;
+  }
+
+  async version() {
+    return (await this.#ops("state_get", {})).version;
+  }
+
+  /** Overwrite without a version check; returns the new version. */
+  async set(value) {
+    return (await this.#ops("state_set", { value })).version;
+  }
+
+  /** Read, apply fn (to fallback when there is no state yet), compare-and-set;
+   * on a concurrent write, read and apply again. Returns the value written. */
+  async update(fn, fallback = {}) {
+    return this.#lock(async () => {
+      for (let i = 0; i < MAX_UPDATE_RETRIES; i++) {
+        const { value, version } = await this.#ops("state_get", {});
+        const next = await fn(value ?? fallback);
+        const { ok } = await this.#ops("state_cas", { expected: version, value: next });
+        if (ok) return next;
+      }
+      throw new Error("ctx.state.update: too much contention");
+    });
+  }
+}
+
+class Sqlite {
+  #ops;
+
+  constructor(ops) {
+    this.#ops = ops;
+  }
+
+  /** Run a statement; returns {rowcount, lastrowid}. */
+  exec(sql, params = []) {
+    return this.#ops("sqlite_exec", { sql, params });
+  }
+
+  /** Rows as objects. */
+  query(sql, params = []) {
+    return this.#ops("sqlite_query", { sql, params });
+  }
+}
+
+/** The context of one process() call. `ops(method, params)` sends an op of
+ * this run; `lock(fn)` runs fn alone among this instance's state updates
+ * in this host. */
+export class Context {
+  #ops;
+
+  constructor(ops, lock, { tenant, instance, event, attempt }) {
+    this.#ops = ops;
+    this.tenant = tenant;
+    this.instance = instance;
+    this.event = event;
+    this.attempt = attempt;
+    this.state = new State(ops, lock);
+    this.sqlite = new Sqlite(ops);
+    Object.freeze(this);
+  }
+
+  /** Append to one of the tenant's streams (default: the global stream "/");
+   * resolves to {offset, id} once durable. */
+  append(event, stream = "/") {
+    return this.#ops("stream_append", { event, stream });
+  }
+
+  /** Any op by name (docs/hosts.md lists them): schedules_upsert,
+   * instances_create, portal_call, conversations_post... */
+  call(method, params = {}) {
+    return this.#ops(method, params);
+  }
+}
