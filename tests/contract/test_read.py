@@ -181,3 +181,31 @@ async def test_byte_capped_pages_with_ephemeral_events_skip_nothing(y, tenant):
                     if len(page.events) < limit and not page.capped:
                         assert got == expected  # a short page that is not capped ends at the head
                 assert got == expected, (include_ephemeral, cap, limit)
+
+
+async def test_read_stored_is_read_undecoded(y, tenant):
+    # The Durable Streams protocol serves the stored JSON text as it is:
+    # the same page as read, each payload the text that decodes to it.
+    import orjson
+
+    from yoke.store.contract import StoredEvent
+
+    s = y.stream("/stored", tenant=tenant)
+    events = [_sized(i, 300) for i in range(6)] + [
+        {"type": "doc", "payload": {"b": [1, 2.5, None, True], "a": "é\u2028", "n": -(2**63)}},
+    ]
+    await s.append_many(events)
+    read = await y.store.read(tenant, "/stored", 1, 100, 3 * 1000)
+    stored = await y.store.read_stored(tenant, "/stored", 1, 100, 3 * 1000)
+    assert all(isinstance(e, StoredEvent) for e in stored.events)
+    assert [e.offset for e in stored.events] == [e.offset for e in read.events]
+    assert [e.type for e in stored.events] == [e.type for e in read.events]
+    assert [orjson.loads(e.payload_json) for e in stored.events] == [e.payload for e in read.events]
+    assert (stored.head, stored.sizes, stored.capped, stored.stream_id) == (
+        read.head, read.sizes, read.capped, read.stream_id,
+    )
+    whole = await y.store.read_stored(tenant, "/stored", 0, 100)
+    assert orjson.loads(whole.events[-1].payload_json) == events[-1]["payload"]
+    assert whole.events[-1].data is None
+    missing = await y.store.read_stored(tenant, "/never", 0, 100)
+    assert (missing.exists, missing.events) == (False, [])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from ..events import Event, PreparedEvent
 
@@ -161,12 +161,21 @@ class CommitResult:
     guards: list[GuardOutcome] | None = None
 
 
+class StoredEvent(NamedTuple):
+    """An event as stored, undecoded: what ``read_stored`` returns."""
+
+    offset: int
+    type: str
+    payload_json: str  # the canonical JSON text the append stored
+    data: bytes | None  # a Durable Streams byte message's bytes
+
+
 @dataclass(frozen=True, slots=True)
 class ReadPage:
     exists: bool
     head: int
     pruned_through: int
-    events: list[Event]
+    events: list[Event]  # read_stored: list[StoredEvent]
     closed: bool = False  # read with head, from the same row version
     # Each event's size in bytes as stored (PreparedEvent.size), in the order
     # of ``events``: what a read's byte cap counts. Filled by ``read``.
@@ -261,6 +270,13 @@ class Store(Protocol):
         them by their stored sizes (but always the first event, whatever its
         size); a page the byte cap cut short says so (``capped``). Rows past
         the cap are not decoded (at most one is fetched, to know)."""
+
+    async def read_stored(
+        self, tenant: str, path: str, after: int, limit: int, max_bytes: int | None = None
+    ) -> ReadPage:
+        """``read``, with each event as a ``StoredEvent``: its offset, type,
+        payload JSON text as stored and bytes, nothing decoded (the Durable
+        Streams protocol serves the stored text as it is)."""
 
     async def read_one(self, tenant: str, path: str, offset: int) -> ReadPage: ...
 

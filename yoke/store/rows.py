@@ -11,7 +11,7 @@ import orjson
 from .. import errors
 from ..events import Event
 from .actors import InstanceInfo, Message, QueueRow, Schedule
-from .contract import ConsumerInfo, Limits, ObjectInfo, Retention, StreamInfo, TokenInfo, Usage
+from .contract import ConsumerInfo, Limits, ObjectInfo, Retention, StoredEvent, StreamInfo, TokenInfo, Usage
 from .protocol import NATIVE_CONTENT_TYPE, ProtocolStream
 from .subscriptions import Checkpoint, InboundRecord, SubscriptionRow
 
@@ -55,6 +55,11 @@ def event_from_row(tenant: str, path: str, row: Sequence[Any], data: bytes | Non
         path=path,
         data=None if data is None else bytes(data),
     )
+
+
+def stored_event_from_row(tenant: str, path: str, row: Sequence[Any], data: bytes | None = None) -> StoredEvent:
+    """The same row as ``event_from_row``, nothing decoded (``read_stored``)."""
+    return StoredEvent(row[0], row[3], row[4], None if data is None else bytes(data))
 
 
 def stream_from_row(row: Sequence[Any]) -> StreamInfo:

@@ -68,7 +68,7 @@ async def sse(
         idle_since = time.monotonic()
         first = True
         while not gone.is_set():
-            page = await runtime.store.read(tenant, stream.path, after, PAGE_EVENTS, PAGE_BYTES)
+            page = await runtime.store.read_stored(tenant, stream.path, after, PAGE_EVENTS, PAGE_BYTES)
             if not page.exists:
                 return
             out = bytearray()

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 import orjson
 
 from ... import errors
-from ...events import Event, PreparedEvent, json_text, new_event_id
+from ...events import PreparedEvent, json_text, new_event_id
+from ...store.contract import StoredEvent
 from ...store.protocol_forks import BYTES_TYPE, JSON, base_type, bytes_event
 from ..responses import parse_json
 
@@ -55,27 +56,27 @@ def events_of(body: bytes, content_type: str, *, creating: bool = False) -> list
     return [message_event(json_text(value, "message"))]
 
 
-def _message_json(event: Event) -> bytes:
+def _message_json(event: StoredEvent) -> str:
     if event.type == MESSAGE_TYPE:
-        return orjson.dumps(event.payload)
+        return event.payload_json  # the canonical text the append stored
     if event.data is not None:  # bytes in a JSON stream (a fork of another type cannot happen)
-        return orjson.dumps(event.data.decode("utf-8", "replace"))
-    return orjson.dumps({"type": event.type, "payload": event.payload})
+        return orjson.dumps(event.data.decode("utf-8", "replace")).decode()
+    return '{"type":' + orjson.dumps(event.type).decode() + ',"payload":' + event.payload_json + "}"
 
 
-def _message_bytes(event: Event) -> bytes:
+def _message_bytes(event: StoredEvent) -> bytes:
     if event.data is not None:
         return event.data
-    if event.type == MESSAGE_TYPE:
-        return orjson.dumps(event.payload)
-    return orjson.dumps({"type": event.type, "payload": event.payload})
+    return _message_json(event).encode()
 
 
-def render(events: Sequence[Event], content_type: str) -> bytes:
-    """A read's body: a JSON array of the messages, or the bytes concatenated."""
+def render(events: Sequence[StoredEvent], content_type: str) -> bytes:
+    """A read's body from ``Store.read_stored``'s events, the stored JSON texts
+    as they are (never decoded and encoded again): a JSON array of the
+    messages, or the bytes concatenated."""
     if is_json(content_type):
-        return b"[" + b",".join(_message_json(e) for e in events) + b"]"
-    return b"".join(_message_bytes(e) for e in events)
+        return ("[" + ",".join([_message_json(e) for e in events]) + "]").encode()
+    return b"".join([_message_bytes(e) for e in events])
 
 
 __all__ = ["BYTES_TYPE", "MESSAGE_TYPE", "events_of", "render", "is_json", "is_text"]

@@ -422,7 +422,7 @@ class DurableStreams:
         after = _checked(stream.head if offset == "now" else (offset or 0), stream)
         if live == "long-poll":
             return await self._long_poll(tenant, path, stream, after, client_cursor)
-        page = await self.runtime.store.read(tenant, path, after, PAGE_EVENTS, PAGE_BYTES)
+        page = await self.runtime.store.read_stored(tenant, path, after, PAGE_EVENTS, PAGE_BYTES)
         return self._page_answer(request, stream, after, page, None)
 
     def _page_answer(
@@ -459,7 +459,7 @@ class DurableStreams:
         try:
             deadline = time.monotonic() + runtime.settings.protocol_long_poll_s
             while True:
-                page = await runtime.store.read(tenant, path, after, PAGE_EVENTS, PAGE_BYTES)
+                page = await runtime.store.read_stored(tenant, path, after, PAGE_EVENTS, PAGE_BYTES)
                 if not page.exists:
                     raise errors.StreamNotFound(f"stream {path} does not exist", path=path)
                 if page.events:

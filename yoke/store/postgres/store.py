@@ -52,6 +52,7 @@ from ..rows import (
     like_prefix,
     object_from_row,
     setting_changes,
+    stored_event_from_row,
     stream_from_row,
     token_from_row,
 )
@@ -905,11 +906,18 @@ class PostgresStore:
         return await self._read(tenant, path, after, MAX_OFFSET, limit, max_bytes)
 
     @retry_reads
+    async def read_stored(
+        self, tenant: str, path: str, after: int, limit: int, max_bytes: int | None = None
+    ) -> ReadPage:
+        return await self._read(tenant, path, after, MAX_OFFSET, limit, max_bytes, stored_event_from_row)
+
+    @retry_reads
     async def read_one(self, tenant: str, path: str, offset: int) -> ReadPage:
         return await self._read(tenant, path, offset - 1, offset, 1, None)
 
     async def _read(
-        self, tenant: str, path: str, after: int, upto: int, limit: int, max_bytes: int | None
+        self, tenant: str, path: str, after: int, upto: int, limit: int, max_bytes: int | None,
+        make: Callable[..., Any] = event_from_row,
     ) -> ReadPage:
         rows = await self._fetch(
             "SELECT * FROM yoke_read($1, $2, $3, $4, $5, $6)", tenant, path, after, upto, limit, max_bytes
@@ -930,7 +938,7 @@ class PostgresStore:
                 capped = True  # yoke_read's one row past the cap
                 break
             total += size
-            events.append(event_from_row(tenant, path, r[3:14], r[17]))
+            events.append(make(tenant, path, r[3:14], r[17]))
             sizes.append(size)
         return ReadPage(
             exists=True, head=head, pruned_through=pruned_through, events=events, closed=closed,

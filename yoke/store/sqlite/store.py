@@ -54,6 +54,7 @@ from ..rows import (
     event_from_row,
     object_from_row,
     setting_changes as _setting_changes,
+    stored_event_from_row,
     stream_from_row,
     token_from_row,
 )
@@ -988,11 +989,21 @@ class SqliteStore:
         )
 
     @retry_reads
+    async def read_stored(
+        self, tenant: str, path: str, after: int, limit: int, max_bytes: int | None = None
+    ) -> ReadPage:
+        return await self._read(
+            self._read_page, tenant, path, "seq > ? ORDER BY seq LIMIT ?", (after, limit), max_bytes,
+            stored_event_from_row,
+        )
+
+    @retry_reads
     async def read_one(self, tenant: str, path: str, offset: int) -> ReadPage:
         return await self._read(self._read_page, tenant, path, "seq = ?", (offset,), None)
 
     def _read_page(
-        self, tenant: str, path: str, where: str, params: tuple[Any, ...], max_bytes: int | None
+        self, tenant: str, path: str, where: str, params: tuple[Any, ...], max_bytes: int | None,
+        make: Callable[..., Any] = event_from_row,
     ) -> ReadPage:
         conn = self._rconn()
         events: list[Event] = []
@@ -1022,7 +1033,7 @@ class SqliteStore:
                         capped = True
                         break
                     total += size
-                    events.append(event_from_row(tenant, path, r, r[12]))
+                    events.append(make(tenant, path, r, r[12]))
                     sizes.append(size)
             finally:
                 rows.close()
