@@ -112,6 +112,7 @@ REASONS = {
     "exit": "host failure: its host exited with status 7",
     "kill": "host failure: its host died of SIGKILL",
     "spin": "process() timed out after 3s; its host was killed",
+    "allocate": "host failure: its host died of SIGABRT",  # V8 at --max-old-space-size
 }
 
 
@@ -120,7 +121,7 @@ async def test_a_failing_node_run_is_retried_and_recorded(fresh_url: str, tmp_pa
     """As for a Python host (test_isolation.py): the row is tried
     max_attempts (2) times, the reason recorded, the host replaced unless
     the handler only threw; another instance's events go on meanwhile."""
-    async with open_runtime(fresh_url, tmp_path) as y:
+    async with open_runtime(fresh_url, tmp_path, host_memory_mb=64) as y:
         instances = y.instances("acme")
         bad = await instances.create("js", key="bad", filter={"types": ["bad"]})
         good = await instances.create("js", key="good", filter={"types": ["good"]})

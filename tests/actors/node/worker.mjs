@@ -1,6 +1,6 @@
 // A Node actor for tests/actors/test_node_host.py: does what the event's
 // payload says, so one script covers the ctx surface and every way a
-// handler can end (return, throw, exit, be killed, spin).
+// handler can end (return, throw, exit, be killed, spin, allocate).
 
 import nodeProcess from "node:process";
 
@@ -10,6 +10,7 @@ export async function process(ctx, event) {
   if (what === "exit") nodeProcess.exit(7);
   if (what === "kill") nodeProcess.kill(nodeProcess.pid, "SIGKILL");
   if (what === "spin") for (;;);
+  if (what === "allocate") for (const hoard = []; ; ) hoard.push(new Array(1e5).fill(what));
   if (what === "flaky" && ctx.attempt === 1) throw new Error("first attempts fail");
   if (what === "op-error") {
     try {
