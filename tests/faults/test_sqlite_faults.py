@@ -55,3 +55,36 @@ async def test_a_sql_error_is_not_translated(tmp_path) -> None:
         store = y.store
         with pytest.raises(sqlite3.OperationalError, match="no such table"):
             await store._read(lambda: store._rconn().execute("SELECT * FROM no_such_table").fetchall())
+
+
+async def test_commits_that_wait_together_fail_alone(tmp_path) -> None:
+    """The writer thread takes every commit waiting into one transaction
+    (one fsync for appends to many streams); each runs in a savepoint, so
+    one that fails halfway (here a trigger refusing its second event, after
+    its stream was created and its first event inserted) leaves nothing
+    behind and the others commit."""
+    import threading
+
+    async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
+        store = y.store
+        await store._write(lambda: store._wconn.execute(
+            "CREATE TRIGGER refuse_boom BEFORE INSERT ON events WHEN NEW.type = 'boom'"
+            " BEGIN SELECT RAISE(ABORT, 'boom refused'); END"
+        ))
+        gate = threading.Event()
+        holding = asyncio.ensure_future(store._write(gate.wait))  # the writer thread, busy
+        fine = [asyncio.ensure_future(y.stream(f"/ok{i}", tenant=TENANT).append({"type": "e"})) for i in range(5)]
+        bad = asyncio.ensure_future(
+            y.stream("/bad", tenant=TENANT).append_many([{"type": "e"}, {"type": "boom"}])
+        )
+        await wait_until(lambda: len(store._commits) == 6, 10, "six commits waiting")
+        gate.set()
+        await holding
+        assert [r.offset for r in await asyncio.gather(*fine)] == [1] * 5
+        with pytest.raises(sqlite3.IntegrityError, match="boom refused"):
+            await bad
+        with pytest.raises(errors.StreamNotFound):
+            await y.stream("/bad", tenant=TENANT).info()
+        created = [e.payload["path"] for e in await y.stream("/", tenant=TENANT).read()]
+        assert sorted(created) == [f"/ok{i}" for i in range(5)]
+        assert [e.type for e in await y.stream("/ok3", tenant=TENANT).read()] == ["e"]

@@ -98,6 +98,18 @@ _FAULTS = {
 }
 
 
+def _settle_commits(
+    jobs: Sequence[tuple[asyncio.Future[CommitResult], tuple[Any, ...]]], outcomes: Sequence[tuple[bool, Any]]
+) -> None:
+    for (future, _), (ok, value) in zip(jobs, outcomes, strict=True):
+        if future.done():  # the caller was cancelled
+            continue
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception((_fault(value) or value) if isinstance(value, sqlite3.Error) else value)
+
+
 def _fault(exc: sqlite3.Error) -> errors.Unavailable | None:
     """``Unavailable`` for a fault of the database file; None for a real SQL error."""
     code = getattr(exc, "sqlite_errorcode", None)
@@ -149,6 +161,10 @@ class SqliteStore:
         self.path = path_from_url(url)
         self._readers = readers
         self._writer: ThreadPoolExecutor | None = None
+        # Commits waiting for the writer thread (under _lock), and whether a
+        # _commit_waiting job is queued to take them.
+        self._commits: list[tuple[asyncio.Future[CommitResult], tuple[Any, ...]]] = []
+        self._commits_queued = False
         self._reader_pool: ThreadPoolExecutor | None = None
         self._local = threading.local()
         self._reader_conns: list[sqlite3.Connection] = []
@@ -351,10 +367,61 @@ class SqliteStore:
         new_stream_id: str,
         guards: Sequence[Guard | None] | None = None,
     ) -> CommitResult:
-        return await self._write(self._commit, tenant, path, events, batch_of, now, new_stream_id, guards)
+        if self._writer is None:
+            raise errors.RuntimeClosed("the store is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[CommitResult] = loop.create_future()
+        with self._lock:
+            self._commits.append((future, (tenant, path, events, batch_of, now, new_stream_id, guards)))
+            start, self._commits_queued = not self._commits_queued, True
+        if start:
+            try:
+                self._writer.submit(self._commit_waiting, loop)
+            except RuntimeError:  # the writer shut down meanwhile
+                with self._lock:
+                    waiting, self._commits, self._commits_queued = self._commits, [], False
+                for f, _ in waiting:
+                    if not f.done():
+                        f.set_exception(errors.RuntimeClosed("the store is closed"))
+        return await future
 
-    def _commit(
+    def _commit_waiting(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The writer thread: every commit waiting (appends to different
+        streams come as separate commits) in one transaction, each in a
+        savepoint of its own, so that one fsync and one handoff to the event
+        loop serve them all. A commit that raises rolls back alone; a failed
+        COMMIT fails them all (nothing was written)."""
+        with self._lock:
+            jobs, self._commits, self._commits_queued = self._commits, [], False
+        outcomes: list[tuple[bool, Any]] = []
+        conn = self._wconn
+        try:
+            if conn is None:
+                raise errors.RuntimeClosed("the store is closed")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for _, args in jobs:
+                    conn.execute("SAVEPOINT yoke_commit")
+                    try:
+                        outcomes.append((True, self._commit_one(conn, *args)))
+                    except Exception as exc:
+                        conn.execute("ROLLBACK TO yoke_commit")
+                        outcomes.append((False, exc))
+                    conn.execute("RELEASE yoke_commit")
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except Exception as exc:
+            if isinstance(exc, sqlite3.ProgrammingError):  # the connection was closed
+                exc = errors.RuntimeClosed("the store is closed")
+            outcomes = [(False, exc)] * len(jobs)
+        loop.call_soon_threadsafe(_settle_commits, jobs, outcomes)
+
+    def _commit_one(
         self,
+        conn: sqlite3.Connection,
         tenant: str,
         path: str,
         events: Sequence[PreparedEvent],
@@ -363,10 +430,9 @@ class SqliteStore:
         new_stream_id: str,
         guards: Sequence[Guard | None] | None = None,
     ) -> CommitResult:
-        with self._transaction() as conn:
-            if guards is not None:
-                return self.protocol.commit_guarded(conn, tenant, path, events, batch_of, now, new_stream_id, guards)
-            return self._commit_in(conn, tenant, path, events, batch_of, now, new_stream_id)
+        if guards is not None:
+            return self.protocol.commit_guarded(conn, tenant, path, events, batch_of, now, new_stream_id, guards)
+        return self._commit_in(conn, tenant, path, events, batch_of, now, new_stream_id)
 
     def _commit_in(
         self,
