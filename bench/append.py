@@ -8,6 +8,10 @@ For PostgreSQL and for SQLite, in one run:
     scratch table with the same columns and indexes (asyncpg
     ``copy_records_to_table``; stdlib sqlite3 ``executemany`` with WAL and
     synchronous=FULL, as Yoke runs SQLite). Rows are built before timing.
+(a64) fair limit for 64 producers: the same rows written by the driver in
+    groups of 64, one transaction per group, one group after another: what
+    64 producers each waiting for its own append can at best be committed
+    as (a group never holds more than 64 events).
 (b) naive path: one transaction per event -- bump a per-tenant counter
     (upsert ... RETURNING) then insert the event row; one connection,
     sequential.
@@ -16,8 +20,8 @@ For PostgreSQL and for SQLite, in one run:
     per append), and 64 producers (asyncio tasks) appending single events
     concurrently to one stream (events/s; group commit).
 
-Targets on the 2-core machine, PostgreSQL: (c) at 64 producers >= 40% of (a)
-and >= 20x (b); single-producer p50 <= 1.5 ms.
+Targets on the 2-core machine, PostgreSQL: (c) at 64 producers >= 60% of
+(a64) and >= 20x (b); single-producer p50 <= 1.2 ms.
 
 PostgreSQL runs in a scratch database created through ``YOKE_BENCH_PG_URL``
 (default postgresql://postgres@127.0.0.1:5432/postgres) and dropped at the
@@ -54,6 +58,7 @@ DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 TENANT = "bench"
 SID = 1
 BATCH = 1000
+GROUP = 64  # (a64): what 64 waiting producers can at most give one transaction
 
 COLUMNS = (
     "tenant_id", "sid", "seq", "id", "at", "type", "payload", "metadata", "source",
@@ -174,9 +179,11 @@ async def measure_yoke(backend: str, url: str, counts: Counts) -> tuple[float, f
     return p50, p99, eps
 
 
-def figures(raw: float, naive: float, p50: float, p99: float, eps64: float) -> dict[str, float]:
+def figures(raw: float, raw64: float, naive: float, p50: float, p99: float, eps64: float) -> dict[str, float]:
     return {
         "raw_batched_eps": round(raw),
+        "raw_64_eps": round(raw64),
+        "yoke_64_vs_raw64": round(eps64 / raw64, 3),
         "naive_eps": round(naive),
         "yoke_1_p50_ms": round(p50, 3),
         "yoke_1_p99_ms": round(p99, 3),
@@ -221,13 +228,12 @@ async def scratch(backend: str) -> AsyncIterator[tuple[str, Path]]:
                 yield url, Path(folder)
 
 
-async def pg_raw(conn: asyncpg.Connection, counts: Counts) -> float:
-    """(a) COPY batches of ``BATCH`` rows, each its own transaction: events/s."""
-    rows = [event_row(seq) for seq in range(1, counts.raw + 1)]
+async def pg_raw(conn: asyncpg.Connection, counts: Counts, batch: int = BATCH, first: int = 1) -> float:
+    """(a) COPY batches of ``batch`` rows, each its own transaction: events/s."""
+    rows = [event_row(seq) for seq in range(first, first + counts.raw)]
     start = time.perf_counter()
-    for i in range(0, len(rows), BATCH):
-        batch = rows[i : i + BATCH]
-        await conn.copy_records_to_table("raw_events", records=batch, columns=COLUMNS)
+    for i in range(0, len(rows), batch):
+        await conn.copy_records_to_table("raw_events", records=rows[i : i + batch], columns=COLUMNS)
     return len(rows) / (time.perf_counter() - start)
 
 
@@ -251,12 +257,14 @@ async def run_postgres(admin_url: str, counts: Counts) -> dict[str, float]:
             await conn.execute(schema + COUNTERS_SCHEMA)
             raw = await pg_raw(conn, counts)
             say("postgres", f"(a) raw: COPY {BATCH} rows per transaction", f"{raw:,.0f} events/s")
+            raw64 = await pg_raw(conn, counts, GROUP, first=counts.raw + 1)
+            say("postgres", f"(a64) fair limit: COPY {GROUP} rows per transaction", f"{raw64:,.0f} events/s")
             naive = await pg_naive(conn, counts)
             say("postgres", "(b) naive: 1 transaction per event (upsert + insert)", f"{naive:,.0f} events/s")
         finally:
             await conn.close()
         p50, p99, eps = await measure_yoke("postgres", url, counts)
-    return figures(raw, naive, p50, p99, eps)
+    return figures(raw, raw64, naive, p50, p99, eps)
 
 
 # --- SQLite ---------------------------------------------------------------------
@@ -270,14 +278,14 @@ def sqlite_connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def sqlite_raw(conn: sqlite3.Connection, counts: Counts) -> float:
-    """(a) ``executemany`` of ``BATCH`` rows per transaction: events/s."""
-    rows = [event_row(seq) for seq in range(1, counts.raw + 1)]
+def sqlite_raw(conn: sqlite3.Connection, counts: Counts, batch: int = BATCH, first: int = 1) -> float:
+    """(a) ``executemany`` of ``batch`` rows per transaction: events/s."""
+    rows = [event_row(seq) for seq in range(first, first + counts.raw)]
     insert = SQLITE_INSERT.format(table="raw_events")
     start = time.perf_counter()
-    for i in range(0, len(rows), BATCH):
+    for i in range(0, len(rows), batch):
         conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(insert, rows[i : i + BATCH])
+        conn.executemany(insert, rows[i : i + batch])
         conn.execute("COMMIT")
     return len(rows) / (time.perf_counter() - start)
 
@@ -302,10 +310,12 @@ async def run_sqlite(counts: Counts) -> dict[str, float]:
             conn.executescript(schema + COUNTERS_SCHEMA)
             raw = sqlite_raw(conn, counts)
             say("sqlite", f"(a) raw: executemany {BATCH} rows per transaction", f"{raw:,.0f} events/s")
+            raw64 = sqlite_raw(conn, counts, GROUP, first=counts.raw + 1)
+            say("sqlite", f"(a64) fair limit: executemany {GROUP} rows per transaction", f"{raw64:,.0f} events/s")
             naive = sqlite_naive(conn, counts)
             say("sqlite", "(b) naive: 1 transaction per event (upsert + insert)", f"{naive:,.0f} events/s")
         p50, p99, eps = await measure_yoke("sqlite", f"sqlite:///{Path(folder) / 'yoke.db'}", counts)
-    return figures(raw, naive, p50, p99, eps)
+    return figures(raw, raw64, naive, p50, p99, eps)
 
 
 # --- main -------------------------------------------------------------------------
@@ -313,9 +323,9 @@ async def run_sqlite(counts: Counts) -> dict[str, float]:
 
 def check_postgres_targets(f: dict[str, float]) -> None:
     for label, ok in (
-        ("(c)64 >= 40% of (a)", f["yoke_64_vs_raw"] >= 0.40),
+        ("(c)64 >= 60% of (a64)", f["yoke_64_vs_raw64"] >= 0.60),
         ("(c)64 >= 20x (b)", f["yoke_64_vs_naive"] >= 20),
-        ("(c)1 p50 <= 1.5 ms", f["yoke_1_p50_ms"] <= 1.5),
+        ("(c)1 p50 <= 1.2 ms", f["yoke_1_p50_ms"] <= 1.2),
     ):
         say("postgres", f"target {label}", "met" if ok else "MISSED")
 

@@ -248,6 +248,7 @@ class Appender:
         # in the same turn it is observed, then resolve the callers, then wake.
         service = self._service
         position = 0
+        appended = appended_bytes = 0  # the metrics, once per commit rather than per call
         for index, request in enumerate(group):
             outcomes = result.outcomes[position : position + len(request.events)]
             prepared = events[position : position + len(request.events)]
@@ -267,6 +268,8 @@ class Appender:
                 if e.ephemeral and o.status == "ok" and buffer is not None:
                     assert o.offset is not None
                     buffer.add(e, o.offset, now)
+            appended += len(prepared)
+            appended_bytes += sum(e.size for e in prepared)
             if not request.future.done():
                 results = [AppendResult(o.offset, o.id, o.at) for o in outcomes]  # type: ignore[arg-type]
                 if request.guard is not None and decision is not None:
@@ -275,6 +278,9 @@ class Appender:
                     request.future.set_result(results)
         if buffer is not None:
             buffer.end_commit()
+        if appended:
+            metrics.APPENDS.labels(self.tenant).inc(appended)
+            metrics.APPENDED_BYTES.labels(self.tenant).inc(appended_bytes)
         service.appended(self.tenant, self.path, len(events))
 
 
@@ -326,8 +332,6 @@ class AppendService:
                 try:
                     results = await self._submit(tenant, path, events)
                     metrics.APPEND_LATENCY.observe(time.perf_counter() - started)
-                    metrics.APPENDS.labels(tenant).inc(len(results))
-                    metrics.APPENDED_BYTES.labels(tenant).inc(sum(e.size for e in events))
                     return results
                 except errors.Backpressure:
                     # Overflow policy 'block': wait for acknowledgements to
@@ -377,9 +381,6 @@ class AppendService:
         started = time.perf_counter()
         answer = await self._submit(tenant, path, events, guard)
         metrics.APPEND_LATENCY.observe(time.perf_counter() - started)
-        if events:
-            metrics.APPENDS.labels(tenant).inc(len(events))
-            metrics.APPENDED_BYTES.labels(tenant).inc(sum(e.size for e in events))
         return answer
 
     @property
