@@ -242,9 +242,45 @@ def where_true(expression: str, document: Any) -> bool:
         raise FilterError(f"the filter failed on an event: {exc}", expression=expression[:200]) from None
 
 
+# A key is most often a plain path (``payload.customer``): walked through
+# dicts directly, since a JSONata evaluation costs about 100 times more (it
+# validates the whole document first). Anything else (arrays on the way,
+# a missing name, a list at the end) is left to JSONata, which decides.
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_PLAIN_PATH = re.compile(rf"{_NAME}(?:\.{_NAME})*")
+_LITERALS = frozenset({"true", "false", "null", "and", "or", "in", "function"})
+_UNDECIDED = object()
+
+
+@lru_cache(maxsize=4096)
+def _plain_path(expression: str) -> tuple[str, ...] | None:
+    text = expression.strip()
+    if not _PLAIN_PATH.fullmatch(text):
+        return None
+    names = tuple(text.split("."))
+    return None if _LITERALS.intersection(names) else names
+
+
+def _walk(names: tuple[str, ...], document: Any) -> Any:
+    value = document
+    for name in names:
+        if not isinstance(value, dict) or name not in value:
+            return _UNDECIDED
+        value = value[name]
+    return _UNDECIDED if isinstance(value, list) else value
+
+
 def key_of(expression: str, document: Any) -> str | None:
     """The routing key an event carries (None when the expression yields nothing)."""
-    value = compile_jsonata(expression, "key").evaluate(document)
+    names = _plain_path(expression)
+    value = _UNDECIDED if names is None else _walk(names, document)
+    if value is _UNDECIDED:
+        value = compile_jsonata(expression, "key").evaluate(document)
+    return key_text(value)
+
+
+def key_text(value: Any) -> str | None:
+    """A key expression's value as the key (None: no key)."""
     if value is None or isinstance(value, (dict, list)):
         return None
     if isinstance(value, bool):
