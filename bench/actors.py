@@ -69,14 +69,17 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import ctypes
 import dataclasses
 import io
 import json
+import os
 import pstats
+import signal
 import statistics
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +96,7 @@ ACTOR = "bench"
 STREAM = "/bench"
 WAIT_IDLE_S = 600.0
 WARMUP_SAMPLES = 20
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -280,8 +284,6 @@ class IsolationResult:
 
 def hosts_cpu_s(y: yoke.Runtime) -> float:
     """CPU seconds the runtime's host processes have used (Linux /proc)."""
-    import os
-
     pool = y.executor.hosts if y.executor is not None else None
     total = 0
     for host in list(pool.hosts) if pool is not None else []:
@@ -290,7 +292,7 @@ def hosts_cpu_s(y: yoke.Runtime) -> float:
         except OSError:
             continue
         total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
-    return total / os.sysconf("SC_CLK_TCK")
+    return total / CLK_TCK
 
 
 async def isolation_mode(backend: str, mode: str, cfg: Config, hosts: int, host_runs: int) -> IsolationResult:
@@ -342,6 +344,443 @@ async def isolation_mode(backend: str, mode: str, cfg: Config, hosts: int, host_
             cuts = statistics.quantiles(samples, n=100, method="inclusive")
             result.p50_ms, result.p99_ms = cuts[49], cuts[98]
     return result
+
+
+# --- several workers (--workers) --------------------------------------------------
+
+WORKER_APP = "workers_app:app"  # bench/workers_app.py, imported by the workers from bench/
+BENCH_DIR = Path(__file__).resolve().parent
+WORKER_READY_S = 120.0  # spawn to the worker's JSON line (imports, migrations check, registration)
+WORKER_STOP_S = 40.0  # SIGTERM to exit: shutdown_timeout_s (10) and margin on busy cores
+OWNED_S = 30.0  # instances adopted (at the workers' heartbeats, every second)
+PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)  # resolved here: the child runs no imports between fork and exec
+
+
+def die_with_parent() -> None:
+    """In the worker, before exec: SIGTERM when this script ends, however it
+    ends (a crash or a kill must not leave workers behind)."""
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def proc_stat(pid: int | str) -> list[str] | None:
+    """/proc/PID/stat as [comm, state, ppid, ...]; None once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    close = text.rindex(")")
+    return [text[text.index("(") + 1 : close], *text[close + 2 :].split()]
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one live process (0 once it is gone)."""
+    stat = proc_stat(pid)
+    return 0.0 if stat is None else (int(stat[12]) + int(stat[13])) / CLK_TCK
+
+
+def postgres_cpu_s(database: str) -> tuple[float, float]:
+    """CPU seconds of PostgreSQL's processes (those whose /proc/PID/stat
+    names ``postgres``): (the backends connected to ``database``, every
+    postgres process). The second counts exited backends too (in the
+    postmaster's children's time), so it never goes back; the first loses a
+    backend that exits, which the workers' and this script's pools do not
+    during a phase."""
+    mine = everything = 0
+    tag = f" {database} ".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        stat = proc_stat(entry)
+        if stat is None or stat[0] != "postgres":
+            continue
+        ticks = int(stat[12]) + int(stat[13])
+        everything += ticks + int(stat[14]) + int(stat[15])  # + its exited children's
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                title = f.read()  # "postgres: 15/main: USER DATABASE HOST(PORT) STATE"
+        except OSError:
+            continue
+        if tag in title:
+            mine += ticks
+    return mine / CLK_TCK, everything / CLK_TCK
+
+
+@dataclass
+class Worker:
+    """One ``yoke worker`` process started by this script."""
+
+    proc: asyncio.subprocess.Process
+    log: Path
+    worker_id: str = ""
+    ready_at: float = 0.0  # perf_counter when its JSON line arrived
+    cpu_at_ready: float = 0.0
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+async def start_worker(url: str, folder: Path, index: int, concurrency: int) -> Worker:
+    env = {**os.environ, "BENCH_ACTOR_CONCURRENCY": str(concurrency), "YOKE_DATA_DIR": str(folder)}
+    log = folder / f"worker{index}.log"
+    with open(log, "wb") as err:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "yoke.cli", "worker", "--app", WORKER_APP, "--db", url, "--json",
+            cwd=BENCH_DIR, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=err, preexec_fn=die_with_parent,
+        )
+    return Worker(proc, log)
+
+
+async def wait_ready(worker: Worker, on_ready: Callable[[], None]) -> None:
+    """Until the worker prints its JSON line (its executor runs: registered,
+    fan-out and scheduler started)."""
+    assert worker.proc.stdout is not None
+    try:
+        line = await asyncio.wait_for(worker.proc.stdout.readline(), WORKER_READY_S)
+    except TimeoutError:
+        raise RuntimeError(f"worker pid {worker.proc.pid} not ready after {WORKER_READY_S}s:\n"
+                           f"{worker.log_tail()}") from None
+    if not line:
+        await worker.proc.wait()
+        raise RuntimeError(f"worker pid {worker.proc.pid} exited ({worker.proc.returncode}) before it ran:\n"
+                           f"{worker.log_tail()}")
+    worker.ready_at = time.perf_counter()
+    worker.cpu_at_ready = cpu_s(worker.proc.pid)
+    worker.worker_id = json.loads(line)["worker_id"]
+    on_ready()
+
+
+async def stop_workers(workers: list[Worker]) -> list[int]:
+    """SIGTERM (a graceful stop), then the exit codes; a worker still there
+    after WORKER_STOP_S is killed and reported as -9."""
+    for w in workers:
+        if w.proc.returncode is None:
+            w.proc.send_signal(signal.SIGTERM)
+    codes = []
+    for w in workers:
+        try:
+            codes.append(await asyncio.wait_for(w.proc.wait(), WORKER_STOP_S))
+        except TimeoutError:
+            w.proc.kill()
+            await w.proc.wait()
+            codes.append(-9)
+            print(f"worker pid {w.proc.pid} did not stop within {WORKER_STOP_S}s of SIGTERM:"
+                  f"\n{w.log_tail()}", file=sys.stderr, flush=True)
+    return codes
+
+
+@contextlib.asynccontextmanager
+async def worker_fleet(url: str, folder: Path, count: int, concurrency: int, exit_codes: list[int],
+                       on_first_ready: Callable[[], None] = lambda: None):  # noqa: ANN201
+    """``count`` workers on ``url``, yielded once every one runs; stopped with
+    SIGTERM on the way out (their exit codes appended to ``exit_codes``)."""
+    workers: list[Worker] = []
+    try:
+        for i in range(count):
+            workers.append(await start_worker(url, folder, i, concurrency))
+        first = [True]
+
+        def ready() -> None:
+            if first[0]:
+                first[0] = False
+                on_first_ready()
+
+        await asyncio.gather(*(wait_ready(w, ready) for w in workers))
+        yield workers
+    finally:
+        exit_codes.extend(await stop_workers(workers))
+
+
+async def owners(y: yoke.Runtime) -> Counter[str | None]:
+    """Instances of the bench actor by owning worker (None: unowned)."""
+    counts: Counter[str | None] = Counter()
+    after = None
+    while True:
+        page = await y.instances(TENANT).list(ACTOR, limit=100, after=after)
+        counts.update(i.worker_id for i in page)
+        if len(page) < 100:
+            return counts
+        after = page[-1].instance_id
+
+
+async def wait_owned(y: yoke.Runtime) -> Counter[str | None]:
+    """Until every instance has an owner (workers adopt unowned instances
+    at their heartbeats, up to a fair share of the live workers)."""
+    deadline = time.monotonic() + OWNED_S
+    while True:
+        counts = await owners(y)
+        if None not in counts:
+            return counts
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"instances still unowned after {OWNED_S}s: {dict(counts)}")
+        await asyncio.sleep(0.1)
+
+
+async def drained(y: yoke.Runtime) -> float:
+    """perf_counter once no event waits for fan-out and no queue row is
+    pending or processing (the store's count that ``wait_idle`` ends on;
+    this runtime has no executor). The count scans the queue, so it is
+    polled sparingly while much is left, and every 20 ms near the end:
+    the interval is half the time the last polls' rate says is left."""
+    deadline = time.monotonic() + WAIT_IDLE_S
+    last: tuple[float, int] | None = None
+    interval = 0.05
+    while True:
+        left = await y.store.actors.unfinished([ACTOR])
+        now = time.perf_counter()
+        if left == 0:
+            return now
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{left} rows or events still unfinished after {WAIT_IDLE_S}s")
+        if last is not None and last[1] > left:
+            rate = (last[1] - left) / (now - last[0])
+            interval = min(max(left / rate / 2, 0.02), 0.25)
+        last = (now, left)
+        await asyncio.sleep(interval)
+
+
+@dataclass
+class Usage:
+    """CPU seconds so far: workers, PostgreSQL (this database / all), this process."""
+
+    at: float
+    workers: float
+    pg: float
+    pg_all: float
+    bench: float
+
+    @classmethod
+    def now(cls, workers: list[Worker], database: str) -> Usage:
+        pg, pg_all = postgres_cpu_s(database)
+        used = sum(cpu_s(w.proc.pid) for w in workers)
+        return cls(time.perf_counter(), used, pg, pg_all, time.process_time())
+
+
+@dataclass
+class WorkersResult:
+    workers: int
+    phase: str  # live | backlog
+    concurrency: int
+    events: int
+    events_per_s: float = 0.0
+    seconds: float = 0.0
+    append_s: float = 0.0  # live: first append call to the last one returning
+    start_s: float = 0.0  # backlog: spawning the workers to the last one running
+    worker_cpu_s: float = 0.0
+    pg_cpu_s: float = 0.0  # backends of the scratch database
+    pg_other_cpu_s: float = 0.0  # every other postgres process: background writers, other databases
+    bench_cpu_s: float = 0.0  # this process: the appends (live), the drain polls
+    cores_busy: float = 0.0  # (workers + pg + bench) CPU seconds per wall second
+    cpu_ms_per_event: float = 0.0  # the same CPU over the events
+    owners: list[int] = field(default_factory=list)  # instances per worker, most first
+    exit_codes: list[int] = field(default_factory=list)
+    load_1m: float = 0.0  # the machine's load average as the phase started
+    profile: str = ""  # --profile-worker: the raw py-spy output of worker 1
+
+    def measure(self, before: Usage, after: Usage, start: float, done: float) -> None:
+        self.seconds = done - start
+        self.events_per_s = self.events / self.seconds
+        self.worker_cpu_s = after.workers - before.workers
+        self.pg_cpu_s = after.pg - before.pg
+        self.pg_other_cpu_s = (after.pg_all - before.pg_all) - self.pg_cpu_s
+        self.bench_cpu_s = after.bench - before.bench
+        used = self.worker_cpu_s + self.pg_cpu_s + self.bench_cpu_s
+        self.cores_busy = used / (after.at - before.at)
+        self.cpu_ms_per_event = used * 1000 / self.events
+
+
+def database_of(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).path.lstrip("/")
+
+
+def ownership(counts: Counter[str | None], workers: list[Worker]) -> list[int]:
+    return sorted((counts.get(w.worker_id, 0) for w in workers), reverse=True)
+
+
+class Profiler:
+    """py-spy attached to one worker (``--profile-worker``): raw stacks
+    (collapsed, one line per stack with its sample count) in ``path``."""
+
+    def __init__(self, pid: int, path: Path) -> None:
+        self.pid, self.path = pid, path
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            py_spy(), "record", "--pid", str(self.pid), "--rate", "200", "--nonblocking",
+            "--format", "raw", "--output", str(self.path),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE, preexec_fn=die_with_parent,
+        )
+
+    async def stop(self) -> str:
+        """Stop sampling (SIGINT: py-spy writes its output) and summarise."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(self.proc.communicate(), 60)
+        if not self.path.exists():
+            return f"(py-spy wrote nothing: {err.decode(errors='replace').strip()})"
+        return summarise_stacks(self.path.read_text())
+
+
+def py_spy() -> str:
+    import shutil
+
+    found = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if found is None:
+        raise SystemExit("--profile-worker needs py-spy, which Yoke does not depend on: install it"
+                         " by hand for the run (.venv/bin/pip install py-spy)")
+    return found
+
+
+def summarise_stacks(raw: str, top: int = 20) -> str:
+    """Own and cumulative sample shares by function, from py-spy's raw
+    format (``frame;frame;...;leaf COUNT``, frames ``function (file:line)``)."""
+    own: Counter[str] = Counter()
+    total_of: Counter[str] = Counter()
+    total = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [frame_name(f) for f in stack.split(";")]
+        own[frames[-1]] += n
+        for name in set(frames):
+            total_of[name] += n
+    if not total:
+        return "(no samples)"
+    lines = [f"{total} samples of the worker on a CPU (py-spy, 200/s)", "  own %  function"]
+    lines += [f"  {100 * n / total:5.1f}  {name}" for name, n in own.most_common(top)]
+    lines += ["  cumulative %  function"]
+    lines += [f"  {100 * n / total:12.1f}  {name}" for name, n in total_of.most_common(top)]
+    return "\n".join(lines)
+
+
+def frame_name(frame: str) -> str:
+    """``process (yoke/actors/scheduler.py:123)`` -> ``process (yoke/actors/scheduler.py)``;
+    site-packages paths shortened to the package."""
+    name, _, where = frame.partition(" (")
+    path = where.rsplit(":", 1)[0].rstrip(")")
+    for marker in ("site-packages/", "lib/python3."):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+            if marker == "lib/python3.":
+                path = "stdlib/" + path.split("/", 1)[-1]
+    return f"{name} ({path})"
+
+
+async def workers_live(url: str, folder: Path, n: int, cfg: Config, profile: bool) -> WorkersResult:
+    """Live: the workers run; this process (no executor) appends the batches.
+    Events/s from the first append call to the store reporting nothing left."""
+    from workers_app import app  # bench/workers_app.py
+
+    result = WorkersResult(n, "live", cfg.concurrency, cfg.events)
+    database = database_of(url)
+    work = batches("key", cfg)
+    async with yoke.open(url, app=app, executor=False, **settings_for(folder)) as y:  # migrates first
+        async with worker_fleet(url, folder, n, cfg.concurrency, result.exit_codes) as workers:
+            # Created once every worker is registered: each adopts a fair share.
+            await create_instances(y, "key", cfg.instances)
+            await wait_owned(y)
+            stream = y.stream(STREAM, TENANT)
+            await stream.append_many([event("key", i, warm=True) for i in range(cfg.instances)])
+            await drained(y)
+            profiler = Profiler(workers[0].proc.pid, folder / "live.stacks") if profile else None
+            if profiler is not None:
+                await profiler.start()
+            result.load_1m = os.getloadavg()[0]
+            before = Usage.now(workers, database)
+            start = time.perf_counter()
+            for chunk in work:
+                await stream.append_many(chunk)
+            result.append_s = time.perf_counter() - start
+            done = await drained(y)
+            result.measure(before, Usage.now(workers, database), start, done)
+            if profiler is not None:
+                result.profile = await profiler.stop()
+            result.owners = ownership(await owners(y), workers)
+    return result
+
+
+async def workers_backlog(url: str, folder: Path, n: int, cfg: Config, profile: bool) -> WorkersResult:
+    """Backlog: every batch appended with no worker running, then the
+    workers start; events/s from the first worker running (its JSON line)
+    to the store reporting nothing left. Each worker's CPU counts from its
+    own JSON line (not its imports)."""
+    from workers_app import app
+
+    result = WorkersResult(n, "backlog", cfg.concurrency, cfg.events)
+    database = database_of(url)
+    async with yoke.open(url, app=app, executor=False, **settings_for(folder)) as y:
+        await create_instances(y, "key", cfg.instances)
+        stream = y.stream(STREAM, TENANT)
+        for chunk in batches("key", cfg):
+            await stream.append_many(chunk)
+        marks: dict[str, Any] = {}
+
+        def first_ready() -> None:
+            pg, pg_all = postgres_cpu_s(database)
+            marks.update(at=time.perf_counter(), pg=pg, pg_all=pg_all, bench=time.process_time())
+
+        result.load_1m = os.getloadavg()[0]
+        spawned = time.perf_counter()
+        async with worker_fleet(url, folder, n, cfg.concurrency, result.exit_codes, first_ready) as workers:
+            result.start_s = max(w.ready_at for w in workers) - spawned
+            profiler = Profiler(workers[0].proc.pid, folder / "backlog.stacks") if profile else None
+            if profiler is not None:
+                await profiler.start()
+            done = await drained(y)
+            before = Usage(marks["at"], sum(w.cpu_at_ready for w in workers), marks["pg"], marks["pg_all"],
+                           marks["bench"])
+            result.measure(before, Usage.now(workers, database), marks["at"], done)
+            if profiler is not None:
+                result.profile = await profiler.stop()
+            result.owners = ownership(await owners(y), workers)
+    return result
+
+
+async def workers_mode(counts: list[int], cfg: Config, profile: bool) -> list[WorkersResult]:
+    results = []
+    for n in counts:
+        for phase in (workers_live, workers_backlog):
+            async with scratch("postgres") as (url, folder):
+                r = await phase(url, folder, n, cfg, profile)
+            results.append(r)
+            print(f"{n} worker(s) {r.phase}: {r.events_per_s:,.0f} ev/s in {r.seconds:.2f}s; CPU s: workers"
+                  f" {r.worker_cpu_s:.2f}, postgres {r.pg_cpu_s:.2f} (+{r.pg_other_cpu_s:.2f} other),"
+                  f" this process {r.bench_cpu_s:.2f}; {r.cores_busy:.2f} cores busy; instances per worker"
+                  f" {r.owners}; exit codes {r.exit_codes}", flush=True)
+            if r.profile:
+                print(f"\n=== profile: worker 1 of {n}, {r.phase} ===\n{r.profile}\n", flush=True)
+    return results
+
+
+def print_workers_table(results: list[WorkersResult], cfg: Config) -> None:
+    print(f"\n{cfg.instances} keyed instances, concurrency {cfg.concurrency}, {cfg.events} events in batches"
+          f" of {cfg.batch}; {os.cpu_count()} cores shared by the workers, PostgreSQL and this process")
+    head = (f"{'workers':>7} {'phase':<8}{'ev/s':>8}{'x N=1':>7}{'wall s':>8}{'CPU s: workers':>16}"
+            f"{'postgres':>10}{'this':>7}{'other pg':>10}{'cores busy':>12}{'CPU ms/ev':>11}"
+            f"{'load':>6}  instances per worker")
+    print(head)
+    print("-" * len(head))
+    base = {r.phase: r.events_per_s for r in results if r.workers == 1}
+    for r in results:
+        ratio = f"{r.events_per_s / base[r.phase]:.2f}" if r.phase in base else "-"
+        print(f"{r.workers:>7} {r.phase:<8}{r.events_per_s:>8,.0f}{ratio:>7}{r.seconds:>8.2f}"
+              f"{r.worker_cpu_s:>16.2f}{r.pg_cpu_s:>10.2f}{r.bench_cpu_s:>7.2f}{r.pg_other_cpu_s:>10.2f}"
+              f"{r.cores_busy:>12.2f}{r.cpu_ms_per_event:>11.3f}{r.load_1m:>6.1f}  {r.owners}")
+    unclean = [(r.workers, r.phase, r.exit_codes) for r in results if any(r.exit_codes)]
+    if unclean:
+        print(f"workers that did not exit 0 on SIGTERM: {unclean}")
 
 
 # --- backends -------------------------------------------------------------------
@@ -568,8 +1007,8 @@ async def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--instances", type=int, default=100)
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--samples", type=int, default=300)
-    parser.add_argument("--concurrency", default="4,1",
-                        help="comma-separated actor concurrencies, a row each (default: 4,1)")
+    parser.add_argument("--concurrency", default=None,
+                        help="comma-separated actor concurrencies, a row each (default: 4,1; --workers: 4)")
     parser.add_argument("--profile", action="store_true",
                         help="also profile latency and backlog (first backend, first routing)")
     parser.add_argument("--profile-only", action="store_true", help="only the profile")
@@ -578,15 +1017,51 @@ async def main(argv: list[str] | None = None) -> None:
                         help="only the isolation row: in-process and in host processes")
     parser.add_argument("--hosts", type=int, default=4, help="host processes for --isolation")
     parser.add_argument("--host-runs", type=int, default=1, help="runs one host takes at once (--isolation)")
+    parser.add_argument("--workers", default=None, metavar="N,N,...",
+                        help="only the several-workers rows: N `yoke worker` processes on one PostgreSQL"
+                             " database, keyed routing (e.g. 1,2,3)")
+    parser.add_argument("--profile-worker", action="store_true",
+                        help="--workers: sample the first worker with py-spy (installed by hand) and"
+                             " print its profile; the figures of such a run are not the clean ones")
     args = parser.parse_args(argv)
     if args.quick:
         args.events, args.samples = 2000, 50
     cfg = Config(args.instances, args.events, args.batch, args.samples)
     routings = [r.strip() for r in args.routing.split(",") if r.strip()]
-    concurrencies = [int(c) for c in args.concurrency.split(",") if c.strip()]
     if not set(routings) <= {"type", "key", "where"}:
         parser.error("--routing takes type, key and/or where")
     backends = ["postgres", "sqlite"] if args.backend == "all" else [args.backend]
+    default_concurrency = "4" if args.workers is not None else "4,1"
+    try:
+        concurrencies = [int(c) for c in (args.concurrency or default_concurrency).split(",") if c.strip()]
+    except ValueError:
+        parser.error("--concurrency takes comma-separated whole numbers, like 4,1")
+
+    if args.workers is not None:
+        if args.backend == "sqlite":
+            parser.error("--workers runs on PostgreSQL only: processes on one SQLite file share its one"
+                         " write lock and see each other's appends only at the periodic sweep"
+                         " (docs/scaling.md); use --backend postgres (or leave --backend out)")
+        try:
+            counts = [int(n) for n in args.workers.split(",") if n.strip()]
+        except ValueError:
+            counts = []
+        if not counts or min(counts) < 1:
+            parser.error("--workers takes comma-separated worker counts of at least 1, like 1,2,3")
+        if args.profile_worker:
+            py_spy()  # missing: say so before any database is made
+        results = []
+        for concurrency in concurrencies:
+            results += await workers_mode(counts, dataclasses.replace(cfg, concurrency=concurrency),
+                                          args.profile_worker)
+        for concurrency in concurrencies:
+            print_workers_table([r for r in results if r.concurrency == concurrency],
+                                dataclasses.replace(cfg, concurrency=concurrency))
+        print(json.dumps([{k: round(v, 4) if isinstance(v, float) else v for k, v in r.__dict__.items()
+                           if k != "profile"} for r in results]), flush=True)
+        return
+    if args.profile_worker:
+        parser.error("--profile-worker goes with --workers")
 
     if args.isolation:
         rows = []
