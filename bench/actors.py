@@ -45,6 +45,39 @@ PostgreSQL, 5,000 on SQLite; (b) p50 <= 5 ms, p99 <= 25 ms on both.
     then the runtime); CPU per event is what bounds throughput without
     that contention.
 
+(d) ``--workers 1,2,3``: several workers on one PostgreSQL (SQLite is
+    refused). For each count N and each phase, a fresh scratch database and N
+    real ``yoke worker --app workers_app:app`` processes (bench/workers_app.py:
+    the keyed actor of (a), a process() that does nothing, ``--concurrency``
+    4 unless given). This process opens the database without an executor,
+    creates the ``--instances`` instances and appends; it sees completion
+    through the store's count of unfinished work (events not fanned out,
+    queue rows pending or processing: what ``wait_idle`` ends on), polled
+    every 20-250 ms. Phases:
+    - live: the workers run and have adopted the instances (created once
+      every worker has registered, so each takes a fair share); events/s
+      from the first append call to nothing left.
+    - resumed: the same start, then the workers are stopped (SIGSTOP) while
+      every batch is appended and continued (SIGCONT); events/s from SIGCONT
+      to nothing left: processing alone, the instances spread.
+    - backlog: every batch appended with no worker running, then the N
+      workers start; events/s from the first worker running (its ``--json``
+      line) to nothing left. A worker adopts a fair share of the workers
+      registered when it starts and nothing moves later, so the first one
+      up may take every instance: the row says how they were spread.
+    Per row: CPU seconds of the workers, of the PostgreSQL backends of the
+    scratch database (processes whose /proc/PID/stat names ``postgres`` and
+    whose title names the database), of the other postgres processes
+    (background writers; other databases: someone else's work) and of this
+    process; "cores busy" is the first three over the wall time: at the
+    machine's core count, the shared cores are the bound. Workers stop with
+    SIGTERM (their exit codes are printed; they also get SIGTERM should this
+    script die). ``--profile-worker`` samples the worker owning the most
+    instances with py-spy during each timed phase and prints its own and
+    cumulative time by function; py-spy is not a dependency (install it by
+    hand: ``.venv/bin/pip install py-spy``), and its sampling takes CPU from
+    the same cores, so take figures from runs without it.
+
 ``--profile`` (or ``--profile-only``) additionally profiles, on the first
 backend and routing chosen: the idle latency (SQL statement and store
 method timings, and the awaited calls of one median sample laid out on a
@@ -61,6 +94,7 @@ The last line printed is one JSON object with every figure.
     python bench/actors.py [--backend all|postgres|sqlite] [--routing type,key,where]
                            [--events N] [--instances N] [--batch N] [--samples N]
                            [--profile | --profile-only] [--isolation [--hosts N]] [--quick]
+    python bench/actors.py --workers 1,2,3 [--events N] [--concurrency N] [--profile-worker] [--quick]
 """
 
 from __future__ import annotations
@@ -424,8 +458,8 @@ class Worker:
             return "(no log)"
 
 
-async def start_worker(url: str, folder: Path, index: int, concurrency: int) -> Worker:
-    env = {**os.environ, "BENCH_ACTOR_CONCURRENCY": str(concurrency), "YOKE_DATA_DIR": str(folder)}
+async def start_worker(url: str, folder: Path, index: int, concurrency: int, extra_env: dict[str, str]) -> Worker:
+    env = {**os.environ, "BENCH_ACTOR_CONCURRENCY": str(concurrency), "YOKE_DATA_DIR": str(folder), **extra_env}
     log = folder / f"worker{index}.log"
     with open(log, "wb") as err:
         proc = await asyncio.create_subprocess_exec(
@@ -461,6 +495,7 @@ async def stop_workers(workers: list[Worker]) -> list[int]:
     for w in workers:
         if w.proc.returncode is None:
             w.proc.send_signal(signal.SIGTERM)
+            w.proc.send_signal(signal.SIGCONT)  # one stopped by the resumed phase must see it
     codes = []
     for w in workers:
         try:
@@ -476,13 +511,14 @@ async def stop_workers(workers: list[Worker]) -> list[int]:
 
 @contextlib.asynccontextmanager
 async def worker_fleet(url: str, folder: Path, count: int, concurrency: int, exit_codes: list[int],
-                       on_first_ready: Callable[[], None] = lambda: None):  # noqa: ANN201
+                       on_first_ready: Callable[[], None] = lambda: None,
+                       extra_env: dict[str, str] | None = None):  # noqa: ANN201
     """``count`` workers on ``url``, yielded once every one runs; stopped with
     SIGTERM on the way out (their exit codes appended to ``exit_codes``)."""
     workers: list[Worker] = []
     try:
         for i in range(count):
-            workers.append(await start_worker(url, folder, i, concurrency))
+            workers.append(await start_worker(url, folder, i, concurrency, extra_env or {}))
         first = [True]
 
         def ready() -> None:
@@ -549,7 +585,7 @@ class Usage:
     """CPU seconds so far: workers, PostgreSQL (this database / all), this process."""
 
     at: float
-    workers: float
+    workers: list[float]
     pg: float
     pg_all: float
     bench: float
@@ -557,37 +593,39 @@ class Usage:
     @classmethod
     def now(cls, workers: list[Worker], database: str) -> Usage:
         pg, pg_all = postgres_cpu_s(database)
-        used = sum(cpu_s(w.proc.pid) for w in workers)
+        used = [cpu_s(w.proc.pid) for w in workers]
         return cls(time.perf_counter(), used, pg, pg_all, time.process_time())
 
 
 @dataclass
 class WorkersResult:
     workers: int
-    phase: str  # live | backlog
+    phase: str  # live | resumed | backlog
     concurrency: int
     events: int
     events_per_s: float = 0.0
     seconds: float = 0.0
-    append_s: float = 0.0  # live: first append call to the last one returning
+    append_s: float = 0.0  # live, resumed: first append call to the last one returning
     start_s: float = 0.0  # backlog: spawning the workers to the last one running
     worker_cpu_s: float = 0.0
+    worker_cpu_each: list[float] = field(default_factory=list)  # by worker, as started: an idle one shows
     pg_cpu_s: float = 0.0  # backends of the scratch database
     pg_other_cpu_s: float = 0.0  # every other postgres process: background writers, other databases
     bench_cpu_s: float = 0.0  # this process: the appends (live), the drain polls
     cores_busy: float = 0.0  # (workers + pg + bench) CPU seconds per wall second
     cpu_ms_per_event: float = 0.0  # the same CPU over the events
-    owners: list[int] = field(default_factory=list)  # instances per worker, most first
+    owners: list[int] = field(default_factory=list)  # instances per worker, as started
     exit_codes: list[int] = field(default_factory=list)
     load_1m: float = 0.0  # the machine's load average as the phase started
-    profile: str = ""  # --profile-worker: the raw py-spy output of worker 1
+    profile: str = ""  # --profile-worker: the summarised py-spy samples of the busiest worker
 
     def measure(self, before: Usage, after: Usage, start: float, done: float) -> None:
         self.seconds = done - start
         self.events_per_s = self.events / self.seconds
-        self.worker_cpu_s = after.workers - before.workers
+        self.worker_cpu_each = [round(a - b, 3) for a, b in zip(after.workers, before.workers, strict=True)]
+        self.worker_cpu_s = sum(self.worker_cpu_each)
         self.pg_cpu_s = after.pg - before.pg
-        self.pg_other_cpu_s = (after.pg_all - before.pg_all) - self.pg_cpu_s
+        self.pg_other_cpu_s = max(0.0, round((after.pg_all - before.pg_all) - self.pg_cpu_s, 3))  # no -0.00
         self.bench_cpu_s = after.bench - before.bench
         used = self.worker_cpu_s + self.pg_cpu_s + self.bench_cpu_s
         self.cores_busy = used / (after.at - before.at)
@@ -601,21 +639,31 @@ def database_of(url: str) -> str:
 
 
 def ownership(counts: Counter[str | None], workers: list[Worker]) -> list[int]:
-    return sorted((counts.get(w.worker_id, 0) for w in workers), reverse=True)
+    """Instances per worker, in the order the workers were started."""
+    return [counts.get(w.worker_id, 0) for w in workers]
+
+
+async def profiled(y: yoke.Runtime, workers: list[Worker], path: Path) -> Profiler:
+    """py-spy on the worker that owns the most instances (an idle one says nothing)."""
+    counts = await owners(y)
+    busiest = max(workers, key=lambda w: counts.get(w.worker_id, 0))
+    profiler = Profiler(busiest.proc.pid, workers.index(busiest) + 1, path)
+    await profiler.start()
+    return profiler
 
 
 class Profiler:
     """py-spy attached to one worker (``--profile-worker``): raw stacks
     (collapsed, one line per stack with its sample count) in ``path``."""
 
-    def __init__(self, pid: int, path: Path) -> None:
-        self.pid, self.path = pid, path
+    def __init__(self, pid: int, number: int, path: Path) -> None:
+        self.pid, self.number, self.path = pid, number, path
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
         self.proc = await asyncio.create_subprocess_exec(
             py_spy(), "record", "--pid", str(self.pid), "--rate", "200", "--nonblocking",
-            "--format", "raw", "--output", str(self.path),
+            "--format", "raw", "--full-filenames", "--output", str(self.path),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE, preexec_fn=die_with_parent,
         )
@@ -627,7 +675,7 @@ class Profiler:
         _, err = await asyncio.wait_for(self.proc.communicate(), 60)
         if not self.path.exists():
             return f"(py-spy wrote nothing: {err.decode(errors='replace').strip()})"
-        return summarise_stacks(self.path.read_text())
+        return f"worker {self.number} (pid {self.pid}): " + summarise_stacks(self.path.read_text())
 
 
 def py_spy() -> str:
@@ -660,21 +708,25 @@ def summarise_stacks(raw: str, top: int = 20) -> str:
         return "(no samples)"
     lines = [f"{total} samples of the worker on a CPU (py-spy, 200/s)", "  own %  function"]
     lines += [f"  {100 * n / total:5.1f}  {name}" for name, n in own.most_common(top)]
-    lines += ["  cumulative %  function"]
-    lines += [f"  {100 * n / total:12.1f}  {name}" for name, n in total_of.most_common(top)]
+    # Frames in nearly every sample (the CLI, asyncio.run, the loop's
+    # _run_once) say nothing: left out.
+    branches = [(name, n) for name, n in total_of.most_common() if n < 0.9 * total][:top]
+    lines += ["  cumulative %  function (frames in 90% of the samples or more left out: the event loop)"]
+    lines += [f"  {100 * n / total:12.1f}  {name}" for name, n in branches]
     return "\n".join(lines)
 
 
 def frame_name(frame: str) -> str:
-    """``process (yoke/actors/scheduler.py:123)`` -> ``process (yoke/actors/scheduler.py)``;
-    site-packages paths shortened to the package."""
+    """``claim (/.../yoke/store/postgres/actors.py:123)`` -> ``claim (yoke/store/postgres/actors.py)``:
+    no line, paths from the package (``stdlib/`` for the standard library's)."""
     name, _, where = frame.partition(" (")
     path = where.rsplit(":", 1)[0].rstrip(")")
-    for marker in ("site-packages/", "lib/python3."):
-        if marker in path:
-            path = path.split(marker, 1)[1]
-            if marker == "lib/python3.":
-                path = "stdlib/" + path.split("/", 1)[-1]
+    if "site-packages/" in path:
+        path = path.split("site-packages/", 1)[1]
+    elif "/lib/python3." in path:
+        path = "stdlib/" + path.split("/lib/python3.", 1)[1].split("/", 1)[-1]
+    elif "/yoke/" in path:
+        path = "yoke/" + path.rsplit("/yoke/", 1)[1]
     return f"{name} ({path})"
 
 
@@ -694,9 +746,7 @@ async def workers_live(url: str, folder: Path, n: int, cfg: Config, profile: boo
             stream = y.stream(STREAM, TENANT)
             await stream.append_many([event("key", i, warm=True) for i in range(cfg.instances)])
             await drained(y)
-            profiler = Profiler(workers[0].proc.pid, folder / "live.stacks") if profile else None
-            if profiler is not None:
-                await profiler.start()
+            profiler = await profiled(y, workers, folder / "live.stacks") if profile else None
             result.load_1m = os.getloadavg()[0]
             before = Usage.now(workers, database)
             start = time.perf_counter()
@@ -735,13 +785,51 @@ async def workers_backlog(url: str, folder: Path, n: int, cfg: Config, profile: 
         spawned = time.perf_counter()
         async with worker_fleet(url, folder, n, cfg.concurrency, result.exit_codes, first_ready) as workers:
             result.start_s = max(w.ready_at for w in workers) - spawned
-            profiler = Profiler(workers[0].proc.pid, folder / "backlog.stacks") if profile else None
-            if profiler is not None:
-                await profiler.start()
+            profiler = await profiled(y, workers, folder / "backlog.stacks") if profile else None
             done = await drained(y)
-            before = Usage(marks["at"], sum(w.cpu_at_ready for w in workers), marks["pg"], marks["pg_all"],
+            before = Usage(marks["at"], [w.cpu_at_ready for w in workers], marks["pg"], marks["pg_all"],
                            marks["bench"])
             result.measure(before, Usage.now(workers, database), marks["at"], done)
+            if profiler is not None:
+                result.profile = await profiler.stop()
+            result.owners = ownership(await owners(y), workers)
+    return result
+
+
+async def workers_resumed(url: str, folder: Path, n: int, cfg: Config, profile: bool) -> WorkersResult:
+    """Processing alone, the instances spread: the workers start and adopt
+    a fair share as in live, are stopped (SIGSTOP) while every batch is
+    appended, then continued (SIGCONT); events/s from SIGCONT to the store
+    reporting nothing left. (Stopped workers do not heartbeat: they are
+    told to take one another for dead only after 10 minutes, not 10 s.)"""
+    from workers_app import app
+
+    result = WorkersResult(n, "resumed", cfg.concurrency, cfg.events)
+    database = database_of(url)
+    async with yoke.open(url, app=app, executor=False, **settings_for(folder)) as y:
+        async with worker_fleet(url, folder, n, cfg.concurrency, result.exit_codes,
+                                extra_env={"YOKE_WORKER_STALE_S": "600"}) as workers:
+            await create_instances(y, "key", cfg.instances)
+            await wait_owned(y)
+            stream = y.stream(STREAM, TENANT)
+            await stream.append_many([event("key", i, warm=True) for i in range(cfg.instances)])
+            await drained(y)
+            for w in workers:
+                w.proc.send_signal(signal.SIGSTOP)
+            try:
+                started = time.perf_counter()
+                for chunk in batches("key", cfg):
+                    await stream.append_many(chunk)
+                result.append_s = time.perf_counter() - started
+                result.load_1m = os.getloadavg()[0]
+                before = Usage.now(workers, database)
+                start = time.perf_counter()
+            finally:
+                for w in workers:
+                    w.proc.send_signal(signal.SIGCONT)
+            profiler = await profiled(y, workers, folder / "resumed.stacks") if profile else None
+            done = await drained(y)
+            result.measure(before, Usage.now(workers, database), start, done)
             if profiler is not None:
                 result.profile = await profiler.stop()
             result.owners = ownership(await owners(y), workers)
@@ -751,16 +839,16 @@ async def workers_backlog(url: str, folder: Path, n: int, cfg: Config, profile: 
 async def workers_mode(counts: list[int], cfg: Config, profile: bool) -> list[WorkersResult]:
     results = []
     for n in counts:
-        for phase in (workers_live, workers_backlog):
+        for phase in (workers_live, workers_resumed, workers_backlog):
             async with scratch("postgres") as (url, folder):
                 r = await phase(url, folder, n, cfg, profile)
             results.append(r)
             print(f"{n} worker(s) {r.phase}: {r.events_per_s:,.0f} ev/s in {r.seconds:.2f}s; CPU s: workers"
-                  f" {r.worker_cpu_s:.2f}, postgres {r.pg_cpu_s:.2f} (+{r.pg_other_cpu_s:.2f} other),"
+                  f" {r.worker_cpu_s:.2f} {r.worker_cpu_each}, postgres {r.pg_cpu_s:.2f} (+{r.pg_other_cpu_s:.2f} other),"
                   f" this process {r.bench_cpu_s:.2f}; {r.cores_busy:.2f} cores busy; instances per worker"
                   f" {r.owners}; exit codes {r.exit_codes}", flush=True)
             if r.profile:
-                print(f"\n=== profile: worker 1 of {n}, {r.phase} ===\n{r.profile}\n", flush=True)
+                print(f"\n=== profile: {n} worker(s), {r.phase} ===\n{r.profile}\n", flush=True)
     return results
 
 
@@ -1021,7 +1109,7 @@ async def main(argv: list[str] | None = None) -> None:
                         help="only the several-workers rows: N `yoke worker` processes on one PostgreSQL"
                              " database, keyed routing (e.g. 1,2,3)")
     parser.add_argument("--profile-worker", action="store_true",
-                        help="--workers: sample the first worker with py-spy (installed by hand) and"
+                        help="--workers: sample the busiest worker with py-spy (installed by hand) and"
                              " print its profile; the figures of such a run are not the clean ones")
     args = parser.parse_args(argv)
     if args.quick:
