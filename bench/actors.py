@@ -67,7 +67,8 @@ PostgreSQL, 5,000 on SQLite; (b) p50 <= 5 ms, p99 <= 25 ms on both.
       up may take every instance: the row says how they were spread.
     Per row: CPU seconds of the workers, of the PostgreSQL backends of the
     scratch database (processes whose /proc/PID/stat names ``postgres`` and
-    whose title names the database), of the other postgres processes
+    whose title names the database: the workers' connections and this
+    process's), of the other postgres processes
     (background writers; other databases: someone else's work) and of this
     process; "cores busy" is the first three over the wall time: at the
     machine's core count, the shared cores are the bound. Workers stop with
