@@ -123,13 +123,17 @@ def describe_app(app: Any) -> str:
     help="Development: requests without a token act as tenant default with every scope"
          " (authentication off; loopback addresses only).",
 )
+@click.option(
+    "--workers", type=click.IntRange(1), default=1, metavar="N",
+    help="Server processes sharing the port, each with its own runtime (PostgreSQL only; default 1).",
+)
 @ISOLATION_OPTION
 @RELOAD_OPTION
 @JSON_OPTION
 def serve(
     database_url: str | None, host: str | None, port: int | None, app_spec: str | None, no_executor: bool,
     max_connections: int | None, header_timeout: float | None, body_timeout: float | None, dev: bool,
-    isolation: str | None, reload: bool | None, as_json: bool,
+    workers: int, isolation: str | None, reload: bool | None, as_json: bool,
 ) -> None:
     """Run the HTTP API (embedded SQLite under ./.yoke by default), and with
     --app the application's actors in the same process.
@@ -147,6 +151,11 @@ def serve(
     from ..http.server import bind_socket, is_loopback
     from ..http.server import serve as run_server
 
+    if workers > 1 and not settings.database_url.startswith(("postgresql://", "postgres://")):
+        fail("--workers needs PostgreSQL: one process owns a SQLite file (its writes go through one"
+             " writer thread; other processes would only queue behind its lock)")
+    if workers > 1 and settings.reload:
+        fail("--workers and --reload do not go together: reload with one worker while developing")
     if dev and not is_loopback(settings.host):
         fail(f"--dev turns authentication off, so it listens on a loopback address only"
              f" (127.0.0.1, ::1, localhost), not {settings.host}")
@@ -166,12 +175,15 @@ def serve(
                 {
                     "url": url, "token_file": token_file, "database_url": redact(settings.database_url),
                     "app": app_spec, "executor": not no_executor, "console": console, "dev": dev,
+                    "workers": workers,
                 },
                 True, str,
             )
             sys.stdout.flush()
             return
         print_banner(settings, token, token_file, console)
+        if workers > 1:
+            click.echo(f"  workers:      {workers} server processes share this port\n", err=True)
         if dev:
             click.echo("  authentication is OFF (--dev): requests without a token act as tenant default"
                        " with every scope\n", err=True)
@@ -181,7 +193,16 @@ def serve(
         elif no_executor:
             click.echo("  no executor:  appends are stored without fan-out\n", err=True)
 
-    run_server(settings, app=app, executor=not no_executor, on_ready=on_ready, sock=sock, dev=dev)
+    def serve_one(announce: bool) -> None:
+        run_server(settings, app=app, executor=not no_executor, on_ready=on_ready if announce else None,
+                   sock=sock, dev=dev, announce=announce)
+
+    if workers == 1:
+        serve_one(True)
+        return
+    from ..http.workers import serve_forked
+
+    serve_forked(workers, serve_one)
 
 
 def cli_name() -> str:

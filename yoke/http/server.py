@@ -113,13 +113,16 @@ def serve(
     on_ready: Callable[[Settings, str, str], None] | None = None,
     sock: socket.socket | None = None,
     dev: bool = False,
+    announce: bool = True,
 ) -> None:
     """Serve until SIGTERM/SIGINT on ``sock`` (from ``bind_socket``), else
     on a socket bound first: a busy port raises OSError before the runtime
     opens. ``on_ready`` gets the settings with the bound port (``port=0``
     picks a free one), the admin token and the console's sign-in link (a
     one-time code). ``dev``: requests without a token act as tenant
-    ``default`` with every scope; only on a loopback address."""
+    ``default`` with every scope; only on a loopback address.
+    ``announce=False``: a second process on the same socket (workers.py),
+    which neither writes the token file nor calls ``on_ready``."""
     if dev and not is_loopback(settings.host):
         raise ValueError("dev mode serves without authentication: loopback addresses only")
     if sock is None:
@@ -136,6 +139,9 @@ def serve(
     @asynccontextmanager
     async def open_runtime() -> AsyncIterator[Runtime]:
         async with runtime_module.open(settings=settings, app=app, executor=executor) as runtime:
+            if not announce:
+                yield runtime
+                return
             token = await ensure_admin_token(runtime, token_file)
             if on_ready is not None:
                 code = api.state.login_codes.issue()
