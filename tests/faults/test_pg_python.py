@@ -21,7 +21,7 @@ import pytest
 import yoke
 from yoke import errors
 
-from .common import Canceller, Cutter, Progress, assert_exact, is_driver_error, pg_database
+from .common import Canceller, Cutter, Progress, assert_exact, is_driver_error, pg_database, wait_until
 from .proxy import PgProxy
 
 TENANT = "faults"
@@ -333,12 +333,13 @@ async def test_cancels_under_python_load(caplog) -> None:
                   f" batches={done.count} events={len(events)} unavailable={dict(reasons)}")
 
 
-async def test_an_unkeyed_append_waits_out_refused_connections() -> None:
+async def test_an_unkeyed_append_waits_out_refused_connections(caplog) -> None:
     """Refused connections wrote nothing (``connect_failed``), so the
     appender tries an append without a key again, like a keyed one: when
     connections come back within the retry budget it lands, once."""
     from tests.conftest import admin_sql
 
+    caplog.set_level(logging.INFO, logger="yoke.streams.append")
     async with pg_database() as url, Cutter(url) as cutter:
         async with yoke.open(url, executor=False) as y:
             stream = y.stream("/refused", tenant=TENANT)
@@ -346,9 +347,12 @@ async def test_an_unkeyed_append_waits_out_refused_connections() -> None:
             await admin_sql(f'ALTER DATABASE "{cutter.database}" ALLOW_CONNECTIONS false')
             try:
                 await cutter.cut()
-                await asyncio.sleep(0.2)  # the pool has seen its connections end
+                pool = y.store._pool
+                await wait_until(  # the pool has seen its connections end
+                    lambda: all(h._con is None or h._con.is_closed() for h in pool._holders), 10, "closed pool"
+                )
                 pending = asyncio.create_task(stream.append({"type": "during"}))
-                await asyncio.sleep(0.5)
+                await wait_until(lambda: "committing the calls again" in caplog.text, 10, "a refused attempt")
                 assert not pending.done()
             finally:
                 await admin_sql(f'ALTER DATABASE "{cutter.database}" ALLOW_CONNECTIONS true')
