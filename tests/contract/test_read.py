@@ -209,3 +209,26 @@ async def test_read_stored_is_read_undecoded(y, tenant):
     assert whole.events[-1].data is None
     missing = await y.store.read_stored(tenant, "/never", 0, 100)
     assert (missing.exists, missing.events) == (False, [])
+
+
+async def test_read_stored_pages_like_read(y, tenant):
+    # Byte caps, limits and byte messages: read_stored cuts pages exactly as
+    # read does (SQLite builds its page in one statement).
+    from yoke.events import prepare
+    from yoke.store.protocol_forks import bytes_event
+
+    s = y.stream("/stored-pages", tenant=tenant)
+    events = [_sized(i, 100 * (i % 4)) for i in range(12)]
+    await s.append_many(events)
+    await y.appends.append_protocol(tenant, "/stored-pages", [bytes_event(b"\x00\xffraw"), bytes_event(b"more")], None)
+    sizes = [prepare(e).size for e in events]
+    for after in (0, 3, 11, 12, 14):
+        for limit in (1, 5, 100):
+            for cap in (None, 1, sizes[0] + sizes[1], 700, 10_000):
+                read = await y.store.read(tenant, "/stored-pages", after, limit, cap)
+                stored = await y.store.read_stored(tenant, "/stored-pages", after, limit, cap)
+                assert [e.offset for e in stored.events] == [e.offset for e in read.events], (after, limit, cap)
+                assert (stored.sizes, stored.capped, stored.head, stored.closed) == (
+                    read.sizes, read.capped, read.head, read.closed,
+                ), (after, limit, cap)
+                assert [e.data for e in stored.events] == [e.data for e in read.events]
