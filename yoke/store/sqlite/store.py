@@ -99,6 +99,10 @@ _FAULTS = {
 }
 
 
+# What a read takes from the stream's row, in the read's snapshot.
+READ_STREAM = (
+    "SELECT sid, head, pruned_through, closed, stream_id, created_at FROM streams WHERE tenant_id=? AND path=?"
+)
 # read_stored's fallback: EVENT_COLUMNS's positions, only those a StoredEvent takes.
 STORED_COLUMNS = "seq, NULL, NULL, type, payload, NULL, NULL, NULL, NULL, NULL, NULL"
 # read_stored's page in one row: how many events the limit takes, and those
@@ -1094,11 +1098,7 @@ class SqliteStore:
         conn = self._rconn()
         conn.execute("BEGIN")
         try:
-            row = conn.execute(
-                "SELECT sid, head, pruned_through, closed, stream_id, created_at FROM streams"
-                " WHERE tenant_id=? AND path=?",
-                (tenant, path),
-            ).fetchone()
+            row = conn.execute(READ_STREAM, (tenant, path)).fetchone()
             if row is None:
                 return ReadPage(exists=False, head=0, pruned_through=0, events=[])
             sid, head, pruned_through, closed, stream_id, created_at = row
@@ -1144,11 +1144,7 @@ class SqliteStore:
         # One read transaction: the stream row and its events from one snapshot.
         conn.execute("BEGIN")
         try:
-            row = conn.execute(
-                "SELECT sid, head, pruned_through, closed, stream_id, created_at FROM streams"
-                " WHERE tenant_id=? AND path=?",
-                (tenant, path),
-            ).fetchone()
+            row = conn.execute(READ_STREAM, (tenant, path)).fetchone()
             if row is None:
                 return ReadPage(exists=False, head=0, pruned_through=0, events=[])
             sid, head, pruned_through, closed, stream_id, created_at = row
