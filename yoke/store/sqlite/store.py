@@ -34,6 +34,7 @@ from ..contract import (
     Outcome,
     ReadPage,
     Retention,
+    StoredEvent,
     StreamInfo,
     StreamSettings,
     StreamTotals,
@@ -104,25 +105,23 @@ READ_STREAM = (
 )
 # read_stored's fallback: EVENT_COLUMNS's positions, only those a StoredEvent takes.
 STORED_COLUMNS = "seq, NULL, NULL, type, payload, NULL, NULL, NULL, NULL, NULL, NULL"
-# A page in one row: how many events the limit takes, and those the byte cap
-# keeps (the first always; then while the running total of sizes stays
-# within the cap) as one JSON array of [EVENT_COLUMNS (or STORED_COLUMNS)...,
+# read_stored's page in one row: how many events the limit takes, and those
+# the byte cap keeps (the first always; then while the running total of
+# sizes stays within the cap) as one JSON array of [seq, type, payload,
 # size, hex(data)]. The running total is taken over (seq, size) alone, so
 # rows past the cap are not read.
 NO_CAP = 2**62
-PAGE_IN_ONE_ROW = """
+STORED_PAGE = """
 WITH w AS (
     SELECT seq, sum(size) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS running,
            row_number() OVER (ORDER BY seq) AS rn
     FROM (SELECT seq, size FROM events WHERE tenant_id=? AND sid=? AND seq > ? ORDER BY seq LIMIT ?)
 ), kept AS (SELECT seq FROM w WHERE rn = 1 OR running <= ?)
 SELECT (SELECT count(*) FROM w),
-       (SELECT json_group_array(json_array({columns}, size, data))
-        FROM (SELECT {columns}, size, CASE WHEN data IS NULL THEN NULL ELSE hex(data) END AS data
+       (SELECT json_group_array(json_array(e.seq, e.type, e.payload, e.size, e.data))
+        FROM (SELECT e.seq, e.type, e.payload, e.size, CASE WHEN e.data IS NULL THEN NULL ELSE hex(e.data) END AS data
               FROM kept k JOIN events e ON e.tenant_id=? AND e.sid=? AND e.seq=k.seq ORDER BY e.seq) e)
 """
-EVENT_PAGE = PAGE_IN_ONE_ROW.format(columns=EVENT_COLUMNS.replace("seq,", "e.seq,", 1))
-STORED_PAGE = PAGE_IN_ONE_ROW.format(columns=STORED_COLUMNS.replace("seq,", "e.seq,", 1))
 
 
 def _settle_commits(
@@ -1077,23 +1076,25 @@ class SqliteStore:
     async def read(
         self, tenant: str, path: str, after: int, limit: int, max_bytes: int | None = None
     ) -> ReadPage:
-        return await self._read(self._read_page_in_one_row, tenant, path, after, limit, max_bytes, False)
+        return await self._read(
+            self._read_page, tenant, path, "seq > ? ORDER BY seq LIMIT ?", (after, limit), max_bytes
+        )
 
     @retry_reads
     async def read_stored(
         self, tenant: str, path: str, after: int, limit: int, max_bytes: int | None = None
     ) -> ReadPage:
-        return await self._read(self._read_page_in_one_row, tenant, path, after, limit, max_bytes, True)
+        return await self._read(self._read_stored_page, tenant, path, after, limit, max_bytes)
 
-    def _read_page_in_one_row(
-        self, tenant: str, path: str, after: int, limit: int, max_bytes: int | None, stored: bool
+    def _read_stored_page(
+        self, tenant: str, path: str, after: int, limit: int, max_bytes: int | None
     ) -> ReadPage:
-        """A page (``read``, or ``read_stored``: StoredEvents) in one row:
-        its events as one JSON array built by SQLite. The sqlite3 module
-        lets go of the GIL around every row it steps, and a reader thread
-        then waits for the event loop's thread to hand it back, row after
-        row (with the loop busy, up to the interpreter's switch interval
-        each: seconds for a page of 1,000 rows). One row, one wait."""
+        """``read_stored`` in one row: the page's events as one JSON array
+        built by SQLite. The sqlite3 module lets go of the GIL around every
+        row it steps, and a reader thread then waits for the event loop's
+        thread to hand it back, row after row (with the loop busy, up to the
+        interpreter's switch interval each: seconds for a page of 1,000
+        rows). One row, one wait."""
         conn = self._rconn()
         conn.execute("BEGIN")
         try:
@@ -1102,8 +1103,7 @@ class SqliteStore:
                 return ReadPage(exists=False, head=0, pruned_through=0, events=[])
             sid, head, pruned_through, closed, stream_id, created_at = row
             counted, kept = conn.execute(
-                STORED_PAGE if stored else EVENT_PAGE,
-                (tenant, sid, after, limit, NO_CAP if max_bytes is None else max_bytes, tenant, sid),
+                STORED_PAGE, (tenant, sid, after, limit, NO_CAP if max_bytes is None else max_bytes, tenant, sid)
             ).fetchone()
         finally:
             conn.execute("COMMIT")
@@ -1113,16 +1113,15 @@ class SqliteStore:
             # it keeps the subquery's in practice. Were it not to, step the rows.
             return self._read_page(
                 tenant, path, "seq > ? ORDER BY seq LIMIT ?", (after, limit), max_bytes,
-                *((stored_event_from_row, STORED_COLUMNS) if stored else ()),
+                stored_event_from_row, STORED_COLUMNS,
             )
-        make = stored_event_from_row if stored else event_from_row
         return ReadPage(
             exists=True,
             head=head,
             pruned_through=pruned_through,
-            events=[make(tenant, path, i, None if i[12] is None else bytes.fromhex(i[12])) for i in items],
+            events=[StoredEvent(o, t, p, None if d is None else bytes.fromhex(d)) for o, t, p, _, d in items],
             closed=bool(closed),
-            sizes=[i[11] for i in items],
+            sizes=[i[3] for i in items],
             capped=len(items) < counted,
             stream_id=stream_id,
             created_at=created_at,
