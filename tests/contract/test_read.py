@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -211,24 +212,38 @@ async def test_read_stored_is_read_undecoded(y, tenant):
     assert (missing.exists, missing.events) == (False, [])
 
 
-async def test_read_stored_pages_like_read(y, tenant):
-    # Byte caps, limits and byte messages: read_stored cuts pages exactly as
-    # read does (SQLite builds its page in one statement).
+async def test_pages_long_and_short_follow_the_cap_rule(y, tenant):
+    # Byte caps, limits and byte messages, on pages long and short (SQLite
+    # builds a long page in one statement and steps a short one): read and
+    # read_stored cut every page by the rule (the first event always, then
+    # while the total stays within the cap), and agree with each other.
     from yoke.events import prepare
     from yoke.store.protocol_forks import bytes_event
 
     s = y.stream("/stored-pages", tenant=tenant)
-    events = [_sized(i, 100 * (i % 4)) for i in range(12)]
+    events = [_sized(i, 90 * (i % 5)) for i in range(78)]
     await s.append_many(events)
-    await y.appends.append_protocol(tenant, "/stored-pages", [bytes_event(b"\x00\xffraw"), bytes_event(b"more")], None)
-    sizes = [prepare(e).size for e in events]
-    for after in (0, 3, 11, 12, 14):
-        for limit in (1, 5, 100):
-            for cap in (None, 1, sizes[0] + sizes[1], 700, 10_000):
+    raw = [bytes_event(b"\x00\xffraw"), bytes_event(b"more")]
+    await y.appends.append_protocol(tenant, "/stored-pages", raw, None)
+    sizes = [prepare(e).size for e in events] + [e.size for e in raw]
+    for after in (0, 3, 40, 47, 75, 79, 80):  # long pages from 0 and 3; short ones past 47
+        for limit in (1, 5, 40, 100):
+            for cap in (None, 1, sizes[0] + sizes[1], 700, 10_000, 100_000):
+                window = list(range(after + 1, min(after + limit, len(sizes)) + 1))
+                kept: list[int] = []
+                for offset in window:
+                    if kept and cap is not None and sum(sizes[o - 1] for o in kept) + sizes[offset - 1] > cap:
+                        break
+                    kept.append(offset)
                 read = await y.store.read(tenant, "/stored-pages", after, limit, cap)
                 stored = await y.store.read_stored(tenant, "/stored-pages", after, limit, cap)
-                assert [e.offset for e in stored.events] == [e.offset for e in read.events], (after, limit, cap)
-                assert (stored.sizes, stored.capped, stored.head, stored.closed) == (
-                    read.sizes, read.capped, read.head, read.closed,
-                ), (after, limit, cap)
+                for page in (read, stored):
+                    assert [e.offset for e in page.events] == kept, (after, limit, cap)
+                    assert (page.sizes, page.capped, page.head) == (
+                        [sizes[o - 1] for o in kept], len(kept) < len(window), 80,
+                    ), (after, limit, cap)
                 assert [e.data for e in stored.events] == [e.data for e in read.events]
+                assert [orjson.loads(e.payload_json) for e in stored.events] == [e.payload for e in read.events]
+    whole = await y.store.read(tenant, "/stored-pages", 0, 100)
+    assert [e.payload for e in whole.events[:78]] == [e["payload"] for e in events]
+    assert [e.data for e in whole.events[78:]] == [b"\x00\xffraw", b"more"]
