@@ -73,12 +73,14 @@ async def test_commits_that_wait_together_fail_alone(tmp_path) -> None:
         ))
         gate = threading.Event()
         holding = asyncio.ensure_future(store._write(gate.wait))  # the writer thread, busy
-        fine = [asyncio.ensure_future(y.stream(f"/ok{i}", tenant=TENANT).append({"type": "e"})) for i in range(5)]
-        bad = asyncio.ensure_future(
-            y.stream("/bad", tenant=TENANT).append_many([{"type": "e"}, {"type": "boom"}])
-        )
-        await wait_until(lambda: len(store._commits) == 6, 10, "six commits waiting")
-        gate.set()
+        try:
+            fine = [asyncio.ensure_future(y.stream(f"/ok{i}", tenant=TENANT).append({"type": "e"})) for i in range(5)]
+            bad = asyncio.ensure_future(
+                y.stream("/bad", tenant=TENANT).append_many([{"type": "e"}, {"type": "boom"}])
+            )
+            await wait_until(lambda: len(store._commits) == 6, 10, "six commits waiting")
+        finally:
+            gate.set()
         await holding
         assert [r.offset for r in await asyncio.gather(*fine)] == [1] * 5
         with pytest.raises(sqlite3.IntegrityError, match="boom refused"):
@@ -88,3 +90,59 @@ async def test_commits_that_wait_together_fail_alone(tmp_path) -> None:
         created = [e.payload["path"] for e in await y.stream("/", tenant=TENANT).read()]
         assert sorted(created) == [f"/ok{i}" for i in range(5)]
         assert [e.type for e in await y.stream("/ok3", tenant=TENANT).read()] == ["e"]
+
+
+async def test_a_full_disk_fails_every_commit_waiting_together_as_unavailable(tmp_path) -> None:
+    """SQLite rolls the whole transaction back when the disk is full: every
+    commit of the group learns ``unavailable`` (disk_full, a 503 over
+    HTTP), none is half written, and appends go on once there is room."""
+    import threading
+
+    async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
+        store = y.store
+        for i in range(3):
+            await y.stream(f"/full{i}", tenant=TENANT).append({"type": "before"})
+        pages = await store._write(lambda: store._wconn.execute("PRAGMA page_count").fetchone()[0])
+        await store._write(lambda: store._wconn.execute(f"PRAGMA max_page_count={pages}"))
+        gate = threading.Event()
+        holding = asyncio.ensure_future(store._write(gate.wait))
+        big = {"type": "big", "payload": "x" * 50_000}
+        try:
+            appends = [asyncio.ensure_future(y.stream(f"/full{i}", tenant=TENANT).append(big)) for i in range(3)]
+            await wait_until(lambda: len(store._commits) == 3, 10, "three commits waiting")
+        finally:
+            gate.set()  # never leave the writer thread waiting (closing would wait behind it)
+        await holding
+        for append in appends:
+            with pytest.raises(errors.Unavailable) as caught:
+                await append
+            assert caught.value.details["reason"] == "disk_full"
+        await store._write(lambda: store._wconn.execute("PRAGMA max_page_count=1073741823"))
+        for i in range(3):
+            s = y.stream(f"/full{i}", tenant=TENANT)
+            assert [e.type for e in await s.read()] == ["before"]  # nothing half written
+            assert (await s.append(big)).offset == 2
+
+
+async def test_a_commit_cancelled_before_the_writer_takes_it_writes_nothing(tmp_path) -> None:
+    import threading
+
+    from yoke.events import now_ms, prepare
+
+    async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
+        store = y.store
+        gate = threading.Event()
+        holding = asyncio.ensure_future(store._write(gate.wait))
+        try:
+            cancelled = asyncio.ensure_future(
+                store.commit(TENANT, "/gone", [prepare({"type": "e"})], [0], now_ms(), "s1")
+            )
+            kept = asyncio.ensure_future(store.commit(TENANT, "/kept", [prepare({"type": "e"})], [0], now_ms(), "s2"))
+            await wait_until(lambda: len(store._commits) == 2, 10, "two commits waiting")
+            cancelled.cancel()
+        finally:
+            gate.set()
+        await holding
+        assert (await kept).outcomes[0].offset == 1
+        assert cancelled.cancelled()
+        assert await store.info(TENANT, "/gone") is None

@@ -52,7 +52,11 @@ async def test_pause_parks_keeps_the_cursor_and_resume_continues(fresh_url: str)
         await y.deliveries._sweep()
         await asyncio.sleep(0)
         status = await s.subscription("rec")
-        assert (status.state, status.processed_through_offset, status.delivering) == ("parked", 3, None)
+        # A pass already running when the pause landed may still acknowledge
+        # the pause's own control event (offset 4, which no filter matches);
+        # nothing after it moves while parked.
+        assert (status.state, status.delivering) == ("parked", None)
+        assert status.processed_through_offset in (3, 4)
         assert delivered(batches) == [2, 3]
         events = await control_events(s)
         assert events[-1].type == "yoke.subscription.paused"

@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -193,9 +194,9 @@ def serve(
         elif no_executor:
             click.echo("  no executor:  appends are stored without fan-out\n", err=True)
 
-    def serve_one(announce: bool) -> None:
+    def serve_one(announce: bool, on_stop: Callable[[], None] | None = None) -> None:
         run_server(settings, app=app, executor=not no_executor, on_ready=on_ready if announce else None,
-                   sock=sock, dev=dev, announce=announce)
+                   sock=sock, dev=dev, announce=announce, on_stop=on_stop)
 
     if workers == 1:
         serve_one(True)

@@ -114,6 +114,7 @@ def serve(
     sock: socket.socket | None = None,
     dev: bool = False,
     announce: bool = True,
+    on_stop: Callable[[], None] | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT on ``sock`` (from ``bind_socket``), else
     on a socket bound first: a busy port raises OSError before the runtime
@@ -122,7 +123,8 @@ def serve(
     one-time code). ``dev``: requests without a token act as tenant
     ``default`` with every scope; only on a loopback address.
     ``announce=False``: a second process on the same socket (workers.py),
-    which neither writes the token file nor calls ``on_ready``."""
+    which neither writes the token file nor calls ``on_ready``. ``on_stop``
+    is called when a stop signal arrives."""
     if dev and not is_loopback(settings.host):
         raise ValueError("dev mode serves without authentication: loopback addresses only")
     if sock is None:
@@ -151,6 +153,8 @@ def serve(
     api = create_app(open_runtime, heartbeat_s=settings.sse_heartbeat_s, shutdown=shutdown, dev=dev)
 
     def stop_tails() -> None:
+        if on_stop is not None:
+            on_stop()
         shutdown.set()
         runtime = getattr(api.state, "runtime", None)
         if runtime is not None:

@@ -104,8 +104,11 @@ READ_STREAM = (
 )
 # read_stored takes these of EVENT_COLUMNS's positions (the rest: NULL).
 STORED_COLUMNS = "seq, NULL, NULL, type, payload, NULL, NULL, NULL, NULL, NULL, NULL"
-# Pages longer than this are read in one row (SqliteStore._read_range).
+# Pages longer than this are read in one row (SqliteStore._read_range), when
+# a byte cap keeps the row's text far below SQLite's string limit (1e9; JSON
+# quoting can double a text).
 STEPPED_ROWS = 32
+ONE_ROW_MAX_BYTES = 64 * 1024 * 1024
 # A page in one row: how many events the limit takes, and those the byte cap
 # keeps (the first always; then while the running total of sizes stays
 # within the cap) as one JSON array of [EVENT_COLUMNS (or STORED_COLUMNS)...,
@@ -429,11 +432,16 @@ class SqliteStore:
                 raise errors.RuntimeClosed("the store is closed")
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for _, args in jobs:
+                for future, args in jobs:
+                    if future.done():  # its caller was cancelled before the writer got to it
+                        outcomes.append((False, None))
+                        continue
                     conn.execute("SAVEPOINT yoke_commit")
                     try:
                         outcomes.append((True, self._commit_one(conn, *args)))
                     except Exception as exc:
+                        if not conn.in_transaction:
+                            raise  # SQLite rolled the whole transaction back (disk full, I/O): all fail
                         conn.execute("ROLLBACK TO yoke_commit")
                         outcomes.append((False, exc))
                     conn.execute("RELEASE yoke_commit")
@@ -1102,7 +1110,8 @@ class SqliteStore:
         thread to hand it back, row after row (with the loop busy, up to the
         interpreter's switch interval each: seconds for a page of 1,000
         rows). A short page (a tail near the head) is stepped: one row
-        costs 0.03 ms that way and 0.18 ms as an aggregate."""
+        costs 0.03 ms that way and 0.18 ms as an aggregate; so is a page
+        without a byte cap (ONE_ROW_MAX_BYTES)."""
         make = stored_event_from_row if stored else event_from_row
         columns = STORED_COLUMNS if stored else EVENT_COLUMNS
         conn = self._rconn()
@@ -1113,7 +1122,8 @@ class SqliteStore:
                 return ReadPage(exists=False, head=0, pruned_through=0, events=[])
             sid, head, pruned_through, closed, stream_id, created_at = row
             taken = None
-            if min(limit, head - after) > STEPPED_ROWS:
+            long_page = min(limit, head - after) > STEPPED_ROWS
+            if long_page and max_bytes is not None and max_bytes <= ONE_ROW_MAX_BYTES:
                 taken = self._page_in_one_row(conn, tenant, path, sid, after, limit, max_bytes, stored)
             if taken is None:
                 taken = self._stepped(
