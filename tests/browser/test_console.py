@@ -627,9 +627,15 @@ def test_a_subscription_cursor_moved_then_removed(console: Console) -> None:
     row = page.locator('#subscriptions tr[data-name="mirror"]')
     expect(row).to_contain_text("copy →")
     row.locator("[data-action=cursor]").click()
-    row.locator("input[name=after_offset]").fill("1")
+    field = row.locator("input[name=after_offset]")
+    expect(field).to_be_visible()
+    field.fill("1")
+    expect(field).to_have_value("1")
     row.get_by_role("button", name="Move", exact=True).click()
-    console.confirm()
+    with page.expect_response(lambda r: "/-/subscription/cursor" in r.url and r.request.method == "POST") as sent:
+        console.confirm()
+    assert sent.value.status == 200, sent.value.text()
+    assert sent.value.request.post_data_json["after_offset"] == 1
     console.wait("subscriptions")
     moved = poll(lambda: (s := console.api.get(status_url, params={"name": "mirror"}).json())["generation"]
                  > status["generation"] and s, "the cursor moved")
