@@ -1097,7 +1097,10 @@ class SqliteStore:
 
     @retry_reads
     async def read_one(self, tenant: str, path: str, offset: int) -> ReadPage:
-        return await self._read(self._read_page, tenant, path, "seq = ?", (offset,), None)
+        def take(conn: sqlite3.Connection, sid: int, head: int) -> tuple[list[Any], list[int], bool]:
+            return self._stepped(conn, tenant, path, sid, "seq = ?", (offset,), None, event_from_row, EVENT_COLUMNS)
+
+        return await self._read(self._read_snapshot, tenant, path, take)
 
     def _read_range(
         self, tenant: str, path: str, after: int, limit: int, max_bytes: int | None, stored: bool
@@ -1114,24 +1117,34 @@ class SqliteStore:
         without a byte cap (ONE_ROW_MAX_BYTES)."""
         make = stored_event_from_row if stored else event_from_row
         columns = STORED_COLUMNS if stored else EVENT_COLUMNS
+
+        def take(conn: sqlite3.Connection, sid: int, head: int) -> tuple[list[Any], list[int], bool]:
+            long_page = min(limit, head - after) > STEPPED_ROWS
+            if long_page and max_bytes is not None and max_bytes <= ONE_ROW_MAX_BYTES:
+                taken = self._page_in_one_row(conn, tenant, path, sid, after, limit, max_bytes, stored)
+                if taken is not None:
+                    return taken
+            return self._stepped(
+                conn, tenant, path, sid, "seq > ? ORDER BY seq LIMIT ?", (after, limit), max_bytes, make, columns
+            )
+
+        return self._read_snapshot(tenant, path, take)
+
+    def _read_snapshot(
+        self, tenant: str, path: str,
+        take: Callable[[sqlite3.Connection, int, int], tuple[list[Any], list[int], bool]],
+    ) -> ReadPage:
+        """The stream row and the events ``take(conn, sid, head)`` reads, in one read transaction."""
         conn = self._rconn()
-        conn.execute("BEGIN")  # the stream row and its events from one snapshot
+        conn.execute("BEGIN")
         try:
             row = conn.execute(READ_STREAM, (tenant, path)).fetchone()
             if row is None:
                 return ReadPage(exists=False, head=0, pruned_through=0, events=[])
             sid, head, pruned_through, closed, stream_id, created_at = row
-            taken = None
-            long_page = min(limit, head - after) > STEPPED_ROWS
-            if long_page and max_bytes is not None and max_bytes <= ONE_ROW_MAX_BYTES:
-                taken = self._page_in_one_row(conn, tenant, path, sid, after, limit, max_bytes, stored)
-            if taken is None:
-                taken = self._stepped(
-                    conn, tenant, path, sid, "seq > ? ORDER BY seq LIMIT ?", (after, limit), max_bytes, make, columns
-                )
+            events, sizes, capped = take(conn, sid, head)
         finally:
             conn.execute("COMMIT")
-        events, sizes, capped = taken
         return ReadPage(
             exists=True, head=head, pruned_through=pruned_through, events=events, closed=bool(closed),
             sizes=sizes, capped=capped, stream_id=stream_id, created_at=created_at,
@@ -1154,26 +1167,6 @@ class SqliteStore:
         make = stored_event_from_row if stored else event_from_row
         events = [make(tenant, path, i, None if i[12] is None else bytes.fromhex(i[12])) for i in items]
         return events, [i[11] for i in items], len(items) < counted
-
-    def _read_page(
-        self, tenant: str, path: str, where: str, params: tuple[Any, ...], max_bytes: int | None,
-    ) -> ReadPage:
-        conn = self._rconn()
-        conn.execute("BEGIN")  # the stream row and its events from one snapshot
-        try:
-            row = conn.execute(READ_STREAM, (tenant, path)).fetchone()
-            if row is None:
-                return ReadPage(exists=False, head=0, pruned_through=0, events=[])
-            sid, head, pruned_through, closed, stream_id, created_at = row
-            events, sizes, capped = self._stepped(
-                conn, tenant, path, sid, where, params, max_bytes, event_from_row, EVENT_COLUMNS
-            )
-        finally:
-            conn.execute("COMMIT")
-        return ReadPage(
-            exists=True, head=head, pruned_through=pruned_through, events=events, closed=bool(closed),
-            sizes=sizes, capped=capped, stream_id=stream_id, created_at=created_at,
-        )
 
     @staticmethod
     def _stepped(
