@@ -238,6 +238,29 @@ class TokenNotFound(YokeError):
     http_status = 404
 
 
+class FailureNotFound(YokeError):
+    """No open failure with that id in this tenant (never parked, or already
+    replayed or discarded)."""
+
+    code = "failure_not_found"
+    http_status = 404
+
+
+class FailureNotReplayable(YokeError):
+    """This failure cannot be replayed that way (for example a corrected
+    event for a processor, or a receiver this process cannot reach)."""
+
+    code = "failure_not_replayable"
+    http_status = 409
+
+
+class ReplayFailed(YokeError):
+    """The receiver failed the replayed event; the failure stays open."""
+
+    code = "replay_failed"
+    http_status = 502
+
+
 class SubscriptionNotFound(YokeError):
     """No subscription with that name on this stream."""
 

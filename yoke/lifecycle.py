@@ -32,7 +32,9 @@ STREAM_DELETED = "yoke.stream.deleted"
 CONNECTION_OPENED = "yoke.stream.connection_opened"
 CONNECTION_CLOSED = "yoke.stream.connection_closed"
 
-PREFIXES = ("yoke.instance.", "yoke.stream.")
+# yoke.failure.*: the failures inbox's audit events (failures/model.py), on the
+# stream each failure concerns; local like the facts above.
+PREFIXES = ("yoke.instance.", "yoke.stream.", "yoke.failure.")
 
 
 def new_stream_id() -> str:

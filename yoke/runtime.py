@@ -18,6 +18,7 @@ from . import errors
 from .actors.app import App, app_spec
 from .actors.executor import Executor
 from .actors.instances import Instances
+from .failures import Failures
 from .actors.state import StateDatabases, make_storage
 from .config import Settings
 from .events import MAX_PATH_CHARS, validate_path, validate_tenant
@@ -192,6 +193,13 @@ class Runtime:
         if not self._started:
             raise errors.RuntimeClosed("the runtime is not open")
         return Instances(self, tenant)
+
+    def failures(self, tenant: str = "default") -> Failures:
+        """The failures inbox of ``tenant``: dead letters, halted subscriptions
+        and skipped events, listed, replayed and discarded in one place."""
+        if not self._started:
+            raise errors.RuntimeClosed("the runtime is not open")
+        return Failures(self, tenant)
 
     def state_databases(self) -> StateDatabases:
         if self._state_dbs is None:

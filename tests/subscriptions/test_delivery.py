@@ -12,6 +12,7 @@ from yoke import errors
 from yoke.subscriptions.delivery import MAX_ATTEMPTS
 
 from .common import FAST, control_events
+from .common import until as _until
 
 
 def recording_app(version: str | None = None, *, fail_on=(), name: str = "rec") -> tuple[yoke.App, list]:  # noqa: ANN001
@@ -365,16 +366,6 @@ async def test_delivery_metrics(fresh_url: str, tenant: str) -> None:
         assert metrics.SUB_HALTED.labels(*labels)._value.get() == 0
         # The gauge is set just after the acknowledgement commits.
         await _until(lambda: _value(metrics.SUB_LAG.labels(*labels)), lambda lag: lag == 0)
-
-
-async def _until(fetch, done, timeout_s: float = 15.0):  # noqa: ANN001, ANN202
-    """Poll a status until ``done`` holds (delivery runs in the background)."""
-    async with asyncio.timeout(timeout_s):
-        while True:
-            status = await fetch()
-            if done(status):
-                return status
-            await asyncio.sleep(0.02)
 
 
 async def _value(metric):  # noqa: ANN001, ANN202

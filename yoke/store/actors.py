@@ -208,6 +208,21 @@ class ActorStore(Protocol):
 
     async def drop_dead(self, tenant: str, instance_id: str, qids: Sequence[int] | None) -> int: ...
 
+    async def dead_letters(
+        self, tenant: str, *, qid: int | None = None, instance_id: str | None = None,
+        actor: str | None = None, path: str | None = None, since: int | None = None,
+        until: int | None = None, limit: int = 100,
+    ) -> list[QueueRow]:
+        """Dead rows of every instance (each with its actor), filtered by
+        whichever of queue row, instance, actor, source stream and the time
+        of the last attempt (``started_at``; ``since`` <= t < ``until``) are
+        given; oldest last attempt first."""
+
+    async def redrive_dead(self, tenant: str, qid: int, event_json: str | None, now: int) -> bool:
+        """One dead row back to pending with attempts reset, its event
+        replaced by ``event_json`` when given; False if the row is not dead
+        (gone, or redriven meanwhile)."""
+
     async def unfinished(self, actors: Sequence[str]) -> int:
         """Pending and processing rows of instances of ``actors``, plus events
         not fanned out yet, over every tenant."""

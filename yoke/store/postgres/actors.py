@@ -313,6 +313,38 @@ class PgActorStore:
             )
         return int(result.split()[-1])
 
+    async def dead_letters(
+        self, tenant: str, *, qid: int | None = None, instance_id: str | None = None,
+        actor: str | None = None, path: str | None = None, since: int | None = None,
+        until: int | None = None, limit: int = 100,
+    ) -> list[QueueRow]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                f"SELECT {QUEUE_COLUMNS}, (SELECT i.actor FROM actor_instances i"
+                "  WHERE i.tenant_id = q.tenant_id AND i.instance_id = q.instance_id)"
+                " FROM actor_queue q WHERE tenant_id=$1 AND status='dead'"
+                " AND ($2::bigint IS NULL OR qid=$2) AND ($3::text IS NULL OR instance_id=$3)"
+                " AND ($4::text IS NULL OR path=$4)"
+                " AND ($5::text IS NULL OR instance_id IN"
+                "  (SELECT instance_id FROM actor_instances WHERE tenant_id=$1 AND actor=$5))"
+                " AND ($6::bigint IS NULL OR coalesce(started_at, enqueued_at) >= $6)"
+                " AND ($7::bigint IS NULL OR coalesce(started_at, enqueued_at) < $7)"
+                " ORDER BY coalesce(started_at, enqueued_at), qid LIMIT $8",
+                tenant, qid, instance_id, path, actor, since, until, limit,
+            )
+        return [queue_row_from_row(r) for r in rows]
+
+    async def redrive_dead(self, tenant: str, qid: int, event_json: str | None, now: int) -> bool:
+        async with self._tx(tenant) as conn:
+            result = await conn.execute(
+                "UPDATE actor_queue SET status='pending', attempts=0, available_at=$3,"
+                " lease_until=NULL, worker_id=NULL, event=coalesce($4::json, event)"
+                " WHERE tenant_id=$1 AND qid=$2 AND status='dead'",
+                tenant, qid, now, event_json,
+            )
+            await conn.execute("SELECT pg_notify($1, $2)", QUEUE_CHANNEL, tenant)
+        return result.split()[-1] == "1"
+
     async def unfinished(self, actors: Sequence[str]) -> int:
         total = 0
         for tenant in await self.tenants():

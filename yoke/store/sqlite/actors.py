@@ -444,6 +444,38 @@ class SqliteActorStore:
 
         return await self._write(run)
 
+    async def dead_letters(
+        self, tenant: str, *, qid: int | None = None, instance_id: str | None = None,
+        actor: str | None = None, path: str | None = None, since: int | None = None,
+        until: int | None = None, limit: int = 100,
+    ) -> list[QueueRow]:
+        rows = await self._read(
+            f"SELECT {QUEUE_COLUMNS}, (SELECT i.actor FROM actor_instances i"
+            "  WHERE i.tenant_id = q.tenant_id AND i.instance_id = q.instance_id)"
+            " FROM actor_queue q WHERE tenant_id=? AND status='dead'"
+            " AND (? IS NULL OR qid=?) AND (? IS NULL OR instance_id=?) AND (? IS NULL OR path=?)"
+            " AND (? IS NULL OR instance_id IN"
+            "  (SELECT instance_id FROM actor_instances WHERE tenant_id=? AND actor=?))"
+            " AND (? IS NULL OR coalesce(started_at, enqueued_at) >= ?)"
+            " AND (? IS NULL OR coalesce(started_at, enqueued_at) < ?)"
+            " ORDER BY coalesce(started_at, enqueued_at), qid LIMIT ?",
+            (tenant, qid, qid, instance_id, instance_id, path, path, actor, tenant, actor,
+             since, since, until, until, limit),
+        )
+        return [queue_row_from_row(r) for r in rows]
+
+    async def redrive_dead(self, tenant: str, qid: int, event_json: str | None, now: int) -> bool:
+        def run() -> bool:
+            with self._tx() as conn:
+                return conn.execute(
+                    "UPDATE actor_queue SET status='pending', attempts=0, available_at=?,"
+                    " lease_until=NULL, worker_id=NULL, event=coalesce(?, event)"
+                    " WHERE tenant_id=? AND qid=? AND status='dead'",
+                    (now, event_json, tenant, qid),
+                ).rowcount == 1
+
+        return await self._write(run)
+
     async def unfinished(self, actors: Sequence[str]) -> int:
         marks = ",".join("?" * len(actors)) or "NULL"
         rows = await self._read(

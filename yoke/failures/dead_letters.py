@@ -1,0 +1,93 @@
+"""Actor dead letters in the inbox: queue rows past their attempts.
+
+A replay puts the row back to pending with its attempts reset (with a
+correction, the row's event is replaced by the corrected one, whose
+``source.replay_of`` names the original: the stream keeps the original
+event); a discard deletes the row. Either is then recorded on the stream
+the event came from (``/`` for an event sent to the instance directly).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .. import errors
+from ..events import new_event_id, now_ms, prepare
+from ..lifecycle import GLOBAL
+from ..store.actors import QueueRow
+from ..store.subscriptions import Change, SourceState, SubscriptionRow
+from ..subscriptions.engine import control
+from .model import DEAD_LETTER, DISCARDED, REPLAYED, Attempt, Failure, Selection, corrected, make_id
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+
+def failure_of(row: QueueRow) -> Failure:
+    at = row.started_at or row.enqueued_at
+    return Failure(
+        id=make_id(DEAD_LETTER, row.qid), kind=DEAD_LETTER, receiver="actor", path=row.path,
+        offset=row.offset, failed_at=at, attempt_count=row.attempts, error=row.last_error,
+        attempts=[Attempt(row.attempts, row.last_error, at)], event=row.event, actor=row.actor or None,
+        instance_id=row.instance_id, traceback=row.last_traceback,
+    )
+
+
+async def dead_failures(runtime: Runtime, tenant: str, sel: Selection, limit: int) -> list[Failure]:
+    if sel.kind not in (None, DEAD_LETTER) or sel.receiver not in (None, "actor") or sel.subscription:
+        return []
+    rows = await runtime.store.actors.dead_letters(
+        tenant, instance_id=sel.instance_id, actor=sel.actor, path=sel.stream, since=sel.since,
+        until=sel.until, limit=limit,
+    )
+    return [failure_of(r) for r in rows]
+
+
+async def find(runtime: Runtime, tenant: str, qid: int) -> Failure:
+    rows = await runtime.store.actors.dead_letters(tenant, qid=qid, limit=1)
+    if not rows:
+        raise errors.FailureNotFound("no such dead letter (replayed, discarded or never dead)", qid=qid)
+    return failure_of(rows[0])
+
+
+async def append_audit(runtime: Runtime, tenant: str, path: str, event: Any) -> int:
+    """Append a kernel audit event to ``path``: the control transaction with
+    no subscription row, so it is bookkeeping (a closed stream takes it)."""
+
+    def decide(row: SubscriptionRow | None, source: SourceState) -> Change:
+        return Change(events=[event], bookkeeping=True, reply=source.next_offset)
+
+    return int(await control(runtime, tenant, path, "", decide))
+
+
+def _audit(event_type: str, failure: Failure, **extra: Any) -> Any:
+    return prepare({"type": event_type, "payload": {
+        "failure": failure.id, "kind": failure.kind, "receiver": failure.receiver, "offset": failure.offset,
+        "instance_id": failure.instance_id, "actor": failure.actor, **extra,
+    }}, trusted=True)
+
+
+async def replay(
+    runtime: Runtime, tenant: str, failure: Failure, qid: int, correction: dict[str, Any] | None
+) -> tuple[str, int]:
+    extra: dict[str, Any] = {}
+    event_json = None
+    if correction is not None:
+        document = corrected(failure.event or {}, correction, failure.id, new_event_id())
+        event_json = orjson.dumps(document).decode()
+        extra = {"corrected": correction, "event_id": document["id"]}
+    if not await runtime.store.actors.redrive_dead(tenant, qid, event_json, now_ms()):
+        raise errors.FailureNotFound("the dead letter was replayed or discarded meanwhile", id=failure.id)
+    runtime.queue_changed(tenant)
+    path = failure.path or GLOBAL
+    return path, await append_audit(runtime, tenant, path, _audit(REPLAYED, failure, **extra))
+
+
+async def discard(runtime: Runtime, tenant: str, failure: Failure, qid: int, reason: str) -> tuple[str, int]:
+    assert failure.instance_id is not None
+    if not await runtime.store.actors.drop_dead(tenant, failure.instance_id, [qid]):
+        raise errors.FailureNotFound("the dead letter was replayed or discarded meanwhile", id=failure.id)
+    path = failure.path or GLOBAL
+    return path, await append_audit(runtime, tenant, path, _audit(DISCARDED, failure, reason=reason))

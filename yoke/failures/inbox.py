@@ -1,0 +1,138 @@
+"""``y.failures(tenant)``: one inbox over every parked failure of a tenant.
+
+List them (by kind, receiver, stream, actor, instance, subscription and
+time), show one with its event and attempts, replay it as it is or with a
+corrected event, discard it with a reason, and do either to every failure a
+selection covers. The HTTP API (``/v1/failures``), the CLI (``yoke
+failures``), the console and the metrics use these methods.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from ..events import new_event_id, validate_tenant
+from . import dead_letters, subscriptions
+from .model import (
+    DEAD_LETTER,
+    HALTED,
+    Bulk,
+    Failure,
+    Resolution,
+    Selection,
+    check_correction,
+    check_limit,
+    check_reason,
+    corrected,
+    parse_id,
+)
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+BULK_LIMIT = 1000  # failures one replay or discard by selection covers
+
+
+class Failures:
+    def __init__(self, runtime: Runtime, tenant: str) -> None:
+        validate_tenant(tenant)
+        self._runtime = runtime
+        self.tenant = tenant
+
+    async def list(
+        self, *, kind: str | None = None, receiver: str | None = None, stream: str | None = None,
+        actor: str | None = None, instance_id: str | None = None, subscription: str | None = None,
+        since: int | None = None, until: int | None = None, limit: int = 100,
+    ) -> list[Failure]:
+        """Open failures, oldest first (by the time of their last attempt)."""
+        check_limit(limit)
+        sel = Selection(kind, receiver, stream, actor, instance_id, subscription, since, until)
+        return await self.select(sel, limit)
+
+    async def select(self, sel: Selection, limit: int) -> list[Failure]:
+        """``list`` with a ``Selection`` and any limit (metrics count them all)."""
+        runtime, tenant = self._runtime, self.tenant
+        found = await dead_letters.dead_failures(runtime, tenant, sel, limit)
+        if sel.kind != DEAD_LETTER and sel.receiver != "actor" and not sel.actor and not sel.instance_id:
+            rows = [r for r in await subscriptions.subscription_rows(runtime, tenant)
+                    if (sel.stream is None or r.path == sel.stream)
+                    and (sel.subscription is None or r.name == sel.subscription)]
+            found += await subscriptions.halted_failures(runtime, rows)
+            found += await subscriptions.skipped_failures(runtime, tenant, rows, path=sel.stream)
+        wanted = [f for f in found if sel.wants(f)]
+        wanted.sort(key=lambda f: (f.failed_at, f.id))
+        return wanted[:limit]
+
+    async def get(self, failure_id: str) -> Failure:
+        """One open failure, with its event and attempts; ``FailureNotFound``
+        once it was replayed or discarded."""
+        kind, c = parse_id(failure_id)
+        if kind == DEAD_LETTER:
+            return await dead_letters.find(self._runtime, self.tenant, c[0])
+        return await subscriptions.find(self._runtime, self.tenant, kind, c[0], c[1], c[2])
+
+    async def replay(self, failure_id: str, event: dict[str, Any] | None = None) -> Resolution:
+        """Deliver the failed event again, as it was or corrected
+        (``event``: ``{type?, payload?, metadata?}`` replacing those fields).
+        A corrected event is a new event (its own id) whose
+        ``source.replay_of`` names the original; the original stays in its
+        stream. A dead letter goes back to its instance's queue; a halted
+        subscription resumes (as it is: its runner delivers the event again;
+        corrected: the corrected event is delivered here, then the
+        subscription resumes after the original); a skipped event is
+        delivered once more to that subscription alone. A
+        ``yoke.failure.replayed`` event on the failure's stream records it."""
+        runtime = self._runtime
+        correction = None if event is None else check_correction(event, runtime.settings.max_event_bytes)
+        failure = await self.get(failure_id)
+        if failure.kind == DEAD_LETTER:
+            qid = parse_id(failure_id)[1][0]
+            path, offset = await dead_letters.replay(runtime, self.tenant, failure, qid, correction)
+            return Resolution(failure.id, "replayed", path, offset)
+        document = failure.event
+        if document is not None and correction is not None:
+            document = corrected(document, correction, failure.id, new_event_id())
+        offset, delivered = await subscriptions.replay(runtime, self.tenant, failure, document, correction)
+        assert failure.path is not None
+        return Resolution(failure.id, "replayed", failure.path, offset, delivered)
+
+    async def discard(self, failure_id: str, reason: str) -> Resolution:
+        """Give up on the failure, saying why: the dead letter is deleted, a
+        halted subscription resumes after the event, a skip is closed. A
+        ``yoke.failure.discarded`` event on the failure's stream records it."""
+        check_reason(reason)
+        failure = await self.get(failure_id)
+        if failure.kind == DEAD_LETTER:
+            qid = parse_id(failure_id)[1][0]
+            path, offset = await dead_letters.discard(self._runtime, self.tenant, failure, qid, reason)
+            return Resolution(failure.id, "discarded", path, offset)
+        offset = await subscriptions.discard(self._runtime, self.tenant, failure, reason)
+        assert failure.path is not None
+        return Resolution(failure.id, "discarded", failure.path, offset)
+
+    async def replay_all(
+        self, *, event: dict[str, Any] | None = None, limit: int = BULK_LIMIT, **selection: Any
+    ) -> Bulk:
+        """``replay`` every failure the selection (``list``'s filters)
+        covers, up to ``limit``, oldest first; a failure that cannot be
+        replayed is reported and left open."""
+        return await self._each(selection, limit, lambda f: self.replay(f.id, event))
+
+    async def discard_all(self, reason: str, *, limit: int = BULK_LIMIT, **selection: Any) -> Bulk:
+        check_reason(reason)
+        return await self._each(selection, limit, lambda f: self.discard(f.id, reason))
+
+    async def _each(self, selection: dict[str, Any], limit: int, act: Any) -> Bulk:
+        check_limit(limit)
+        unknown = set(selection) - set(Selection.__dataclass_fields__)
+        if unknown:
+            raise errors.InvalidInput(f"no failure filter named {', '.join(sorted(unknown))}", field="selection")
+        done: list[Resolution] = []
+        failed: list[tuple[str, errors.YokeError]] = []
+        for failure in await self.select(Selection(**selection), limit):
+            try:
+                done.append(await act(failure))
+            except errors.YokeError as exc:
+                failed.append((failure.id, exc))
+        return Bulk(done, failed)

@@ -1,0 +1,247 @@
+"""The failures inbox's model: one ``Failure`` shape for every parked
+failure, its opaque id, the filter that selects them and the audit events
+that record what was done with them.
+
+Kinds (what parked the event, which decides what a replay does):
+
+- ``dead_letter``: an actor queue row past its attempts (receiver ``actor``);
+- ``halted``: a subscription halted on an event (its delivery gave up;
+  a pause or an operator's halt is not a failure);
+- ``skipped``: an event a subscription's skip policy stepped over.
+
+``receiver`` says where the event was going: ``actor``, or the
+subscription's kind (``copy``, ``webhook``, ``call``, ``processor``): a
+webhook delivery that gave up is a ``halted`` or ``skipped`` failure whose
+receiver is ``webhook``.
+
+An id is the kind's prefix and the coordinates that name the failure,
+base64url-encoded: stable for as long as the failure is open, and decoded
+without a lookup. Callers treat it as opaque.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .. import errors
+from ..events import check_text, prepare
+
+DEAD_LETTER = "dead_letter"
+HALTED = "halted"
+SKIPPED = "skipped"
+KINDS = (DEAD_LETTER, HALTED, SKIPPED)
+RECEIVERS = ("actor", "copy", "webhook", "call", "processor")
+PREFIX = {DEAD_LETTER: "dl_", HALTED: "ht_", SKIPPED: "sk_"}
+
+# The audit events (lifecycle.PREFIXES makes them local: never copied,
+# never matched by '*'), appended to the stream the failure concerns.
+REPLAYED = "yoke.failure.replayed"
+DISCARDED = "yoke.failure.discarded"
+MAX_REASON_CHARS = 1000
+MAX_ID_CHARS = 2000
+MAX_LIMIT = 1000
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One failed attempt as kept: its number, error and time (ms)."""
+
+    number: int
+    error: str | None
+    at: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"number": self.number, "error": self.error, "at": self.at}
+
+
+@dataclass(frozen=True)
+class Failure:
+    id: str
+    kind: str
+    receiver: str
+    path: str | None  # the stream the event is from (None: sent to the instance directly)
+    offset: int | None
+    failed_at: int  # ms: the last attempt
+    attempt_count: int
+    error: str | None
+    # The attempts whose errors are kept, oldest first (today the last one:
+    # the retry ladders keep only the latest error).
+    attempts: list[Attempt] = field(default_factory=list)
+    event: dict[str, Any] | None = None
+    actor: str | None = None
+    instance_id: str | None = None
+    subscription: str | None = None
+    traceback: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "kind": self.kind, "receiver": self.receiver, "path": self.path,
+            "offset": self.offset, "failed_at": self.failed_at, "attempt_count": self.attempt_count,
+            "error": self.error, "attempts": [a.to_dict() for a in self.attempts], "event": self.event,
+            "actor": self.actor, "instance_id": self.instance_id, "subscription": self.subscription,
+            "traceback": self.traceback,
+        }
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What one replay or discard did."""
+
+    id: str
+    action: str  # replayed | discarded
+    audit_path: str  # the stream that holds the audit event
+    audit_offset: int | None
+    delivered: bool = False  # a subscription replay: the receiver took the event (False: filtered out)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "action": self.action, "audit_path": self.audit_path,
+            "audit_offset": self.audit_offset, "delivered": self.delivered,
+        }
+
+
+@dataclass(frozen=True)
+class Bulk:
+    """What a replay or discard by filter did: the failures resolved and
+    those that could not be (with their error)."""
+
+    done: list[Resolution]
+    failed: list[tuple[str, errors.YokeError]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "done": [r.to_dict() for r in self.done],
+            "failed": [{"id": i, "error": e.to_dict()} for i, e in self.failed],
+        }
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which failures a list or a bulk action covers (every field optional;
+    ``since`` <= failed_at < ``until``, in ms)."""
+
+    kind: str | None = None
+    receiver: str | None = None
+    stream: str | None = None
+    actor: str | None = None
+    instance_id: str | None = None
+    subscription: str | None = None
+    since: int | None = None
+    until: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind is not None and self.kind not in KINDS:
+            raise errors.InvalidInput(f"kind is one of {', '.join(KINDS)}", field="kind")
+        if self.receiver is not None and self.receiver not in RECEIVERS:
+            raise errors.InvalidInput(f"receiver is one of {', '.join(RECEIVERS)}", field="receiver")
+        for name in ("stream", "actor", "instance_id", "subscription"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not 1 <= len(value) <= 1000):
+                raise errors.InvalidInput(f"{name} must be 1-1000 characters", field=name)
+            if value is not None:
+                check_text(value, name, errors.InvalidInput)
+        for name in ("since", "until"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise errors.InvalidInput(f"{name} is a time in ms since the epoch", field=name)
+
+    def wants(self, failure: Failure) -> bool:
+        return (
+            (self.kind is None or failure.kind == self.kind)
+            and (self.receiver is None or failure.receiver == self.receiver)
+            and (self.stream is None or failure.path == self.stream)
+            and (self.actor is None or failure.actor == self.actor)
+            and (self.instance_id is None or failure.instance_id == self.instance_id)
+            and (self.subscription is None or failure.subscription == self.subscription)
+            and (self.since is None or failure.failed_at >= self.since)
+            and (self.until is None or failure.failed_at < self.until)
+        )
+
+
+def check_limit(limit: Any) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise errors.InvalidInput(f"limit must be 1-{MAX_LIMIT}", field="limit")
+    return limit
+
+
+def check_reason(reason: Any) -> str:
+    if not isinstance(reason, str) or not 1 <= len(reason) <= MAX_REASON_CHARS:
+        raise errors.InvalidInput(f"a reason is 1-{MAX_REASON_CHARS} characters", field="reason")
+    return check_text(reason, "reason", errors.InvalidInput)
+
+
+# --- ids ------------------------------------------------------------------------
+
+
+def make_id(kind: str, *coordinates: Any) -> str:
+    raw = orjson.dumps(list(coordinates))
+    return PREFIX[kind] + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def parse_id(failure_id: Any) -> tuple[str, list[Any]]:
+    """(kind, coordinates) of an id; ``FailureNotFound`` for anything that
+    is not one (no id names nothing by accident)."""
+    if not isinstance(failure_id, str) or not 4 <= len(failure_id) <= MAX_ID_CHARS:
+        raise errors.FailureNotFound("not a failure id", id=str(failure_id)[:80])
+    for kind, prefix in PREFIX.items():
+        if failure_id.startswith(prefix):
+            body = failure_id[len(prefix):]
+            try:
+                coordinates = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+            except (binascii.Error, ValueError):
+                break
+            if _shaped(kind, coordinates):
+                return kind, coordinates
+            break
+    raise errors.FailureNotFound("not a failure id", id=failure_id[:80])
+
+
+def _shaped(kind: str, c: Any) -> bool:
+    def whole(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and 0 < v < 2**63
+
+    if not isinstance(c, list):
+        return False
+    if kind == DEAD_LETTER:
+        return len(c) == 1 and whole(c[0])
+    return len(c) == 3 and isinstance(c[0], str) and isinstance(c[1], str) and whole(c[2])
+
+
+# --- corrected events -------------------------------------------------------------
+
+
+def check_correction(correction: Any, max_event_bytes: int) -> dict[str, Any]:
+    """A corrected event: ``{type?, payload?, metadata?}`` replacing those
+    fields of the original (what is not given stays the original's),
+    validated like an appended event (no reserved ``yoke.`` types)."""
+    if not isinstance(correction, dict) or not correction:
+        raise errors.InvalidInput("a corrected event is an object with type, payload or metadata", field="event")
+    extra = set(correction) - {"type", "payload", "metadata"}
+    if extra:
+        raise errors.InvalidInput(
+            f"a corrected event sets type, payload or metadata, not {', '.join(sorted(extra))}", field="event"
+        )
+    probe = {"type": correction.get("type", "x"), "payload": correction.get("payload"),
+             "metadata": correction.get("metadata", {})}
+    prepare(probe, max_event_bytes=max_event_bytes)  # the same rules as an append
+    return dict(correction)
+
+
+def corrected(original: dict[str, Any], correction: dict[str, Any] | None, failure_id: str,
+              new_id: str) -> dict[str, Any]:
+    """The event a replay delivers: the original document, or (with a
+    correction) a new event (its own id) whose ``source.replay_of`` points
+    at the original. The original stays in its stream, untouched."""
+    if correction is None:
+        return original
+    source = dict(original.get("source") or {})
+    source["replay_of"] = {
+        "failure": failure_id, "id": original.get("id"), "path": original.get("path"),
+        "offset": original.get("offset"),
+    }
+    return {**original, **correction, "id": new_id, "source": source}

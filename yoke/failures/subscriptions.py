@@ -1,0 +1,295 @@
+"""Subscription failures in the inbox: halted subscriptions (with the event
+they halted on) and events their skip policy stepped over.
+
+Both are read from what delivery already keeps: a halt is the subscription
+row's ``halted`` (with the offset of its ``yoke.subscription.halted``
+event); a skip is the ``yoke.error`` audit line (kind
+``subscription_event_skipped``) on the source stream, open until a
+``yoke.failure.replayed`` or ``yoke.failure.discarded`` event on the same
+stream names its id. Every action goes through ``store.subscriptions.control``:
+the audit event and the row change commit together, under the source
+stream's row lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import fields, replace
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from .. import errors
+from ..events import Event, prepare
+from ..routing.filters import Filter
+from ..store.subscriptions import Change, SourceState, SubscriptionRow
+from ..subscriptions import copy, webhooks
+from ..subscriptions.catalogue import AUDIT, RESUMED
+from ..subscriptions.delivery import Batch, transformed
+from ..subscriptions.engine import control
+from .model import DISCARDED, HALTED, REPLAYED, SKIPPED, Attempt, Failure, make_id, parse_id
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+SKIP_KIND = "subscription_event_skipped"
+SCAN_PAGE = 1000
+MAX_SUBSCRIPTIONS = 100_000  # rows one listing looks at
+EVENT_FIELDS = frozenset(f.name for f in fields(Event))
+
+
+def halt_is_failure(halted: dict[str, Any] | None) -> bool:
+    """A halt the delivery recorded (an error): a pause or an operator's
+    halt is a decision, not a failure."""
+    return halted is not None and not halted.get("parked") and halted.get("error") is not None
+
+
+async def subscription_rows(runtime: Runtime, tenant: str) -> list[SubscriptionRow]:
+    _, rows = await runtime.store.subscriptions.totals(tenant, MAX_SUBSCRIPTIONS)
+    return rows
+
+
+async def _event_at(runtime: Runtime, tenant: str, path: str, offset: int) -> Event | None:
+    page = await runtime.store.read_one(tenant, path, offset)
+    return page.events[0] if page.events else None
+
+
+async def halted_failure(runtime: Runtime, row: SubscriptionRow) -> Failure:
+    h = row.halted or {}
+    offset = int(h["offset"])
+    at_offset = int(h.get("at_offset") or 0)
+    event = await _event_at(runtime, row.tenant, row.path, offset)
+    marker = await _event_at(runtime, row.tenant, row.path, at_offset) if at_offset else None
+    at = marker.at if marker is not None else row.configured_ms
+    attempts = int(h.get("attempts") or 0)
+    return Failure(
+        id=make_id(HALTED, row.path, row.name, at_offset), kind=HALTED, receiver=row.config["kind"],
+        path=row.path, offset=offset, failed_at=at, attempt_count=attempts, error=h.get("error"),
+        attempts=[Attempt(attempts, h.get("error"), at)],
+        event=None if event is None else event.to_dict(), subscription=row.name,
+    )
+
+
+async def halted_failures(runtime: Runtime, rows: list[SubscriptionRow]) -> list[Failure]:
+    return [await halted_failure(runtime, r) for r in rows if halt_is_failure(r.halted) and r.halted.get("at_offset")]
+
+
+async def _scan(runtime: Runtime, tenant: str, path: str, after: int) -> list[Event]:
+    """The skip audit lines and failure resolutions of ``path`` after
+    ``after``: stored pages, decoded only where the type matches."""
+    found: list[Event] = []
+    store = runtime.store
+    while True:
+        page = await store.read_stored(tenant, path, after, SCAN_PAGE)
+        for stored in page.events:
+            if stored.type in (AUDIT, REPLAYED, DISCARDED):
+                one = await store.read_one(tenant, path, stored.offset)
+                found.extend(one.events)
+        if not page.events or (len(page.events) < SCAN_PAGE and not page.capped):
+            return found
+        after = page.events[-1].offset
+
+
+def _skip_of(event: Event, rows: dict[str, SubscriptionRow]) -> SubscriptionRow | None:
+    p = event.payload if isinstance(event.payload, dict) else {}
+    if event.type != AUDIT or p.get("kind") != SKIP_KIND or (event.source or {}).get("copied_from"):
+        return None
+    row = rows.get(p.get("name"))  # type: ignore[arg-type]
+    return row if row is not None and event.offset > row.configured_at else None
+
+
+async def skipped_failures(
+    runtime: Runtime, tenant: str, rows: list[SubscriptionRow], *, path: str | None = None,
+    from_offset: int | None = None,
+) -> list[Failure]:
+    """The open skips of the skip-policy subscriptions among ``rows`` (of
+    ``path`` only, and from the audit line at ``from_offset`` on, when given)."""
+    by_path: dict[str, dict[str, SubscriptionRow]] = {}
+    for r in rows:
+        if r.config.get("on_failing_event") == "skip" and r.failures and (path is None or r.path == path):
+            by_path.setdefault(r.path, {})[r.name] = r
+    out: list[Failure] = []
+    for source, named in by_path.items():
+        start = min(r.configured_at for r in named.values())
+        if from_offset is not None:
+            start = max(start, from_offset - 1)
+        events = await _scan(runtime, tenant, source, start)
+        resolved = {
+            e.payload.get("failure") for e in events
+            if e.type in (REPLAYED, DISCARDED) and isinstance(e.payload, dict)
+        }
+        for e in events:
+            row = _skip_of(e, named)
+            if row is None:
+                continue
+            fid = make_id(SKIPPED, source, row.name, e.offset)
+            if fid in resolved:
+                continue
+            p = e.payload
+            skipped = await _event_at(runtime, tenant, source, int(p["offset"]))
+            attempts = int(p.get("attempts") or 0)
+            out.append(Failure(
+                id=fid, kind=SKIPPED, receiver=row.config["kind"], path=source, offset=int(p["offset"]),
+                failed_at=e.at, attempt_count=attempts, error=p.get("error"),
+                attempts=[Attempt(attempts, p.get("error"), e.at)],
+                event=None if skipped is None else skipped.to_dict(), subscription=row.name,
+            ))
+    return out
+
+
+async def find(runtime: Runtime, tenant: str, kind: str, path: str, name: str, at: int) -> Failure:
+    """The open halted or skipped failure with these coordinates."""
+    row = await runtime.store.subscriptions.get(tenant, path, name)
+    missing = errors.FailureNotFound(
+        f"no open {kind} failure of subscription {name!r} on {path} at {at}", path=path, subscription=name
+    )
+    if row is None:
+        raise missing
+    if kind == HALTED:
+        if not halt_is_failure(row.halted) or (row.halted or {}).get("at_offset") != at:
+            raise missing
+        return await halted_failure(runtime, row)
+    found = await skipped_failures(runtime, tenant, [row], path=path, from_offset=at)
+    for f in found:
+        if f.id == make_id(SKIPPED, path, name, at):
+            return f
+    raise missing
+
+
+# --- actions ------------------------------------------------------------------------
+
+
+def audit_event(event_type: str, failure: Failure, **extra: Any) -> Any:
+    return prepare({"type": event_type, "payload": {
+        "failure": failure.id, "kind": failure.kind, "receiver": failure.receiver,
+        "offset": failure.offset, "subscription": failure.subscription, **extra,
+    }}, trusted=True)
+
+
+def _resolve_halt(failure: Failure, audit: Any, reason: str, advance: bool):  # noqa: ANN202 - a Decide
+    """Resume the halted subscription (the halt still the one ``failure``
+    names), moving its cursor past the halted event when ``advance``."""
+    at = parse_at(failure)
+
+    def decide(row: SubscriptionRow | None, source: SourceState) -> Change:
+        if row is None or not halt_is_failure(row.halted) or (row.halted or {}).get("at_offset") != at:
+            raise errors.FailureNotFound("the subscription is no longer halted on this failure", id=failure.id)
+        cursor = row.cursor
+        if advance:
+            if row.cursor < (failure.offset or 0) - 1:
+                raise errors.FailureNotReplayable(
+                    f"the cursor ({row.cursor}) is not at the halted event ({failure.offset}):"
+                    " replay it as it is, or move the cursor", id=failure.id,
+                )
+            cursor = max(row.cursor, failure.offset or 0)
+        new = replace(row, halted=None, attempts=0, skips=0, next_retry_at=0, cursor=cursor)
+        resumed = prepare({"type": RESUMED, "payload": {"name": row.name, "reason": reason}}, trusted=True)
+        return Change(events=[resumed, audit], row=new, bookkeeping=True, reply=source.next_offset + 1)
+
+    return decide
+
+
+def _record_skip(failure: Failure, audit: Any):  # noqa: ANN202 - a Decide
+    def decide(row: SubscriptionRow | None, source: SourceState) -> Change:
+        if row is None:
+            raise errors.FailureNotFound("the subscription is gone", id=failure.id)
+        return Change(events=[audit], bookkeeping=True, reply=source.next_offset)
+
+    return decide
+
+
+def parse_at(failure: Failure) -> int:
+    return int(parse_id(failure.id)[1][2])
+
+
+async def _act(runtime: Runtime, tenant: str, failure: Failure, decide: Any) -> int:
+    assert failure.path is not None and failure.subscription is not None
+    offset = await control(runtime, tenant, failure.path, failure.subscription, decide)
+    deliveries = runtime.deliveries
+    if deliveries is not None:
+        deliveries.changed(tenant, failure.path, failure.subscription)
+    return int(offset)
+
+
+async def replay(
+    runtime: Runtime, tenant: str, failure: Failure, document: dict[str, Any] | None,
+    correction: dict[str, Any] | None,
+) -> tuple[int, bool]:
+    """(audit offset, delivered now). A halted subscription replayed as it
+    is resumes (its runner delivers the event again); with a correction, and
+    for a skipped event, the event is delivered here, once, to this
+    subscription's receiver alone, and then recorded."""
+    extra = {"corrected": correction, "event_id": document["id"]} if correction and document else {}
+    audit = audit_event(REPLAYED, failure, **extra)
+    if failure.kind == HALTED and correction is None:
+        return await _act(runtime, tenant, failure, _resolve_halt(failure, audit, "replay", False)), False
+    if document is None:
+        raise errors.FailureNotReplayable(
+            "the event is no longer in its stream (retention): discard the failure", id=failure.id
+        )
+    delivered = await deliver_once(runtime, tenant, failure, document)
+    if failure.kind == HALTED:
+        decide = _resolve_halt(failure, audit, "replay", True)
+    else:
+        decide = _record_skip(failure, audit)
+    return await _act(runtime, tenant, failure, decide), delivered
+
+
+async def discard(runtime: Runtime, tenant: str, failure: Failure, reason: str) -> int:
+    audit = audit_event(DISCARDED, failure, reason=reason)
+    if failure.kind == HALTED:
+        return await _act(runtime, tenant, failure, _resolve_halt(failure, audit, "discard", True))
+    return await _act(runtime, tenant, failure, _record_skip(failure, audit))
+
+
+async def deliver_once(runtime: Runtime, tenant: str, failure: Failure, document: dict[str, Any]) -> bool:
+    """Send one event to the failure's subscription, as its runner would
+    (filter, transform, receiver); False when the filter leaves it out."""
+    assert failure.path is not None and failure.subscription is not None and failure.offset is not None
+    row = await runtime.store.subscriptions.get(tenant, failure.path, failure.subscription)
+    if row is None:
+        raise errors.FailureNotFound("the subscription is gone", id=failure.id)
+    c = row.config
+    kind = c["kind"]
+    if kind == "processor":
+        raise errors.FailureNotReplayable(
+            "a processor folds its stream in order: replay its halt as it is, or discard the event",
+            id=failure.id,
+        )
+    page = await runtime.store.read_one(tenant, failure.path, failure.offset)
+    if page.stream_id != row.source_stream_id:
+        raise errors.FailureNotFound("the source stream was deleted", id=failure.id)
+    event = Event(**{k: v for k, v in document.items() if k in EVENT_FIELDS})
+    doc = event.to_dict()
+    if c.get("filter") and not Filter.from_dict(c["filter"]).matches(doc):
+        return False
+    out = transformed(event, doc, c["transform"]) if c.get("transform") else event
+    batch = Batch(
+        runtime, tenant, row.path, row.name, row.source_stream_id, page.created_at, row.generation,
+        row.attempts + 1, [out],
+    )
+    timeout = runtime.settings.subscription_timeout_s
+    if kind == "copy":
+        await copy.send(batch, c["target"])
+    elif kind == "webhook":
+        if runtime.deliveries is not None:
+            await webhooks.send(batch, runtime.deliveries.http, c["url"], row.secret, timeout)
+        else:
+            async with httpx.AsyncClient(timeout=timeout) as client:
+                await webhooks.send(batch, client, c["url"], row.secret, timeout)
+    else:
+        function = None if runtime.app is None else runtime.app.receivers.get(c["function"])
+        if function is None:
+            raise errors.FailureNotReplayable(
+                f"this process's application has no receiver function {c['function']!r}", id=failure.id
+            )
+        try:
+            async with asyncio.timeout(timeout):
+                await function(batch.to_dict())
+        except errors.YokeError:
+            raise
+        except Exception as exc:  # the application's receiver failed the replay
+            raise errors.ReplayFailed(
+                f"the receiver failed the replay: {type(exc).__name__}: {exc}"[:2000], id=failure.id
+            ) from None
+    return True
