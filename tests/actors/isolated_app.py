@@ -139,3 +139,17 @@ async def snoop(ctx, event):
         "env": sorted(k for k in os.environ if k.startswith(("YOKE_", "PG"))),
         "pid": os.getpid(),
     })
+
+
+@app.actor("journaled", isolation="process", timeout_s=10, max_attempts=3, retry_base_s=0.01, retry_max_s=0.05)
+async def journaled(ctx, event):
+    """The same effects on every attempt, one that carries the attempt, and
+    a failure on the first (tests/actors/test_effects_journal.py)."""
+    await ctx.append({"type": "same", "payload": {"n": event.payload["n"]}}, stream="/journal")
+    await ctx.append({"type": "tried", "payload": {"attempt": ctx.attempt}}, stream="/journal")
+    await ctx.schedules.upsert("later", event={"type": "later"}, after_s=3600)
+    child = await ctx.instances.create("worker")
+    await ctx.append({"type": "key", "payload": {"key": ctx.idempotency_key("pay"), "child": child["id"]}},
+                     stream=f"/keys/{ctx.attempt}")
+    if ctx.attempt == 1:
+        raise RuntimeError("first attempt fails after its effects")

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..events import Event
 from ..store.actors import InstanceInfo
+from .journal import run_idempotency_key
 from .ops import OpHandler, as_epoch_s, params
 
 # ctx.state.update retries a lost compare-and-set this many times.
@@ -176,11 +177,20 @@ class BaseContext:
 class Context(BaseContext):
     """The context of one ``process()`` call."""
 
-    def __init__(self, ops: OpHandler, instance: InstanceInfo, event: Event, attempt: int) -> None:
+    def __init__(
+        self, ops: OpHandler, instance: InstanceInfo, event: Event, attempt: int, queue_row: int = 0
+    ) -> None:
         super().__init__(ops)
         self.instance = instance
         self.event = event
         self.attempt = attempt
+        self.queue_row = queue_row  # the queue row's id: the same on every retry
+
+    def idempotency_key(self, name: str = "") -> str:
+        """A key for a call to the outside world (a payment, an e-mail): the
+        same on every retry and redrive of this event's queue row, different
+        for every other row and ``name`` (docs/effects.md)."""
+        return run_idempotency_key(self.tenant, self.instance.instance_id, self.queue_row, name)
 
     @cached_property
     def state(self) -> State:

@@ -15,7 +15,7 @@ from ..events import check_text, json_text, now_ms, validate_tenant
 from ..lifecycle import GLOBAL
 from ..routing.filters import Filter
 from ..routing.index import MAX_KEY_CHARS, SINGLETON_KEY
-from ..store.actors import InstanceInfo, QueueDepth, QueueRow, Schedule, new_instance_id
+from ..store.actors import Effect, InstanceInfo, QueueDepth, QueueRow, Schedule, new_instance_id
 from .state import InstanceDatabase, QueryResult
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ class Instances:
         *,
         filter: Filter | Mapping[str, Any] | None = None,  # noqa: A002
         parent_id: str | None = None,
+        effect: Effect | None = None,
     ) -> InstanceInfo:
         """Create the instance ``(actor, key)``, or return the existing one.
 
@@ -73,7 +74,9 @@ class Instances:
         ``filter_from_config(config)``, else the actor's filter; keyed actors
         route by key instead. A singleton actor has one instance per tenant.
         """
-        info, _ = await self.create_or_get(actor, key, config, filter=filter, parent_id=parent_id)
+        info, _ = await self.create_or_get(
+            actor, key, config, filter=filter, parent_id=parent_id, effect=effect
+        )
         return info
 
     async def create_or_get(
@@ -84,8 +87,10 @@ class Instances:
         *,
         filter: Filter | Mapping[str, Any] | None = None,  # noqa: A002
         parent_id: str | None = None,
+        effect: Effect | None = None,
     ) -> tuple[InstanceInfo, bool]:
-        """``create``, also telling whether this call created the instance."""
+        """``create``, also telling whether this call created the instance.
+        ``effect``: the call is a journaled effect of an actor run (journal.py)."""
         app = self._runtime.app
         if config is not None and not isinstance(config, Mapping):
             raise errors.InvalidInput("config must be an object", field="config")
@@ -130,7 +135,8 @@ class Instances:
                 parent_id=parent_id,
                 worker_id=self._runtime.worker_id,
                 created_at=now_ms(),
-            )
+            ),
+            effect,
         )
         if created:
             self._runtime.routing_changed(self.tenant)

@@ -18,8 +18,9 @@ import orjson
 
 from .. import errors
 from ..events import json_bytes, new_event_id, now_ms, prepare, validate_path
-from ..store.actors import InstanceInfo, Message, Schedule
+from ..store.actors import Effect, InstanceInfo, Message, Schedule
 from ..streams.append import new_stream_id, refusal_error
+from .journal import EFFECT_OPS, Journal
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -55,12 +56,17 @@ def message_dict(m: Message) -> dict[str, Any]:
 
 
 class OpHandler:
-    """Ops of one instance (``instance`` may be None for portals)."""
+    """Ops of one instance (``instance`` may be None for portals). With a
+    ``journal`` (a run of a queue row), effect ops are journaled: a retry of
+    the row repeats none that already committed (journal.py)."""
 
-    def __init__(self, runtime: Runtime, tenant: str, instance: InstanceInfo | None) -> None:
+    def __init__(
+        self, runtime: Runtime, tenant: str, instance: InstanceInfo | None, journal: Journal | None = None
+    ) -> None:
         self._runtime = runtime
         self.tenant = tenant
         self.instance = instance
+        self.journal = journal
 
     async def call(self, method: str, params: dict[str, Any]) -> Any:
         handler = OPS.get(method)
@@ -68,7 +74,11 @@ class OpHandler:
             raise errors.InvalidInput(f"unknown op {method!r}", op=method)
         # Params cross the seam as JSON: anything else fails here, in-process
         # too, and so does a value outside the domain (NaN is not null).
-        return await handler(self, orjson.loads(json_bytes(params, "params")))
+        p = orjson.loads(json_bytes(params, "params"))
+        if method in EFFECT_OPS:
+            effect = None if self.journal is None else self.journal.effect(method, p)
+            return await handler(self, p, effect)  # type: ignore[call-arg]
+        return await handler(self, p)
 
     def _need_instance(self) -> InstanceInfo:
         if self.instance is None:
@@ -85,11 +95,18 @@ class OpHandler:
 
     # --- streams -------------------------------------------------------------
 
-    async def _stream_append(self, p: dict[str, Any]) -> dict[str, Any]:
+    async def _stream_append(self, p: dict[str, Any], effect: Effect | None) -> dict[str, Any]:
         event = dict(p["event"])
         if self.instance is not None and event.get("source") is None:
             event["source"] = {"actor": self.instance.actor, "instance": self.instance.instance_id}
-        result = await self._runtime.stream(p.get("stream") or "/", self.tenant).append(event)
+        stream = self._runtime.stream(p.get("stream") or "/", self.tenant)
+        if effect is not None and self.journal is not None and event.get("idempotency_key") is None \
+                and not event.get("ephemeral"):
+            # The journal is the key: a retry's identical append finds its event.
+            event["idempotency_key"] = self.journal.append_key(effect)
+            result = (await stream._append([event], trusted=False, kernel_key=True))[0]
+        else:
+            result = await stream.append(event)
         return {"offset": result.offset, "id": result.id}
 
     # --- state and sqlite ----------------------------------------------------
@@ -113,10 +130,11 @@ class OpHandler:
 
     # --- instances -----------------------------------------------------------
 
-    async def _instances_create(self, p: dict[str, Any]) -> dict[str, Any]:
+    async def _instances_create(self, p: dict[str, Any], effect: Effect | None) -> dict[str, Any]:
         parent = None if self.instance is None else self.instance.instance_id
         info = await self._runtime.instances(self.tenant).create(
-            p["actor"], p.get("key"), p.get("config"), filter=p.get("filter"), parent_id=parent
+            p["actor"], p.get("key"), p.get("config"), filter=p.get("filter"), parent_id=parent,
+            effect=effect,
         )
         return instance_dict(info)
 
@@ -135,7 +153,7 @@ class OpHandler:
 
     # --- schedules -----------------------------------------------------------
 
-    async def _schedules_upsert(self, p: dict[str, Any]) -> dict[str, Any]:
+    async def _schedules_upsert(self, p: dict[str, Any], effect: Effect | None) -> dict[str, Any]:
         instance = self._need_instance()
         name = p.get("name")
         if not isinstance(name, str) or not 1 <= len(name) <= MAX_SCHEDULE_NAME:
@@ -162,16 +180,16 @@ class OpHandler:
         stream = p.get("stream")
         if stream is not None:
             validate_path(stream)
-        await self._runtime.store.actors.upsert_schedule(
-            Schedule(self.tenant, instance.instance_id, name, due, event, cron, stream, now)
+        due = await self._runtime.store.actors.upsert_schedule(
+            Schedule(self.tenant, instance.instance_id, name, due, event, cron, stream, now), effect
         )
         self._runtime.timers_changed()
         return {"name": name, "due_at": due}
 
-    async def _schedules_cancel(self, p: dict[str, Any]) -> dict[str, Any]:
+    async def _schedules_cancel(self, p: dict[str, Any], effect: Effect | None) -> dict[str, Any]:
         instance = self._need_instance()
         found = await self._runtime.store.actors.cancel_schedule(
-            self.tenant, instance.instance_id, str(p["name"])
+            self.tenant, instance.instance_id, str(p["name"]), effect
         )
         return {"cancelled": found}
 
@@ -185,7 +203,7 @@ class OpHandler:
 
     # --- conversations -------------------------------------------------------
 
-    async def _conversations_post(self, p: dict[str, Any]) -> dict[str, Any]:
+    async def _conversations_post(self, p: dict[str, Any], effect: Effect | None) -> dict[str, Any]:
         conversation_id, role = p.get("conversation_id"), p.get("role")
         for field, value in (("conversation_id", conversation_id), ("role", role)):
             if not isinstance(value, str) or not 1 <= len(value) <= 200:
@@ -208,11 +226,12 @@ class OpHandler:
         message, outcome = await self._runtime.store.actors.post_message(
             self.tenant, CONVERSATION_STREAM,
             Message(conversation_id, message_id, 0, role, p.get("content"), metadata, 0, None),
-            event, now_ms(), new_stream_id(),
+            event, now_ms(), new_stream_id(), effect,
         )
         if message is None:
             raise refusal_error(outcome.status, CONVERSATION_STREAM, [event])
-        self._runtime.appends.appended(self.tenant, CONVERSATION_STREAM, 1)
+        if outcome.status == "ok":  # not a journaled repeat
+            self._runtime.appends.appended(self.tenant, CONVERSATION_STREAM, 1)
         return message_dict(message)
 
     async def _conversations_messages(self, p: dict[str, Any]) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ from ..store.faults import log_retried
 from ..hosts.pool import HandlerFailed, HostFailure, HostPool
 from .app import ActorDef, App
 from .context import Context
+from .journal import Journal
 from .ops import OpHandler
 
 if TYPE_CHECKING:
@@ -267,12 +268,12 @@ class Scheduler:
                 instance = await self._instance(row.tenant, row.instance_id)
                 if instance is None:
                     raise LookupError(f"instance {row.instance_id} does not exist")
-                ops = OpHandler(self.runtime, row.tenant, instance)
+                ops = OpHandler(self.runtime, row.tenant, instance, Journal(row.qid, instance.instance_id))
                 if host is not None:
                     handed = True
                     await pool.process(host, ops, instance, event_from_queue(row), row.attempts)
                 else:
-                    ctx = Context(ops, instance, event_from_queue(row), row.attempts)
+                    ctx = Context(ops, instance, event_from_queue(row), row.attempts, row.qid)
                     await definition.handler(ctx, ctx.event)  # type: ignore[misc]
             ok = True
         except TimeoutError:

@@ -7,6 +7,7 @@ Each backend's ``Store`` exposes an ``actors`` attribute implementing
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -116,6 +117,30 @@ class Message:
 
 
 @dataclass(frozen=True, slots=True)
+class Effect:
+    """One journaled effect of an actor run (docs/effects.md): the queue row
+    ``qid`` whose run performs it, the digest of the op's name and canonical
+    params, and which occurrence of that op in the run it is. Journaled
+    store methods record their result under it in the effect's own
+    transaction; given an effect already recorded they perform nothing and
+    return the recorded result."""
+
+    qid: int
+    digest: str
+    occurrence: int
+
+
+def message_record(message: Message, outcome: Outcome) -> dict[str, Any]:
+    """A posted message as its effect's journal keeps it."""
+    return {"message": dataclasses.asdict(message), "id": outcome.id, "at": outcome.at}
+
+
+def message_from_record(record: dict[str, Any]) -> tuple[Message, Outcome]:
+    message = Message(**record["message"])
+    return message, Outcome("duplicate", message.offset, record["id"], record["at"])
+
+
+@dataclass(frozen=True, slots=True)
 class FanoutLag:
     path: str
     head: int
@@ -125,9 +150,12 @@ class FanoutLag:
 class ActorStore(Protocol):
     # --- instances -----------------------------------------------------------
 
-    async def create_instance(self, instance: InstanceInfo) -> tuple[InstanceInfo, bool]:
+    async def create_instance(
+        self, instance: InstanceInfo, effect: Effect | None = None
+    ) -> tuple[InstanceInfo, bool]:
         """Insert unless (tenant, actor, key) exists; returns (row, created).
-        Bumps the tenant's routing version when the instance has a filter."""
+        Bumps the tenant's routing version when the instance has a filter.
+        ``effect`` recorded already: that call's row, created False."""
 
     async def remove_instance(self, tenant: str, instance_id: str) -> InstanceInfo | None:
         """Delete the instance with its queue rows, schedules and stored
@@ -259,9 +287,13 @@ class ActorStore(Protocol):
 
     # --- schedules -----------------------------------------------------------
 
-    async def upsert_schedule(self, schedule: Schedule) -> None: ...
+    async def upsert_schedule(self, schedule: Schedule, effect: Effect | None = None) -> int:
+        """Create or replace; returns the due time (``effect`` recorded
+        already: the recorded one, nothing written)."""
 
-    async def cancel_schedule(self, tenant: str, instance_id: str, name: str) -> bool: ...
+    async def cancel_schedule(
+        self, tenant: str, instance_id: str, name: str, effect: Effect | None = None
+    ) -> bool: ...
 
     async def schedules(self, tenant: str, instance_id: str) -> list[Schedule]: ...
 
@@ -278,12 +310,14 @@ class ActorStore(Protocol):
 
     async def post_message(
         self, tenant: str, path: str, message: Message, event: PreparedEvent, now: int,
-        new_stream_id: str,
+        new_stream_id: str, effect: Effect | None = None,
     ) -> tuple[Message | None, Outcome]:
         """Store the message and append ``event`` to ``path`` in one
         transaction; when the append is refused (closed stream, no credit)
-        nothing is stored and the message is None."""
+        nothing is stored and the message is None. ``effect`` recorded
+        already: the recorded message, nothing written."""
 
     async def messages(
         self, tenant: str, conversation_id: str, after: int | None, limit: int
     ) -> list[Message]: ...
+

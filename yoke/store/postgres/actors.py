@@ -8,6 +8,7 @@ which wakes the owning worker's scheduler in any process.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -16,6 +17,7 @@ import orjson
 
 from ...events import PreparedEvent
 from ..actors import (
+    Effect,
     FanoutLag,
     InstanceInfo,
     Message,
@@ -24,6 +26,8 @@ from ..actors import (
     QueueItem,
     QueueRow,
     Schedule,
+    message_from_record,
+    message_record,
     new_instance_id,
 )
 from ..contract import Outcome
@@ -59,6 +63,25 @@ FROM unnest($3::text[], $4::text[], $5::int[], $6::text[], $7::bigint[], $8::tex
 """
 
 
+async def _recorded(conn: asyncpg.Connection, tenant: str, effect: Effect | None) -> Any:
+    """The journaled result of ``effect`` (None: not performed yet)."""
+    if effect is None:
+        return None
+    text = await conn.fetchval(
+        "SELECT result FROM actor_effects WHERE tenant_id=$1 AND qid=$2 AND digest=$3 AND occurrence=$4",
+        tenant, effect.qid, effect.digest, effect.occurrence,
+    )
+    return None if text is None else orjson.loads(text)
+
+
+async def _record(conn: asyncpg.Connection, tenant: str, effect: Effect | None, result: Any) -> None:
+    if effect is not None:
+        await conn.execute(
+            "INSERT INTO actor_effects VALUES ($1, $2, $3, $4, $5::json)",
+            tenant, effect.qid, effect.digest, effect.occurrence, orjson.dumps(result).decode(),
+        )
+
+
 class PgActorStore:
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
@@ -68,9 +91,14 @@ class PgActorStore:
 
     # --- instances -----------------------------------------------------------
 
-    async def create_instance(self, instance: InstanceInfo) -> tuple[InstanceInfo, bool]:
+    async def create_instance(
+        self, instance: InstanceInfo, effect: Effect | None = None
+    ) -> tuple[InstanceInfo, bool]:
         t = instance.tenant
         async with self._tx(t) as conn:
+            recorded = await _recorded(conn, t, effect)
+            if recorded is not None:
+                return InstanceInfo(**recorded), False
             row = await self._insert_instance(conn, instance)
             created = row is not None
             if row is None:
@@ -79,7 +107,9 @@ class PgActorStore:
                     " WHERE tenant_id=$1 AND actor=$2 AND key=$3",
                     t, instance.actor, instance.key,
                 )
-        return instance_from_row(row), created
+            info = instance_from_row(row)
+            await _record(conn, t, effect, dataclasses.asdict(info))
+        return info, created
 
     async def remove_instance(self, tenant: str, instance_id: str) -> InstanceInfo | None:
         async with self._tx(tenant) as conn:
@@ -445,31 +475,50 @@ class PgActorStore:
 
     async def save_state(self, tenant: str, instance_id: str, data: bytes, now: int) -> None:
         async with self._tx(tenant) as conn:
-            await conn.execute(
-                "INSERT INTO actor_sqlite VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, instance_id)"
-                " DO UPDATE SET data=EXCLUDED.data, updated_at=EXCLUDED.updated_at",
-                tenant, instance_id, data, now,
-            )
+            await self._save_state(conn, tenant, instance_id, data, now)
+
+    @staticmethod
+    async def _save_state(conn: asyncpg.Connection, tenant: str, instance_id: str, data: bytes, now: int) -> None:
+        await conn.execute(
+            "INSERT INTO actor_sqlite VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, instance_id)"
+            " DO UPDATE SET data=EXCLUDED.data, updated_at=EXCLUDED.updated_at",
+            tenant, instance_id, data, now,
+        )
 
     # --- schedules -----------------------------------------------------------
 
-    async def upsert_schedule(self, s: Schedule) -> None:
+    async def upsert_schedule(self, s: Schedule, effect: Effect | None = None) -> int:
         async with self._tx(s.tenant) as conn:
-            await conn.execute(
-                "INSERT INTO actor_schedules VALUES ($1,$2,$3,$4,$5,$6::json,$7,$8)"
-                " ON CONFLICT (tenant_id, instance_id, name) DO UPDATE SET due_at=EXCLUDED.due_at,"
-                " cron=EXCLUDED.cron, event=EXCLUDED.event, stream=EXCLUDED.stream",
-                s.tenant, s.instance_id, s.name, s.due_at, s.cron,
-                orjson.dumps(s.event).decode(), s.stream, s.created_at,
-            )
+            recorded = await _recorded(conn, s.tenant, effect)
+            if recorded is not None:
+                return recorded
+            await self._upsert_schedule(conn, s)
+            await _record(conn, s.tenant, effect, s.due_at)
+        return s.due_at
 
-    async def cancel_schedule(self, tenant: str, instance_id: str, name: str) -> bool:
+    @staticmethod
+    async def _upsert_schedule(conn: asyncpg.Connection, s: Schedule) -> None:
+        await conn.execute(
+            "INSERT INTO actor_schedules VALUES ($1,$2,$3,$4,$5,$6::json,$7,$8)"
+            " ON CONFLICT (tenant_id, instance_id, name) DO UPDATE SET due_at=EXCLUDED.due_at,"
+            " cron=EXCLUDED.cron, event=EXCLUDED.event, stream=EXCLUDED.stream",
+            s.tenant, s.instance_id, s.name, s.due_at, s.cron,
+            orjson.dumps(s.event).decode(), s.stream, s.created_at,
+        )
+
+    async def cancel_schedule(
+        self, tenant: str, instance_id: str, name: str, effect: Effect | None = None
+    ) -> bool:
         async with self._tx(tenant) as conn:
-            result = await conn.execute(
+            recorded = await _recorded(conn, tenant, effect)
+            if recorded is not None:
+                return recorded
+            found = await conn.execute(
                 "DELETE FROM actor_schedules WHERE tenant_id=$1 AND instance_id=$2 AND name=$3",
                 tenant, instance_id, name,
-            )
-        return result != "DELETE 0"
+            ) != "DELETE 0"
+            await _record(conn, tenant, effect, found)
+        return found
 
     async def schedules(self, tenant: str, instance_id: str) -> list[Schedule]:
         async with self._tx(tenant) as conn:
@@ -519,21 +568,30 @@ class PgActorStore:
 
     async def post_message(
         self, tenant: str, path: str, message: Message, event: PreparedEvent, now: int,
-        new_stream_id: str,
+        new_stream_id: str, effect: Effect | None = None,
     ) -> tuple[Message | None, Outcome]:
         async with self._tx(tenant) as conn:
+            recorded = await _recorded(conn, tenant, effect)
+            if recorded is not None:
+                return message_from_record(recorded)
             outcome = await self._store._commit_in(conn, tenant, path, [event], now, new_stream_id)
             if outcome.status != "ok":
                 return None, outcome  # refused: no message without its event
-            row = await conn.fetchrow(
-                "INSERT INTO conversation_messages (tenant_id, conversation_id, message_id, role,"
-                " content, metadata, at, event_seq) VALUES ($1,$2,$3,$4,$5::json,$6::json,$7,$8)"
-                f" RETURNING {MESSAGE_COLUMNS}",
-                tenant, message.conversation_id, message.message_id, message.role,
-                orjson.dumps(message.content).decode(), orjson.dumps(message.metadata).decode(),
-                now, outcome.offset,
-            )
-        return message_from_row(row), outcome
+            posted = await self._insert_message(conn, tenant, message, now, outcome.offset)
+            await _record(conn, tenant, effect, message_record(posted, outcome))
+        return posted, outcome
+
+    @staticmethod
+    async def _insert_message(
+        conn: asyncpg.Connection, tenant: str, m: Message, now: int, offset: int | None
+    ) -> Message:
+        return message_from_row(await conn.fetchrow(
+            "INSERT INTO conversation_messages (tenant_id, conversation_id, message_id, role,"
+            " content, metadata, at, event_seq) VALUES ($1,$2,$3,$4,$5::json,$6::json,$7,$8)"
+            f" RETURNING {MESSAGE_COLUMNS}",
+            tenant, m.conversation_id, m.message_id, m.role,
+            orjson.dumps(m.content).decode(), orjson.dumps(m.metadata).decode(), now, offset,
+        ))
 
     async def messages(
         self, tenant: str, conversation_id: str, after: int | None, limit: int

@@ -6,6 +6,7 @@ another claim: the single writer is the lock); reads on its reader threads.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import zlib
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ import orjson
 from ...events import PreparedEvent, now_ms
 from ...lifecycle import INSTANCE_ADOPTED, INSTANCE_CREATED, INSTANCE_REMOVED, instance_fact
 from ..actors import (
+    Effect,
     FanoutLag,
     InstanceInfo,
     Message,
@@ -24,6 +26,8 @@ from ..actors import (
     QueueItem,
     QueueRow,
     Schedule,
+    message_from_record,
+    message_record,
     new_instance_id,
 )
 from ..contract import Outcome
@@ -67,6 +71,25 @@ def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
+def _recorded(conn: sqlite3.Connection, tenant: str, effect: Effect | None) -> Any:
+    """The journaled result of ``effect`` (None: not performed yet)."""
+    if effect is None:
+        return None
+    row = conn.execute(
+        "SELECT result FROM actor_effects WHERE tenant_id=? AND qid=? AND digest=? AND occurrence=?",
+        (tenant, effect.qid, effect.digest, effect.occurrence),
+    ).fetchone()
+    return None if row is None else orjson.loads(row[0])
+
+
+def _record(conn: sqlite3.Connection, tenant: str, effect: Effect | None, result: Any) -> None:
+    if effect is not None:
+        conn.execute(
+            "INSERT INTO actor_effects VALUES (?,?,?,?,?)",
+            (tenant, effect.qid, effect.digest, effect.occurrence, _dumps(result)),
+        )
+
+
 class SqliteActorStore:
     def __init__(self, store: SqliteStore) -> None:
         self._store = store
@@ -82,16 +105,22 @@ class SqliteActorStore:
 
     # --- instances -----------------------------------------------------------
 
-    async def create_instance(self, instance: InstanceInfo) -> tuple[InstanceInfo, bool]:
+    async def create_instance(
+        self, instance: InstanceInfo, effect: Effect | None = None
+    ) -> tuple[InstanceInfo, bool]:
         def run() -> tuple[InstanceInfo, bool]:
             with self._tx() as conn:
+                recorded = _recorded(conn, instance.tenant, effect)
+                if recorded is not None:
+                    return InstanceInfo(**recorded), False
                 created = self._insert_instance(conn, instance)
-                row = conn.execute(
+                info = instance_from_row(conn.execute(
                     f"SELECT {INSTANCE_COLUMNS} FROM actor_instances"
                     " WHERE tenant_id=? AND actor=? AND key=?",
                     (instance.tenant, instance.actor, instance.key),
-                ).fetchone()
-            return instance_from_row(row), created
+                ).fetchone())
+                _record(conn, instance.tenant, effect, dataclasses.asdict(info))
+            return info, created
 
         return await self._write(run)
 
@@ -589,7 +618,15 @@ class SqliteActorStore:
         return bytes(rows[0][0]) if rows else None
 
     async def save_state(self, tenant: str, instance_id: str, data: bytes, now: int) -> None:
-        await self._exec(
+        def run() -> None:
+            with self._tx() as conn:
+                self._save_state(conn, tenant, instance_id, data, now)
+
+        await self._write(run)
+
+    @staticmethod
+    def _save_state(conn: sqlite3.Connection, tenant: str, instance_id: str, data: bytes, now: int) -> None:
+        conn.execute(
             "INSERT INTO actor_sqlite VALUES (?,?,?,?) ON CONFLICT (tenant_id, instance_id)"
             " DO UPDATE SET data=excluded.data, updated_at=excluded.updated_at",
             (tenant, instance_id, data, now),
@@ -597,20 +634,43 @@ class SqliteActorStore:
 
     # --- schedules -----------------------------------------------------------
 
-    async def upsert_schedule(self, s: Schedule) -> None:
-        await self._exec(
+    async def upsert_schedule(self, s: Schedule, effect: Effect | None = None) -> int:
+        def run() -> int:
+            with self._tx() as conn:
+                recorded = _recorded(conn, s.tenant, effect)
+                if recorded is not None:
+                    return recorded
+                self._upsert_schedule(conn, s)
+                _record(conn, s.tenant, effect, s.due_at)
+            return s.due_at
+
+        return await self._write(run)
+
+    @staticmethod
+    def _upsert_schedule(conn: sqlite3.Connection, s: Schedule) -> None:
+        conn.execute(
             "INSERT INTO actor_schedules VALUES (?,?,?,?,?,?,?,?)"
             " ON CONFLICT (tenant_id, instance_id, name) DO UPDATE SET due_at=excluded.due_at,"
             " cron=excluded.cron, event=excluded.event, stream=excluded.stream",
-            (s.tenant, s.instance_id, s.name, s.due_at, s.cron, _dumps(s.event), s.stream,
-             s.created_at),
+            (s.tenant, s.instance_id, s.name, s.due_at, s.cron, _dumps(s.event), s.stream, s.created_at),
         )
 
-    async def cancel_schedule(self, tenant: str, instance_id: str, name: str) -> bool:
-        return await self._exec(
-            "DELETE FROM actor_schedules WHERE tenant_id=? AND instance_id=? AND name=?",
-            (tenant, instance_id, name),
-        ) == 1
+    async def cancel_schedule(
+        self, tenant: str, instance_id: str, name: str, effect: Effect | None = None
+    ) -> bool:
+        def run() -> bool:
+            with self._tx() as conn:
+                recorded = _recorded(conn, tenant, effect)
+                if recorded is not None:
+                    return recorded
+                found = conn.execute(
+                    "DELETE FROM actor_schedules WHERE tenant_id=? AND instance_id=? AND name=?",
+                    (tenant, instance_id, name),
+                ).rowcount == 1
+                _record(conn, tenant, effect, found)
+            return found
+
+        return await self._write(run)
 
     async def schedules(self, tenant: str, instance_id: str) -> list[Schedule]:
         rows = await self._read(
@@ -663,25 +723,32 @@ class SqliteActorStore:
 
     async def post_message(
         self, tenant: str, path: str, message: Message, event: PreparedEvent, now: int,
-        new_stream_id: str,
+        new_stream_id: str, effect: Effect | None = None,
     ) -> tuple[Message | None, Outcome]:
         def run() -> tuple[Message | None, Outcome]:
             with self._tx() as conn:
+                recorded = _recorded(conn, tenant, effect)
+                if recorded is not None:
+                    return message_from_record(recorded)
                 outcome = self._store._commit_in(
                     conn, tenant, path, [event], [0], now, new_stream_id
                 ).outcomes[0]
                 if outcome.status != "ok":
                     return None, outcome  # refused: no message without its event
-                row = conn.execute(
-                    "INSERT INTO conversation_messages (tenant_id, conversation_id, message_id,"
-                    " role, content, metadata, at, event_seq) VALUES (?,?,?,?,?,?,?,?)"
-                    f" RETURNING {MESSAGE_COLUMNS}",
-                    (tenant, message.conversation_id, message.message_id, message.role,
-                     _dumps(message.content), _dumps(message.metadata), now, outcome.offset),
-                ).fetchone()
-            return message_from_row(row), outcome
+                posted = self._insert_message(conn, tenant, message, now, outcome.offset)
+                _record(conn, tenant, effect, message_record(posted, outcome))
+            return posted, outcome
 
         return await self._write(run)
+
+    @staticmethod
+    def _insert_message(conn: sqlite3.Connection, tenant: str, m: Message, now: int, offset: int | None) -> Message:
+        return message_from_row(conn.execute(
+            "INSERT INTO conversation_messages (tenant_id, conversation_id, message_id,"
+            " role, content, metadata, at, event_seq) VALUES (?,?,?,?,?,?,?,?)"
+            f" RETURNING {MESSAGE_COLUMNS}",
+            (tenant, m.conversation_id, m.message_id, m.role, _dumps(m.content), _dumps(m.metadata), now, offset),
+        ).fetchone())
 
     async def messages(
         self, tenant: str, conversation_id: str, after: int | None, limit: int
