@@ -78,6 +78,11 @@ def stream_url(path: str, action: str = "") -> str:
     return f"{base}/-/{action}" if action else (base if path != "/" else "/v1/streams/")
 
 
+def failure_url(failure_id: str, action: str = "") -> str:
+    base = "/v1/failures/" + quote(failure_id, safe="")
+    return f"{base}/{action}" if action else base
+
+
 def instance_url(instance_id: str, action: str = "") -> str:
     base = "/v1/instances/" + quote(instance_id, safe="")
     return f"{base}/{action}" if action else base
@@ -300,6 +305,32 @@ class Client:
     def drop_dead(self, instance_id: str, qids: list[int] | None = None) -> Any:
         """Delete dead rows (all, or ``qids``): ``{"dropped": n}``."""
         return self.request("POST", instance_url(instance_id, "dlq/drop"), json=_qids_body(qids))
+
+    # --- the failures inbox (docs/failures.md) ----------------------------
+
+    def failures(self, limit: int = 100, **filters: Any) -> Any:
+        """Open failures: ``{"failures": [...]}``, oldest first; ``filters``:
+        kind, receiver, stream, actor, instance_id, subscription, since, until."""
+        return self.request("GET", "/v1/failures", params={"limit": limit, **filters})
+
+    def failure(self, failure_id: str) -> Any:
+        return self.request("GET", failure_url(failure_id))
+
+    def replay_failure(self, failure_id: str, event: dict[str, Any] | None = None) -> Any:
+        """Replay as it is, or with ``event`` (``{type?, payload?, metadata?}``) corrected."""
+        return self.request("POST", failure_url(failure_id, "replay"), json={} if event is None else {"event": event})
+
+    def discard_failure(self, failure_id: str, reason: str) -> Any:
+        return self.request("POST", failure_url(failure_id, "discard"), json={"reason": reason})
+
+    def replay_failures(self, filters: dict[str, Any], event: dict[str, Any] | None = None, limit: int = 1000) -> Any:
+        body: dict[str, Any] = {"filter": filters, "limit": limit}
+        if event is not None:
+            body["event"] = event
+        return self.request("POST", "/v1/failures/replay", json=body)
+
+    def discard_failures(self, filters: dict[str, Any], reason: str, limit: int = 1000) -> Any:
+        return self.request("POST", "/v1/failures/discard", json={"filter": filters, "reason": reason, "limit": limit})
 
     # --- tokens (the token's own tenant) -----------------------------------
 

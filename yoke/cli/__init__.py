@@ -5,6 +5,7 @@
     streams.py        append, read, tail, streams, stream info|close|retention|hold
     subscriptions.py  subscriptions list|show|add|remove|resume|cursor|wait
     actors.py         instances list|create|show, dlq list|redrive|drop
+    failures.py       failures list|show|replay|discard
     demo.py           demo                              (in-process, no server)
     common.py         click classes, output helpers, http_command
 
@@ -24,6 +25,7 @@ from .. import __version__
 from .actors import dlq, instances
 from .common import Group
 from .demo import demo
+from .failures import failures
 from .server import migrate, serve, worker
 from .streams import append, read, stream, streams, tail
 from .subscriptions import subscriptions
@@ -32,7 +34,7 @@ from .tokens import tokens
 SECTIONS = [
     ("Start here", [demo, serve]),
     ("Streams (over HTTP)", [append, read, tail, streams, stream]),
-    ("Subscriptions and actors (over HTTP)", [subscriptions, instances, dlq]),
+    ("Subscriptions and actors (over HTTP)", [subscriptions, instances, dlq, failures]),
     ("Operations (on the database)", [worker, migrate, tokens]),
 ]
 

@@ -1088,3 +1088,123 @@ SSE_ANSWER = text_answer(
     " end it. Reconnect with Last-Event-ID.",
     SSE_EXAMPLE,
 )
+
+
+# --- the failures inbox (docs/failures.md) --------------------------------------------
+
+FAILURE_ID = "ht_WyIvb3JkZXJzIiwidG8tYXJjaGl2ZSIsNDNd"
+FAILURE_EXAMPLE = {
+    "id": FAILURE_ID, "kind": "halted", "receiver": "webhook", "path": "/orders", "offset": 42,
+    "failed_at": AT, "attempt_count": 15, "error": "WebhookFailed: the receiver answered 500",
+    "attempts": [{"number": 15, "error": "WebhookFailed: the receiver answered 500", "at": AT}],
+    "event": EVENT_EXAMPLE, "actor": None, "instance_id": None, "subscription": "to-billing", "traceback": None,
+}  # fmt: skip
+RESOLUTION_EXAMPLE = {
+    "id": FAILURE_ID, "action": "replayed", "audit_path": "/orders", "audit_offset": 57, "delivered": True,
+}  # fmt: skip
+FAILURE_FILTER_EXAMPLE = {"kind": "halted", "receiver": "webhook", "stream": "/orders"}
+CORRECTION_EXAMPLE = {"payload": {"order_id": "A-1", "total": 42}}
+
+
+class FailureAttempt(BaseModel):
+    number: int = Field(description="The attempt's number (1: the first)")
+    error: str | None
+    at: int | None = Field(description="Milliseconds since the epoch")
+
+
+class Failure(BaseModel):
+    """One parked failure (docs/failures.md)."""
+
+    model_config = config(FAILURE_EXAMPLE)
+    id: str = Field(description="Opaque and stable while the failure is open")
+    kind: Literal["dead_letter", "halted", "skipped"]
+    receiver: Literal["actor", "copy", "webhook", "call", "processor"]
+    path: str | None = Field(description="The event's stream (null: sent to the instance directly)")
+    offset: int | None
+    failed_at: Millis
+    attempt_count: int
+    error: str | None = Field(description="The last attempt's error")
+    attempts: list[FailureAttempt] = Field(description="The attempts whose error is kept (the last one)")
+    event: JsonObject | None = Field(description="The event (null once retention removed it)")
+    actor: str | None
+    instance_id: str | None
+    subscription: str | None = Field(description="Halted and skipped events: the subscription on path")
+    traceback: str | None
+
+
+class FailureList(BaseModel):
+    model_config = config({"failures": [FAILURE_EXAMPLE]})
+    failures: list[Failure] = Field(description="Oldest first")
+
+
+class Correction(BaseModel):
+    """A corrected event: the fields given replace the original's."""
+
+    model_config = closed_config(CORRECTION_EXAMPLE)
+    type: str | None = None
+    payload: Json = None
+    metadata: JsonObject | None = None
+
+
+class ReplayRequest(BaseModel):
+    """No body (or no event): replay as it is."""
+
+    model_config = closed_config({"event": CORRECTION_EXAMPLE})
+    event: Correction | None = Field(default=None, description="A corrected event")
+
+
+class DiscardRequest(BaseModel):
+    model_config = closed_config({"reason": "duplicate order, refunded by hand"})
+    reason: str = Field(min_length=1, max_length=1000)
+
+
+class FailureFilter(BaseModel):
+    """Which failures (every field optional; {}: all of them)."""
+
+    model_config = closed_config(FAILURE_FILTER_EXAMPLE)
+    kind: Literal["dead_letter", "halted", "skipped"] | None = None
+    receiver: Literal["actor", "copy", "webhook", "call", "processor"] | None = None
+    stream: str | None = None
+    actor: str | None = None
+    instance_id: str | None = None
+    subscription: str | None = None
+    since: int | None = Field(default=None, description="failed_at at or after (ms)")
+    until: int | None = Field(default=None, description="failed_at before (ms)")
+
+
+class BulkReplayRequest(BaseModel):
+    model_config = closed_config({"filter": FAILURE_FILTER_EXAMPLE})
+    filter: FailureFilter
+    event: Correction | None = Field(default=None, description="A correction applied to each")
+    limit: int = Field(default=1000, ge=1, le=1000, description="At most this many, oldest first")
+
+
+class BulkDiscardRequest(BaseModel):
+    model_config = closed_config({"filter": {"stream": "/orders/test"}, "reason": "test data"})
+    filter: FailureFilter
+    reason: str = Field(min_length=1, max_length=1000)
+    limit: int = Field(default=1000, ge=1, le=1000, description="At most this many, oldest first")
+
+
+class Resolution(BaseModel):
+    model_config = config(RESOLUTION_EXAMPLE)
+    id: str
+    action: Literal["replayed", "discarded"]
+    audit_path: str = Field(description="The stream holding the yoke.failure.* audit event")
+    audit_offset: int | None
+    delivered: bool = Field(description="Delivered by this call (a corrected halt, a skip)")
+
+
+class BulkFailed(BaseModel):
+    id: str
+    error: JsonObject = Field(description="The error body: code, message, details")
+
+
+class BulkResult(BaseModel):
+    model_config = config({
+        "done": [RESOLUTION_EXAMPLE],
+        "failed": [{"id": "sk_WyIvb3JkZXJzIiwiYmlsbGluZyIsNDRd", "error": {
+            "code": "webhook_failed", "message": "the receiver answered 500"}}],
+    })  # fmt: skip
+    done: list[Resolution]
+    failed: list[BulkFailed]

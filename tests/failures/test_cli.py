@@ -1,0 +1,67 @@
+"""``yoke failures list|show|replay|discard`` as a subprocess against a real
+``yoke serve --app`` on both backends: tables and --json, one failure and
+--all with filters, corrected events, reasons, and the messages of misuse."""
+
+from __future__ import annotations
+
+import subprocess
+
+import httpx
+import orjson
+
+from .conftest import Served
+from .test_http import failures, setup_poison, wait_for
+
+
+def cli(served: Served, token: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return served.server.cli(*args, "--url", served.server.url, "--token", token, check=check)
+
+
+def test_cli_lists_shows_replays_and_discards(served: Served, admin: httpx.Client) -> None:
+    token = admin.headers["Authorization"].split()[1]
+    got = setup_poison(admin)
+    dead, halted, skipped = (got["by_kind"][k] for k in ("dead_letter", "halted", "skipped"))
+
+    table = cli(served, token, "failures", "list").stdout
+    assert table.splitlines()[0].split() == ["ID", "KIND", "EVENT", "TO", "FAILED", "ATTEMPTS", "ERROR"]
+    assert all(f["id"] in table for f in (dead, halted, skipped))
+    assert "orders " + dead["instance_id"] in table and "copy archive" in table
+    listed = orjson.loads(cli(served, token, "failures", "list", "--kind", "halted", "--json").stdout)
+    assert [f["id"] for f in listed] == [halted["id"]]
+    assert orjson.loads(cli(served, token, "failures", "list", "--since", "1h", "--receiver", "call",
+                            "--json").stdout)[0]["id"] == skipped["id"]
+    assert "(no failures" in cli(served, token, "failures", "list", "--stream", "/nowhere").stdout
+
+    shown = cli(served, token, "failures", "show", dead["id"]).stdout
+    assert "ValueError: poisoned order 1" in shown and "attempt 2" in shown and "Traceback" in shown
+    assert orjson.loads(cli(served, token, "failures", "show", dead["id"], "--json").stdout) == dead
+
+    out = cli(served, token, "failures", "replay", dead["id"], "--event", '{"payload": {"n": 1}}').stdout
+    assert out.startswith(f"replayed {dead['id']} (audit event /s@")
+    out = cli(served, token, "failures", "discard", halted["id"], "--reason", "archive does not need it").stdout
+    assert out.startswith(f"discarded {halted['id']}")
+    bulk = orjson.loads(cli(served, token, "failures", "replay", "--all", "--kind", "skipped",
+                            "--event", '{"payload": {"n": 1}}', "--json").stdout)
+    assert [d["id"] for d in bulk["done"]] == [skipped["id"]] and bulk["failed"] == []
+    assert failures(admin) == []
+    audit = [e for e in admin.get("/v1/streams/s/-/events").json()["events"] if e["type"].startswith("yoke.failure.")]
+    assert [e["payload"]["failure"] for e in audit] == [dead["id"], halted["id"], skipped["id"]]
+    assert audit[1]["payload"]["reason"] == "archive does not need it"
+
+
+def test_cli_bulk_discard_and_misuse(served: Served, admin: httpx.Client) -> None:
+    token = admin.headers["Authorization"].split()[1]
+    setup_poison(admin)
+    out = cli(served, token, "failures", "discard", "--all", "--stream", "/s", "--reason", "test data").stdout
+    assert out.splitlines()[-1] == "3 done, 0 failed"
+    wait_for(lambda: failures(admin), lambda fs: fs == [])
+    for args, message in [
+        (("failures", "replay"), "give a failure id"),
+        (("failures", "replay", "dl_x", "--all"), "not both"),
+        (("failures", "discard", "dl_WzFd"), "--reason"),
+        (("failures", "show", "dl_WzEyMzQ1XQ"), "failure_not_found"),
+        (("failures", "list", "--since", "yesterday"), "--since takes"),
+        (("failures", "replay", "dl_WzEyMzQ1XQ", "--event", "{"), "--event is not valid JSON"),
+    ]:
+        done = cli(served, token, *args, check=False)
+        assert done.returncode != 0 and message in done.stderr, (args, done.stderr)

@@ -1,0 +1,185 @@
+"""``yoke failures list|show|replay|discard`` over HTTP: the failures inbox
+(docs/failures.md). ``replay`` and ``discard`` act on one failure (its id)
+or, with ``--all``, on every failure the filter options select."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime
+from typing import Any
+
+import click
+
+from .common import Column, Remote, argument, compact, emit, fail, group, http_command, or_dash, parse_json, table, when
+
+ID_HELP = "a failure id, like dl_WzE3XQ (see `yoke failures list`)"
+AGO = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def moment(value: str | None, option: str) -> int | None:
+    """ms since the epoch from ms, a time ago (``90s``, ``10m``, ``2h``,
+    ``7d``) or an ISO 8601 time (local unless it says its zone)."""
+    if value is None:
+        return None
+    if value.isdigit():
+        return int(value)
+    ago = re.fullmatch(r"(\d+)([smhd])", value)
+    if ago:
+        return int((time.time() - int(ago.group(1)) * AGO[ago.group(2)]) * 1000)
+    try:
+        return int(datetime.fromisoformat(value).timestamp() * 1000)
+    except ValueError:
+        fail(f"{option} takes ms since the epoch, a time ago like 10m, 2h or 7d, or an ISO time like"
+             f" 2026-12-01T09:00; not {value!r}")
+
+
+def filter_options(fn: Any) -> Any:
+    options = [
+        click.option("--kind", type=click.Choice(["dead_letter", "halted", "skipped"]), default=None,
+                     help="Only failures of this kind."),
+        click.option("--receiver", type=click.Choice(["actor", "copy", "webhook", "call", "processor"]),
+                     default=None, help="Only failures bound for this kind of receiver."),
+        click.option("--stream", default=None, metavar="PATH", help="Only events of this stream."),
+        click.option("--actor", default=None, metavar="ACTOR", help="Only dead letters of this actor."),
+        click.option("--instance", "instance_id", default=None, metavar="ID",
+                     help="Only dead letters of this instance."),
+        click.option("--subscription", default=None, metavar="NAME",
+                     help="Only failures of the subscription with this name."),
+        click.option("--since", default=None, metavar="TIME",
+                     help="Failed at or after TIME: ms, a time ago (10m, 2h, 7d) or an ISO time."),
+        click.option("--until", default=None, metavar="TIME", help="Failed before TIME (as --since)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def selection(kind: str | None, receiver: str | None, stream: str | None, actor: str | None,
+              instance_id: str | None, subscription: str | None, since: str | None,
+              until: str | None) -> dict[str, Any]:
+    chosen = {
+        "kind": kind, "receiver": receiver, "stream": stream, "actor": actor, "instance_id": instance_id,
+        "subscription": subscription, "since": moment(since, "--since"), "until": moment(until, "--until"),
+    }
+    return {k: v for k, v in chosen.items() if v is not None}
+
+
+def where(f: dict[str, Any]) -> str:
+    if f["kind"] == "dead_letter":
+        return f"{f['actor'] or '?'} {f['instance_id']}"
+    return f"{f['receiver']} {f['subscription']}"
+
+
+FAILURE_COLUMNS: list[Column] = [
+    ("ID", lambda f: f["id"], "<"),
+    ("KIND", lambda f: f["kind"], "<"),
+    ("EVENT", lambda f: f"{f['path']}@{f['offset']}" if f["path"] is not None else "(sent)", "<"),
+    ("TO", where, "<"),
+    ("FAILED", lambda f: when(f["failed_at"]), "<"),
+    ("ATTEMPTS", lambda f: f["attempt_count"], ">"),
+    ("ERROR", lambda f: (f["error"] or "-").splitlines()[0][:80] if f["error"] else "-", "<"),
+]
+
+
+def failure_lines(f: dict[str, Any]) -> str:
+    rows = [
+        ("id", f["id"]),
+        ("kind", f"{f['kind']}   receiver {f['receiver']}"),
+        ("event", f"{f['path']}@{f['offset']}" if f["path"] is not None else "(sent to the instance)"),
+        ("to", where(f)),
+        ("failed", f"{when(f['failed_at'])}   after {f['attempt_count']} attempt(s)"),
+        ("error", or_dash(f["error"])),
+    ]
+    for a in f["attempts"]:
+        rows.append((f"attempt {a['number']}", f"{when(a['at'])}  {or_dash(a['error'])}"))
+    rows.append(("content", compact(f["event"]) if f["event"] is not None else "(removed by retention)"))
+    width = max(len(name) for name, _ in rows)
+    text = "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+    if f.get("traceback"):
+        text += "\n\n" + f["traceback"].rstrip()
+    return text
+
+
+def resolution_line(r: dict[str, Any]) -> str:
+    at = f"{r['audit_path']}@{r['audit_offset']}"
+    return f"{r['action']} {r['id']} (audit event {at}{', delivered' if r.get('delivered') else ''})"
+
+
+def bulk_lines(b: dict[str, Any]) -> str:
+    lines = [resolution_line(r) for r in b["done"]]
+    lines += [f"failed   {x['id']}: {x['error'].get('code')}: {x['error'].get('message')}" for x in b["failed"]]
+    lines.append(f"{len(b['done'])} done, {len(b['failed'])} failed")
+    return "\n".join(lines)
+
+
+def one_or_all(failure_id: str | None, every: bool, chosen: dict[str, Any]) -> None:
+    if failure_id is not None and (every or chosen):
+        fail("give a failure id, or --all with filter options, not both")
+    if failure_id is None and not every:
+        fail("give a failure id (see `yoke failures list`), or --all to act on every failure the"
+             " filter options select")
+
+
+@group()
+def failures() -> None:
+    """The failures inbox: dead letters, halted subscriptions, skipped events."""
+
+
+@failures.command("list")
+@filter_options
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000), metavar="N",
+              help="At most N failures.")
+@http_command
+def failures_list(client: Remote, as_json: bool, limit: int, **filters: Any) -> None:
+    """Open failures, oldest first."""
+    listed = client.failures(limit, **selection(**filters))["failures"]
+    emit(listed, as_json, lambda v: table(v, FAILURE_COLUMNS, f"(no failures in {client.tenant_label()})"))
+
+
+@failures.command("show")
+@argument("failure_id", ID_HELP)
+@http_command
+def failures_show(client: Remote, as_json: bool, failure_id: str) -> None:
+    """One failure: its event, attempts and errors."""
+    emit(client.failure(failure_id), as_json, failure_lines)
+
+
+@failures.command("replay")
+@argument("failure_id", ID_HELP, required=False)
+@click.option("--event", "event_json", default=None, metavar="JSON",
+              help='A corrected event: {"type", "payload", "metadata"}, each optional (default: as it was).')
+@click.option("--all", "every", is_flag=True, help="Replay every failure the filter options select.")
+@filter_options
+@click.option("--limit", default=1000, show_default=True, type=click.IntRange(1, 1000), metavar="N",
+              help="With --all: at most N failures, oldest first.")
+@http_command
+def failures_replay(client: Remote, as_json: bool, failure_id: str | None, event_json: str | None, every: bool,
+                    limit: int, **filters: Any) -> None:
+    """Replay a failure (or --all), as it was or corrected (--event)."""
+    chosen = selection(**filters)
+    one_or_all(failure_id, every, chosen)
+    event = parse_json(event_json, "--event") if event_json is not None else None
+    if failure_id is not None:
+        emit(client.replay_failure(failure_id, event), as_json, resolution_line)
+        return
+    emit(client.replay_failures(chosen, event, limit), as_json, bulk_lines)
+
+
+@failures.command("discard")
+@argument("failure_id", ID_HELP, required=False)
+@click.option("--reason", required=True, metavar="TEXT", help="Why (kept in the audit event).")
+@click.option("--all", "every", is_flag=True, help="Discard every failure the filter options select.")
+@filter_options
+@click.option("--limit", default=1000, show_default=True, type=click.IntRange(1, 1000), metavar="N",
+              help="With --all: at most N failures, oldest first.")
+@http_command
+def failures_discard(client: Remote, as_json: bool, failure_id: str | None, reason: str, every: bool, limit: int,
+                     **filters: Any) -> None:
+    """Discard a failure (or --all), with a reason."""
+    chosen = selection(**filters)
+    one_or_all(failure_id, every, chosen)
+    if failure_id is not None:
+        emit(client.discard_failure(failure_id, reason), as_json, resolution_line)
+        return
+    emit(client.discard_failures(chosen, reason, limit), as_json, bulk_lines)

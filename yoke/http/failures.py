@@ -1,0 +1,114 @@
+"""``/v1/failures``: the failures inbox of the token's tenant (docs/failures.md).
+
+Reads need ``read``; replays and discards change what runs, so they need
+``admin`` (like redriving dead letters). The routes call the same
+``runtime.failures(tenant)`` methods as Python.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Path, Query, Request
+from starlette.responses import Response
+
+from ..failures import Failures
+from .actors import optional_json_body
+from .auth import ADMIN, READ, Principal, runtime_of
+from .responses import ERROR_RESPONSES, json_body, json_response
+from .schemas import (
+    BulkDiscardRequest, BulkReplayRequest, BulkResult, DiscardRequest, Failure, FailureList, ReplayRequest,
+    Resolution, answer, request_body,
+)
+from .streams import object_body
+
+router = APIRouter(prefix="/v1/failures", tags=["failures"], responses=ERROR_RESPONSES)
+
+FAILURE_ID = Path(description="A failure id (dl_..., ht_..., sk_...)")
+FILTERS = {"kind", "receiver", "stream", "actor", "instance_id", "subscription", "since", "until"}
+
+
+def failures_of(request: Request, principal: Principal) -> Failures:
+    return runtime_of(request).failures(principal.tenant)
+
+
+def selection_of(body: dict[str, Any]) -> dict[str, Any]:
+    return object_body(body.get("filter"), FILTERS, "filter")
+
+
+@router.get("", responses={200: answer(FailureList, "Open failures, oldest first")}, summary="List failures")
+async def list_failures(
+    request: Request,
+    kind: str | None = Query(None, description="dead_letter, halted or skipped"),
+    receiver: str | None = Query(None, description="actor, copy, webhook, call or processor"),
+    stream: str | None = Query(None, description="The event's stream"),
+    actor: str | None = Query(None),
+    instance_id: str | None = Query(None),
+    subscription: str | None = Query(None, description="A subscription's name"),
+    since: int | None = Query(None, description="failed_at at or after (ms since the epoch)"),
+    until: int | None = Query(None, description="failed_at before (ms since the epoch)"),
+    limit: int = Query(100, ge=1, le=1000),
+    principal: Principal = READ,
+) -> Response:
+    listed = await failures_of(request, principal).list(
+        kind=kind, receiver=receiver, stream=stream, actor=actor, instance_id=instance_id,
+        subscription=subscription, since=since, until=until, limit=limit,
+    )
+    return json_response({"failures": [f.to_dict() for f in listed]})
+
+
+@router.post(
+    "/replay", openapi_extra=request_body(BulkReplayRequest),
+    responses={200: answer(BulkResult, "What was replayed, and what could not be")},
+    summary="Replay every failure a filter selects",
+)
+async def replay_all(request: Request, principal: Principal = ADMIN) -> Response:
+    body = object_body(await json_body(request), {"filter", "event", "limit"})
+    bulk = await failures_of(request, principal).replay_all(
+        event=body.get("event"), limit=body.get("limit", 1000), **selection_of(body)
+    )
+    return json_response(bulk.to_dict())
+
+
+@router.post(
+    "/discard", openapi_extra=request_body(BulkDiscardRequest),
+    responses={200: answer(BulkResult, "What was discarded, and what could not be")},
+    summary="Discard every failure a filter selects, with a reason",
+)
+async def discard_all(request: Request, principal: Principal = ADMIN) -> Response:
+    body = object_body(await json_body(request), {"filter", "reason", "limit"})
+    bulk = await failures_of(request, principal).discard_all(
+        body.get("reason"), limit=body.get("limit", 1000), **selection_of(body)
+    )
+    return json_response(bulk.to_dict())
+
+
+@router.get(
+    "/{failure_id}", responses={200: answer(Failure, "The failure, its event and attempts")},
+    summary="One failure",
+)
+async def show_failure(request: Request, failure_id: str = FAILURE_ID, principal: Principal = READ) -> Response:
+    return json_response((await failures_of(request, principal).get(failure_id)).to_dict())
+
+
+@router.post(
+    "/{failure_id}/replay",
+    openapi_extra=request_body(ReplayRequest, required=False, description="No body: replay as it is"),
+    responses={200: answer(Resolution, "Replayed (yoke.failure.replayed appended)")},
+    summary="Replay a failure, as it is or with a corrected event",
+)
+async def replay(request: Request, failure_id: str = FAILURE_ID, principal: Principal = ADMIN) -> Response:
+    body = object_body(await optional_json_body(request), {"event"})
+    done = await failures_of(request, principal).replay(failure_id, body.get("event"))
+    return json_response(done.to_dict())
+
+
+@router.post(
+    "/{failure_id}/discard", openapi_extra=request_body(DiscardRequest),
+    responses={200: answer(Resolution, "Discarded (yoke.failure.discarded appended)")},
+    summary="Discard a failure, with a reason",
+)
+async def discard(request: Request, failure_id: str = FAILURE_ID, principal: Principal = ADMIN) -> Response:
+    body = object_body(await json_body(request), {"reason"})
+    done = await failures_of(request, principal).discard(failure_id, body.get("reason"))
+    return json_response(done.to_dict())
