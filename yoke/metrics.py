@@ -163,3 +163,39 @@ async def sample_actor_gauges(actors) -> None:  # noqa: ANN001 - an ActorStore
         for status in ("pending", "processing", "dead"):
             QUEUE_DEPTH.labels(tenant, status).set(getattr(depth, status))
         FANOUT_LAG.labels(tenant).set(sum(lag.head - lag.through for lag in await actors.fanout_lag(tenant)))
+
+
+# --- the failures inbox (docs/failures.md; sampled at scrape) -------------------
+
+FAILURES = Gauge(
+    "yoke_failures", "Open failures (dead letters, halted subscriptions, skipped events) by kind and age"
+    " since their last attempt (sampled at scrape)", ["tenant", "kind", "age"],
+)
+FAILURE_OLDEST = Gauge(
+    "yoke_failure_oldest_age_seconds", "Age of the oldest open failure of each kind (0: none; sampled at scrape)",
+    ["tenant", "kind"],
+)
+FAILURE_AGES = (("under_1m", 60.0), ("under_1h", 3600.0), ("under_1d", 86400.0), ("over_1d", float("inf")))
+MAX_SAMPLED_FAILURES = 100_000  # per tenant and scrape
+
+
+async def sample_failure_gauges(runtime) -> None:  # noqa: ANN001 - a Runtime
+    """Refresh the failure gauges from the inbox of every tenant."""
+    from .events import now_ms
+    from .failures import Failures, Selection
+    from .failures.model import KINDS
+
+    now = now_ms()
+    for tenant in await runtime.store.actors.tenants():
+        listed = await Failures(runtime, tenant).select(Selection(), MAX_SAMPLED_FAILURES)
+        counts = {(kind, age): 0 for kind in KINDS for age, _ in FAILURE_AGES}
+        oldest = dict.fromkeys(KINDS, 0.0)
+        for failure in listed:
+            seconds = max(now - failure.failed_at, 0) / 1000
+            age = next(name for name, bound in FAILURE_AGES if seconds < bound)
+            counts[failure.kind, age] += 1
+            oldest[failure.kind] = max(oldest[failure.kind], seconds)
+        for (kind, age), count in counts.items():
+            FAILURES.labels(tenant, kind, age).set(count)
+        for kind, seconds in oldest.items():
+            FAILURE_OLDEST.labels(tenant, kind).set(seconds)

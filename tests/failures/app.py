@@ -2,7 +2,8 @@
 tests.failures.app:app``): a poisoned event (``payload.poison``) fails it
 everywhere.
 
-- ``orders`` (actor, ``order`` events, 2 attempts, fast retries) raises on
+- ``orders`` (actor, ``order`` events of ``/s``: not the copies a test
+  makes of them; 2 attempts, fast retries) raises on
   poison, else adds ``payload.n`` to its state's ``seen`` list;
 - ``rec`` (call receiver) raises on poison, else writes one JSON line per
   event (``{"offset", "payload", "replay_of"}``) to the file named by
@@ -26,7 +27,9 @@ def poisoned(payload: object) -> bool:
     return isinstance(payload, dict) and bool(payload.get("poison"))
 
 
-@app.actor("orders", filter=Filter(types=["order"]), max_attempts=2, retry_base_s=0.01, retry_max_s=0.02)
+@app.actor(
+    "orders", filter=Filter(types=["order"], streams=["/s"]), max_attempts=2, retry_base_s=0.01, retry_max_s=0.02
+)
 async def orders(ctx, event):
     if poisoned(event.payload):
         raise ValueError(f"poisoned order {event.payload.get('n')}")

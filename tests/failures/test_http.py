@@ -77,6 +77,11 @@ def test_list_show_replay_corrected_and_discard(served: Served, admin: httpx.Cli
         shown = admin.get(f"/v1/failures/{f['id']}")
         assert shown.status_code == 200 and shown.json() == f
         assert f["event"]["id"] == poisoned["id"] and f["attempts"][-1]["error"] == f["error"]
+    # The metrics count them (sampled at scrape).
+    scraped = admin.get("/metrics").text
+    for kind in ("dead_letter", "halted", "skipped"):
+        assert f'yoke_failures{{age="under_1m",kind="{kind}",tenant="{tenant}"}} 1.0' in scraped
+        assert f'yoke_failure_oldest_age_seconds{{kind="{kind}",tenant="{tenant}"}}' in scraped
     # Filters.
     assert [f["id"] for f in failures(admin, kind="halted")] == [halted["id"]]
     assert [f["id"] for f in failures(admin, receiver="call")] == [skipped["id"]]

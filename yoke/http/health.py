@@ -9,7 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
 from .. import errors
-from ..metrics import sample_actor_gauges, sample_memory
+from ..metrics import sample_actor_gauges, sample_failure_gauges, sample_memory
 from .auth import bearer_token, runtime_of
 from .responses import error_response, json_response
 from .schemas import Health, NotReady, Ready, answer, text_answer
@@ -54,5 +54,6 @@ async def metrics(request: Request) -> Response:
         if not hmac.compare_digest(given.encode(), expected.encode()):
             return error_response(errors.Unauthorized("/metrics needs the metrics token"))
     await sample_actor_gauges(runtime_of(request).store.actors)
+    await sample_failure_gauges(runtime_of(request))
     sample_memory(runtime_of(request))
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
