@@ -226,6 +226,8 @@ def check_correction(correction: Any, max_event_bytes: int) -> dict[str, Any]:
         raise errors.InvalidInput(
             f"a corrected event sets type, payload or metadata, not {', '.join(sorted(extra))}", field="event"
         )
+    if "metadata" in correction and not isinstance(correction["metadata"], dict):
+        raise errors.InvalidInput("a corrected event's metadata is an object", field="metadata")
     probe = {"type": correction.get("type", "x"), "payload": correction.get("payload"),
              "metadata": correction.get("metadata", {})}
     prepare(probe, max_event_bytes=max_event_bytes)  # the same rules as an append
