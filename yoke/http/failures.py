@@ -57,17 +57,20 @@ async def list_failures(
     return json_response({"failures": [f.to_dict() for f in listed]})
 
 
+async def bulk_of(request: Request, field: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A by-filter body: (the body, the keyword arguments of the filter and limit)."""
+    body = object_body(await json_body(request), {"filter", "limit", field})
+    return body, {"limit": body.get("limit", 1000), **selection_of(body)}
+
+
 @router.post(
     "/replay", openapi_extra=request_body(BulkReplayRequest),
     responses={200: answer(BulkResult, "What was replayed, and what could not be")},
     summary="Replay every failure a filter selects",
 )
 async def replay_all(request: Request, principal: Principal = ADMIN) -> Response:
-    body = object_body(await json_body(request), {"filter", "event", "limit"})
-    bulk = await failures_of(request, principal).replay_all(
-        event=body.get("event"), limit=body.get("limit", 1000), **selection_of(body)
-    )
-    return json_response(bulk.to_dict())
+    body, chosen = await bulk_of(request, "event")
+    return json_response((await failures_of(request, principal).replay_all(event=body.get("event"), **chosen)).to_dict())
 
 
 @router.post(
@@ -76,11 +79,8 @@ async def replay_all(request: Request, principal: Principal = ADMIN) -> Response
     summary="Discard every failure a filter selects, with a reason",
 )
 async def discard_all(request: Request, principal: Principal = ADMIN) -> Response:
-    body = object_body(await json_body(request), {"filter", "reason", "limit"})
-    bulk = await failures_of(request, principal).discard_all(
-        body.get("reason"), limit=body.get("limit", 1000), **selection_of(body)
-    )
-    return json_response(bulk.to_dict())
+    body, chosen = await bulk_of(request, "reason")
+    return json_response((await failures_of(request, principal).discard_all(body.get("reason"), **chosen)).to_dict())
 
 
 @router.get(
