@@ -11,8 +11,12 @@ import * as instance from './pages/instance.js';
 import * as subscriptions from './pages/subscriptions.js';
 import * as subscription from './pages/subscription.js';
 import * as tokens from './pages/tokens.js';
+import * as failures from './pages/failures.js';
+import * as failure from './pages/failure.js';
 
-const PAGES = { '': overview, streams, stream, event, actors, instance, subscriptions, subscription, tokens };
+const PAGES = {
+  '': overview, streams, stream, event, actors, instance, subscriptions, subscription, failures, failure, tokens,
+};
 const main = document.getElementById('main');
 let cleanup = null;
 let generation = 0;
@@ -37,7 +41,8 @@ async function show() {
     if (a.dataset.page === page || (page === 'stream' && a.dataset.page === 'streams')
         || (page === 'event' && a.dataset.page === 'streams')
         || (page === 'instance' && a.dataset.page === 'actors')
-        || (page === 'subscription' && a.dataset.page === 'subscriptions')) {
+        || (page === 'subscription' && a.dataset.page === 'subscriptions')
+        || (page === 'failure' && a.dataset.page === 'failures')) {
       a.setAttribute('aria-current', 'page');
     } else {
       a.removeAttribute('aria-current');
