@@ -73,6 +73,8 @@ def test_list_show_replay_corrected_and_discard(served: Served, admin: httpx.Cli
     assert (halted["receiver"], halted["subscription"]) == ("copy", "archive")
     assert (skipped["receiver"], skipped["subscription"], skipped["attempt_count"]) == ("call", "rec", 3)
     assert halted["error"].startswith("InvalidTransform") and dead["error"] == "ValueError: poisoned order 1"
+    assert [a["number"] for a in dead["attempts"]] == [1, 2] and len(halted["attempts"]) == 15
+    assert [a["number"] for a in skipped["attempts"]] == [1, 2, 3]
     for f in (dead, halted, skipped):
         shown = admin.get(f"/v1/failures/{f['id']}")
         assert shown.status_code == 200 and shown.json() == f

@@ -55,7 +55,8 @@ async def test_dead_letters_listed_shown_replayed_corrected_and_discarded(fresh_
             "dead_letter", "actor", "/orders", "orders", inst.instance_id)
         assert first.id.startswith("dl_") and first.attempt_count == 2
         assert first.error == "ValueError: poisoned order 1" and "raise ValueError" in first.traceback
-        assert first.attempts[-1].number == 2 and first.attempts[-1].at == first.failed_at
+        assert [(a.number, a.error) for a in first.attempts] == [(n, "ValueError: poisoned order 1") for n in (1, 2)]
+        assert first.attempts[0].at <= first.attempts[1].at and first.failed_at <= first.attempts[1].at
         assert first.event["id"] == sent[0].id and first.event["payload"] == {"n": 1, "poison": True}
         assert await inbox.get(first.id) == first
         # Filters: by kind, receiver, stream, actor, instance and time.
@@ -83,7 +84,7 @@ async def test_dead_letters_listed_shown_replayed_corrected_and_discarded(fresh_
         await y.wait_idle(timeout_s=10)
         assert again.action == "replayed"
         reparked = await inbox.get(listed[1].id)
-        assert reparked.attempt_count == 2
+        assert reparked.attempt_count == 2 and [a.number for a in reparked.attempts] == [1, 2]  # a new round
 
         # Discard with a reason.
         gone = await inbox.discard(listed[2].id, "duplicate order, refunded by hand")
@@ -140,6 +141,8 @@ async def test_halted_subscription_replayed_as_is_resumes_it(fresh_url: str) -> 
         [f] = await inbox.list()
         assert (f.kind, f.receiver, f.path, f.subscription, f.offset) == ("halted", "call", "/s", "rec", 2)
         assert f.id.startswith("ht_") and f.attempt_count == 15 and "cannot take offset 2" in f.error
+        assert [a.number for a in f.attempts] == list(range(1, 16))
+        assert all("cannot take offset 2" in a.error and a.at for a in f.attempts)
         assert f.event["payload"] == {"n": 1} and await inbox.get(f.id) == f
         assert await inbox.list(kind="halted", subscription="rec", stream="/s") == [f]
         assert await inbox.list(subscription="other") == [] and await inbox.list(actor="a") == []
@@ -209,6 +212,7 @@ async def test_skipped_event_replayed_to_that_subscription_only(fresh_url: str) 
         f = skipped[0]
         assert f.id.startswith("sk_") and f.subscription == "rec" and f.receiver == "call"
         assert f.attempt_count == 3 and "cannot take" in f.error and f.event["payload"]["n"] == 1
+        assert [a.number for a in f.attempts] == [1, 2, 3] and all("cannot take" in a.error for a in f.attempts)
         assert await inbox.get(f.id) == f
         done = await inbox.replay(f.id, {"payload": {"n": 1}})
         assert done.delivered and seen[-1] == (sent[0].offset, {"n": 1})

@@ -19,7 +19,7 @@ from ..lifecycle import GLOBAL
 from ..store.actors import QueueRow
 from ..store.subscriptions import Change, SourceState, SubscriptionRow
 from ..subscriptions.engine import control
-from .model import DEAD_LETTER, DISCARDED, REPLAYED, Attempt, Failure, Selection, corrected, make_id
+from .model import DEAD_LETTER, DISCARDED, REPLAYED, Attempt, Failure, Selection, corrected, kept, make_id
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -30,7 +30,7 @@ def failure_of(row: QueueRow) -> Failure:
     return Failure(
         id=make_id(DEAD_LETTER, row.qid), kind=DEAD_LETTER, receiver="actor", path=row.path,
         offset=row.offset, failed_at=at, attempt_count=row.attempts, error=row.last_error,
-        attempts=[Attempt(row.attempts, row.last_error, at)], event=row.event, actor=row.actor or None,
+        attempts=kept(row.attempt_errors) or [Attempt(row.attempts, row.last_error, at)], event=row.event, actor=row.actor or None,
         instance_id=row.instance_id, traceback=row.last_traceback,
     )
 

@@ -69,8 +69,8 @@ class Failure:
     failed_at: int  # ms: the last attempt
     attempt_count: int
     error: str | None
-    # The attempts whose errors are kept, oldest first (today the last one:
-    # the retry ladders keep only the latest error).
+    # Every failed attempt, oldest first (the first 50; attempt_count
+    # counts them all).
     attempts: list[Attempt] = field(default_factory=list)
     event: dict[str, Any] | None = None
     actor: str | None = None
@@ -161,6 +161,17 @@ class Selection:
             and (self.since is None or failure.failed_at >= self.since)
             and (self.until is None or failure.failed_at < self.until)
         )
+
+
+def kept(attempt_errors: Any) -> list[Attempt]:
+    """The attempts a queue row, subscription or skip audit line kept
+    (``[{number, at, error}]``), oldest first."""
+    if not isinstance(attempt_errors, (list, tuple)):
+        return []
+    return [
+        Attempt(int(a.get("number") or 0), a.get("error"), a.get("at"))
+        for a in attempt_errors if isinstance(a, dict)
+    ]
 
 
 def check_limit(limit: Any) -> int:

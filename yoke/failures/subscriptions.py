@@ -27,7 +27,7 @@ from ..subscriptions import copy, webhooks
 from ..subscriptions.catalogue import AUDIT, RESUMED
 from ..subscriptions.delivery import Batch, transformed
 from ..subscriptions.engine import control
-from .model import DISCARDED, HALTED, REPLAYED, SKIPPED, Attempt, Failure, make_id, parse_id
+from .model import DISCARDED, HALTED, REPLAYED, SKIPPED, Attempt, Failure, kept, make_id, parse_id
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -65,7 +65,7 @@ async def halted_failure(runtime: Runtime, row: SubscriptionRow) -> Failure:
     return Failure(
         id=make_id(HALTED, row.path, row.name, at_offset), kind=HALTED, receiver=row.config["kind"],
         path=row.path, offset=offset, failed_at=at, attempt_count=attempts, error=h.get("error"),
-        attempts=[Attempt(attempts, h.get("error"), at)],
+        attempts=kept(row.attempt_errors) or [Attempt(attempts, h.get("error"), at)],
         event=None if event is None else event.to_dict(), subscription=row.name,
     )
 
@@ -131,7 +131,7 @@ async def skipped_failures(
             out.append(Failure(
                 id=fid, kind=SKIPPED, receiver=row.config["kind"], path=source, offset=int(p["offset"]),
                 failed_at=e.at, attempt_count=attempts, error=p.get("error"),
-                attempts=[Attempt(attempts, p.get("error"), e.at)],
+                attempts=kept(p.get("attempt_errors")) or [Attempt(attempts, p.get("error"), e.at)],
                 event=None if skipped is None else skipped.to_dict(), subscription=row.name,
             ))
     return out
@@ -182,7 +182,7 @@ def _resolve_halt(failure: Failure, audit: Any, reason: str, advance: bool):  # 
                     " replay it as it is, or move the cursor", id=failure.id,
                 )
             cursor = max(row.cursor, failure.offset or 0)
-        new = replace(row, halted=None, attempts=0, skips=0, next_retry_at=0, cursor=cursor)
+        new = replace(row, halted=None, attempts=0, skips=0, next_retry_at=0, cursor=cursor, attempt_errors=())
         resumed = prepare({"type": RESUMED, "payload": {"name": row.name, "reason": reason}}, trusted=True)
         return Change(events=[resumed, audit], row=new, bookkeeping=True, reply=source.next_offset + 1)
 

@@ -1096,7 +1096,8 @@ FAILURE_ID = "ht_WyIvb3JkZXJzIiwidG8tYXJjaGl2ZSIsNDNd"
 FAILURE_EXAMPLE = {
     "id": FAILURE_ID, "kind": "halted", "receiver": "webhook", "path": "/orders", "offset": 42,
     "failed_at": AT, "attempt_count": 15, "error": "WebhookFailed: the receiver answered 500",
-    "attempts": [{"number": 15, "error": "WebhookFailed: the receiver answered 500", "at": AT}],
+    "attempts": [{"number": 1, "error": "WebhookFailed: the receiver answered 500", "at": AT},
+                 {"number": 15, "error": "WebhookFailed: the receiver answered 500", "at": AT}],
     "event": EVENT_EXAMPLE, "actor": None, "instance_id": None, "subscription": "to-billing", "traceback": None,
 }  # fmt: skip
 RESOLUTION_EXAMPLE = {
@@ -1109,7 +1110,7 @@ CORRECTION_EXAMPLE = {"payload": {"order_id": "A-1", "total": 42}}
 class FailureAttempt(BaseModel):
     number: int = Field(description="The attempt's number (1: the first)")
     error: str | None
-    at: int | None = Field(description="Milliseconds since the epoch")
+    at: int | None = Field(description="When it failed, in milliseconds since the epoch")
 
 
 class Failure(BaseModel):
@@ -1124,7 +1125,7 @@ class Failure(BaseModel):
     failed_at: Millis
     attempt_count: int
     error: str | None = Field(description="The last attempt's error")
-    attempts: list[FailureAttempt] = Field(description="The attempts whose error is kept (the last one)")
+    attempts: list[FailureAttempt] = Field(description="Every failed attempt, oldest first (the first 50)")
     event: JsonObject | None = Field(description="The event (null once retention removed it)")
     actor: str | None
     instance_id: str | None

@@ -13,8 +13,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import orjson
+
 from ..events import PreparedEvent
 from .contract import Outcome
+
+
+MAX_ATTEMPT_ERRORS = 50  # failed attempts whose error a queue row or subscription keeps
+MAX_ATTEMPT_ERROR_CHARS = 2000
+
+
+def attempt_error(number: int, at: int, error: str) -> str:
+    """One failed attempt as the JSON the ``attempt_errors`` columns hold."""
+    return orjson.dumps({"number": number, "at": at, "error": error[:MAX_ATTEMPT_ERROR_CHARS]}).decode()
 
 
 def new_instance_id() -> str:
@@ -73,6 +84,9 @@ class QueueRow:
     last_error: str | None
     last_traceback: str | None
     actor: str = ""
+    # The failed attempts of its event, [{number, at, error}] (the first
+    # MAX_ATTEMPT_ERRORS; read by the failures inbox, not by claims).
+    attempt_errors: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

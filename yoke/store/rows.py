@@ -245,6 +245,7 @@ def queue_row_from_row(row: Sequence[Any]) -> QueueRow:
         last_error=row[15],
         last_traceback=row[16],
         actor=row[17] or "",
+        attempt_errors=_json(row[18]) if len(row) > 18 else None,
     )
 
 
@@ -279,13 +280,13 @@ def message_from_row(row: Sequence[Any]) -> Message:
 SUBSCRIPTION_COLUMNS = (
     "tenant_id, path, name, config, configured_at, configured_id, configured_ms, generation,"
     " source_stream_id, processed_through_offset, halted, attempts, skips, last_error,"
-    " next_retry_at, delivered, failures, secret, lease_owner, lease_until, gave_up"
+    " next_retry_at, delivered, failures, secret, lease_owner, lease_until, gave_up, attempt_errors"
 )
 # Written by ``control`` and ``write_catalogue`` (every column but the lease).
 SUBSCRIPTION_WRITE_COLUMNS = (
     "tenant_id", "path", "name", "config", "configured_at", "configured_id", "configured_ms",
     "generation", "source_stream_id", "processed_through_offset", "halted", "gave_up",
-    "attempts", "skips", "last_error", "next_retry_at", "secret", "delivered", "failures",
+    "attempts", "skips", "last_error", "next_retry_at", "secret", "delivered", "failures", "attempt_errors",
 )
 # The subscription columns with the source's head, for status and lag.
 SUBSCRIPTION_WITH_HEAD = (
@@ -308,6 +309,7 @@ def subscription_from_row(row: Sequence[Any], head: int = 0) -> SubscriptionRow:
         last_error=row[13], next_retry_at=row[14], delivered=row[15], failures=row[16],
         secret=row[17], lease_owner=row[18], lease_until=row[19],
         gave_up=tuple(v for v in (row[20] or "").split("|") if v), head=head,
+        attempt_errors=tuple(_json(row[21]) or ()),
     )
 
 
@@ -324,6 +326,7 @@ def subscription_values(r: SubscriptionRow) -> tuple[Any, ...]:
         None if r.halted is None else orjson.dumps(r.halted).decode(),
         gave_up_text(r.gave_up),
         r.attempts, r.skips, r.last_error, r.next_retry_at, r.secret, r.delivered, r.failures,
+        orjson.dumps(list(r.attempt_errors)).decode() if r.attempt_errors else None,
     )
 
 

@@ -43,6 +43,9 @@ class SubscriptionRow:
     lease_owner: str | None = None
     lease_until: int = 0
     head: int = 0  # the source stream's head when the row was read (for lag)
+    # The failed attempts at the event after the cursor, ({number, at, error}, ...):
+    # appended by ``fail``, cleared by an acknowledgement past it.
+    attempt_errors: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

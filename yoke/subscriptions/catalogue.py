@@ -19,6 +19,7 @@ from typing import Any
 
 from .. import errors
 from ..events import Event, PreparedEvent, now_ms, prepare
+from ..store.actors import MAX_ATTEMPT_ERROR_CHARS, MAX_ATTEMPT_ERRORS
 from ..store.subscriptions import Change, SourceState, SubscriptionRow
 
 CONFIGURED = "yoke.subscription.configured"
@@ -124,7 +125,7 @@ def decide_cursor(name: str, path: str, after: int, resume: bool):  # noqa: ANN2
             halted = None
         new = replace(
             row, generation=offset, cursor=after, halted=halted, attempts=0, skips=0,
-            next_retry_at=0, head=offset + len(events) - 1,
+            next_retry_at=0, head=offset + len(events) - 1, attempt_errors=(),
         )
         return Change(events=events, row=new, drop_checkpoint=True, bookkeeping=True, reply=new)
 
@@ -149,7 +150,7 @@ def decide_resume(name: str, path: str, *, deploy_version: str | None = None):  
             if not deploy_version or deploy_version in row.gave_up or not deploy_resumable(row.halted):
                 return Change(reply=row)  # this version already gave up on it, or the operator's
             payload = {"name": name, "reason": "deploy", "version": deploy_version}
-        new = replace(row, halted=None, attempts=0, skips=0, next_retry_at=0)
+        new = replace(row, halted=None, attempts=0, skips=0, next_retry_at=0, attempt_errors=())
         return Change(events=[_event(RESUMED, payload)], row=new, bookkeeping=True, reply=new)
 
     return decide
@@ -211,7 +212,7 @@ def decide_halt(  # noqa: ANN201
         halted = {k: v for k, v in payload.items() if k != "name"} | {"at_offset": source.next_offset}
         new = replace(
             row, halted=halted, gave_up=gave_up, attempts=attempts, last_error=error_text,
-            failures=row.failures + 1,
+            failures=row.failures + 1, attempt_errors=with_attempt(row.attempt_errors, attempts, error_text),
         )
         return Change(events=[_event(HALTED, payload)], row=new, bookkeeping=True, reply=new)
 
@@ -228,14 +229,23 @@ def decide_skip(name: str, generation: int, offset: int, attempts: int, error: s
         audit = _event(AUDIT, {
             "kind": "subscription_event_skipped", "name": name, "offset": offset,
             "attempts": attempts, "error": error[:MAX_ERROR_CHARS],
+            "attempt_errors": list(with_attempt(row.attempt_errors, attempts, error)),
         })
         new = replace(
             row, cursor=offset, attempts=0, skips=row.skips + 1, next_retry_at=0,
-            last_error=error[:MAX_ERROR_CHARS], failures=row.failures + 1,
+            last_error=error[:MAX_ERROR_CHARS], failures=row.failures + 1, attempt_errors=(),
         )
         return Change(events=[audit], row=new, bookkeeping=True, reply=new)
 
     return decide
+
+
+def with_attempt(kept: tuple[dict[str, Any], ...], number: int, error: str) -> tuple[dict[str, Any], ...]:
+    """The failed attempts kept (docs/failures.md) and the last one, which
+    halts or skips instead of going through ``fail``."""
+    if len(kept) >= MAX_ATTEMPT_ERRORS:
+        return kept
+    return (*kept, {"number": number, "at": now_ms(), "error": error[:MAX_ATTEMPT_ERROR_CHARS]})
 
 
 # --- rebuild from the log ----------------------------------------------------
@@ -334,6 +344,7 @@ def merge_rebuilt(
             row = replace(
                 row, cursor=max(row.cursor, old.cursor), attempts=old.attempts, skips=old.skips,
                 last_error=old.last_error, next_retry_at=old.next_retry_at, gave_up=old.gave_up,
+                attempt_errors=old.attempt_errors,
             )
         if old is not None and old.config.get("secret_id") == row.config.get("secret_id"):
             row = replace(row, secret=old.secret)

@@ -60,7 +60,6 @@ export async function render(main, params, { signal }) {
     h('section', { class: 'card' }, h('h2', null, 'Attempts'),
       table(['Attempt', 'At', 'Error'], f.attempts.map((a) => h('tr', null,
         h('td', { class: 'num' }, a.number), h('td', null, time(a.at)), h('td', { class: 'error-text' }, a.error || '—'))), { id: 'attempts' }),
-      h('p', { class: 'muted' }, 'Only the last attempt\'s error is kept.'),
       f.traceback ? h('details', null, h('summary', null, 'Traceback'), h('pre', { class: 'json' }, f.traceback)) : null)));
   main.append(h('p', null, link('All failures', 'failures', {})));
 }

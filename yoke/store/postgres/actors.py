@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import asyncpg
 import orjson
 
-from ...events import PreparedEvent
+from ...events import PreparedEvent, now_ms
 from ..actors import (
+    MAX_ATTEMPT_ERRORS,
     Effect,
     FanoutLag,
     InstanceInfo,
@@ -26,6 +27,7 @@ from ..actors import (
     QueueItem,
     QueueRow,
     Schedule,
+    attempt_error,
     message_from_record,
     message_record,
     new_instance_id,
@@ -80,6 +82,15 @@ async def _record(conn: asyncpg.Connection, tenant: str, effect: Effect | None, 
             "INSERT INTO actor_effects VALUES ($1, $2, $3, $4, $5::json)",
             tenant, effect.qid, effect.digest, effect.occurrence, orjson.dumps(result).decode(),
         )
+
+
+# Append one failed attempt ({number, at, error}: the parameter, its number
+# given by format) to an attempt_errors array, up to MAX_ATTEMPT_ERRORS
+# (docs/failures.md).
+APPEND_ATTEMPT = (
+    "CASE WHEN jsonb_array_length(coalesce(attempt_errors, '[]'::jsonb)) < " + str(MAX_ATTEMPT_ERRORS) +
+    " THEN coalesce(attempt_errors, '[]'::jsonb) || jsonb_build_array({0}::jsonb) ELSE attempt_errors END"
+)
 
 
 class PgActorStore:
@@ -286,9 +297,9 @@ class PgActorStore:
             await conn.execute(
                 "UPDATE actor_queue SET status=CASE WHEN $3::bigint IS NULL THEN 'dead' ELSE 'pending' END,"
                 " available_at=coalesce($3, available_at), lease_until=NULL, worker_id=NULL,"
-                " last_error=$5, last_traceback=$6"
+                f" last_error=$5, last_traceback=$6, attempt_errors={APPEND_ATTEMPT.format('$7')}"
                 " WHERE tenant_id=$1 AND qid=$2 AND attempts=$4 AND status='processing'",
-                tenant, qid, retry_at, attempts, error, traceback,
+                tenant, qid, retry_at, attempts, error, traceback, attempt_error(attempts, now_ms(), error),
             )
             if retry_at is not None:
                 await conn.execute("SELECT pg_notify($1, $2)", QUEUE_CHANNEL, tenant)
@@ -325,7 +336,7 @@ class PgActorStore:
     async def redrive(self, tenant: str, instance_id: str, qids: Sequence[int] | None, now: int) -> int:
         async with self._tx(tenant) as conn:
             result = await conn.execute(
-                "UPDATE actor_queue SET status='pending', attempts=0, available_at=$3,"
+                "UPDATE actor_queue SET status='pending', attempts=0, attempt_errors=NULL, available_at=$3,"
                 " lease_until=NULL, worker_id=NULL"
                 " WHERE tenant_id=$1 AND instance_id=$2 AND status='dead'"
                 " AND ($4::bigint[] IS NULL OR qid = ANY($4))",
@@ -352,7 +363,7 @@ class PgActorStore:
             rows = await conn.fetch(
                 f"SELECT {QUEUE_COLUMNS}, (SELECT i.actor FROM actor_instances i"
                 "  WHERE i.tenant_id = q.tenant_id AND i.instance_id = q.instance_id)"
-                " FROM actor_queue q WHERE tenant_id=$1 AND status='dead'"
+                ", attempt_errors FROM actor_queue q WHERE tenant_id=$1 AND status='dead'"
                 " AND ($2::bigint IS NULL OR qid=$2) AND ($3::text IS NULL OR instance_id=$3)"
                 " AND ($4::text IS NULL OR path=$4)"
                 " AND ($5::text IS NULL OR instance_id IN"
@@ -367,7 +378,7 @@ class PgActorStore:
     async def redrive_dead(self, tenant: str, qid: int, event_json: str | None, now: int) -> bool:
         async with self._tx(tenant) as conn:
             result = await conn.execute(
-                "UPDATE actor_queue SET status='pending', attempts=0, available_at=$3,"
+                "UPDATE actor_queue SET status='pending', attempts=0, attempt_errors=NULL, available_at=$3,"
                 " lease_until=NULL, worker_id=NULL, event=coalesce($4::json, event)"
                 " WHERE tenant_id=$1 AND qid=$2 AND status='dead'",
                 tenant, qid, now, event_json,

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 import orjson
 
-from ...events import PreparedEvent
+from ...events import PreparedEvent, now_ms
+from ..actors import attempt_error
 from ..contract import CommitResult, Outcome, StreamSettings
 from ..rows import (
     CHECKPOINT_COLUMNS,
@@ -38,6 +39,7 @@ from ..subscriptions import (
     all_accepted,
     fence_refuses,
 )
+from .actors import APPEND_ATTEMPT
 
 if TYPE_CHECKING:
     from .store import PostgresStore
@@ -63,7 +65,7 @@ ORDER BY s.path
 # a hash of tenant and target); two-key locks never meet single-key ones.
 COPIES_INTO_LOCK = 0x5E0C
 _PLACES = ", ".join(
-    f"${i}::jsonb" if c in ("config", "halted") else f"${i}"
+    f"${i}::jsonb" if c in ("config", "halted", "attempt_errors") else f"${i}"
     for i, c in enumerate(SUBSCRIPTION_WRITE_COLUMNS, 1)
 )
 UPSERT = (
@@ -240,6 +242,7 @@ class PgSubscriptionStore:
                 " greatest(processed_through_offset, $5),"
                 " attempts=CASE WHEN $7 THEN attempts ELSE 0 END,"
                 " skips=CASE WHEN $7 THEN skips ELSE 0 END, next_retry_at=0,"
+                " attempt_errors=CASE WHEN $7 THEN attempt_errors END,"
                 " gave_up=CASE WHEN $6 > 0 AND NOT $7 THEN NULL ELSE gave_up END,"
                 f" delivered=delivered+$6 WHERE {KEY} AND generation=$4"
                 " AND ($8::text IS NULL OR source_stream_id = $8)"
@@ -257,10 +260,11 @@ class PgSubscriptionStore:
         async with self._tx(tenant) as conn:
             row = await conn.fetchrow(
                 "UPDATE subscriptions SET attempts=$5, last_error=$6, next_retry_at=$7,"
-                f" failures=failures+1 WHERE {KEY} AND generation=$4"
+                f" failures=failures+1, attempt_errors={APPEND_ATTEMPT.format('$9')} WHERE {KEY} AND generation=$4"
                 " AND ($8::text IS NULL OR source_stream_id = $8)"
                 f" RETURNING {SUBSCRIPTION_COLUMNS}",
                 tenant, path, name, generation, attempts, error, next_retry_at, stream_id,
+                attempt_error(attempts, now_ms(), error),
             )
         return None if row is None else subscription_from_row(row)
 

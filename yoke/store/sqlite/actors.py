@@ -17,6 +17,7 @@ import orjson
 from ...events import PreparedEvent, now_ms
 from ...lifecycle import INSTANCE_ADOPTED, INSTANCE_CREATED, INSTANCE_REMOVED, instance_fact
 from ..actors import (
+    MAX_ATTEMPT_ERRORS,
     Effect,
     FanoutLag,
     InstanceInfo,
@@ -26,6 +27,7 @@ from ..actors import (
     QueueItem,
     QueueRow,
     Schedule,
+    attempt_error,
     message_from_record,
     message_record,
     new_instance_id,
@@ -88,6 +90,14 @@ def _record(conn: sqlite3.Connection, tenant: str, effect: Effect | None, result
             "INSERT INTO actor_effects VALUES (?,?,?,?,?)",
             (tenant, effect.qid, effect.digest, effect.occurrence, _dumps(result)),
         )
+
+
+# Append one failed attempt ({number, at, error}: the parameter) to an
+# attempt_errors array, up to MAX_ATTEMPT_ERRORS (docs/failures.md).
+APPEND_ATTEMPT = (
+    "CASE WHEN json_array_length(coalesce(attempt_errors, '[]')) < " + str(MAX_ATTEMPT_ERRORS) +
+    " THEN json_insert(coalesce(attempt_errors, '[]'), '$[#]', json(?)) ELSE attempt_errors END"
+)
 
 
 class SqliteActorStore:
@@ -407,10 +417,11 @@ class SqliteActorStore:
             with self._tx() as conn:
                 conn.execute(
                     "UPDATE actor_queue SET status=?, available_at=coalesce(?, available_at),"
-                    " lease_until=NULL, worker_id=NULL, last_error=?, last_traceback=?"
+                    " lease_until=NULL, worker_id=NULL, last_error=?, last_traceback=?,"
+                    f" attempt_errors={APPEND_ATTEMPT}"
                     " WHERE tenant_id=? AND qid=? AND attempts=? AND status='processing'",
                     ("dead" if retry_at is None else "pending", retry_at, error, traceback,
-                     tenant, qid, attempts),
+                     attempt_error(attempts, now_ms(), error), tenant, qid, attempts),
                 )
 
         await self._write(run)
@@ -452,7 +463,7 @@ class SqliteActorStore:
         def run() -> int:
             with self._tx() as conn:
                 return conn.execute(
-                    "UPDATE actor_queue SET status='pending', attempts=0, available_at=?,"
+                    "UPDATE actor_queue SET status='pending', attempts=0, attempt_errors=NULL, available_at=?,"
                     " lease_until=NULL, worker_id=NULL"
                     " WHERE tenant_id=? AND instance_id=? AND status='dead'" + extra,
                     (now, tenant, instance_id, *params),
@@ -481,7 +492,7 @@ class SqliteActorStore:
         rows = await self._read(
             f"SELECT {QUEUE_COLUMNS}, (SELECT i.actor FROM actor_instances i"
             "  WHERE i.tenant_id = q.tenant_id AND i.instance_id = q.instance_id)"
-            " FROM actor_queue q WHERE tenant_id=? AND status='dead'"
+            ", attempt_errors FROM actor_queue q WHERE tenant_id=? AND status='dead'"
             " AND (? IS NULL OR qid=?) AND (? IS NULL OR instance_id=?) AND (? IS NULL OR path=?)"
             " AND (? IS NULL OR instance_id IN"
             "  (SELECT instance_id FROM actor_instances WHERE tenant_id=? AND actor=?))"
@@ -497,7 +508,7 @@ class SqliteActorStore:
         def run() -> bool:
             with self._tx() as conn:
                 return conn.execute(
-                    "UPDATE actor_queue SET status='pending', attempts=0, available_at=?,"
+                    "UPDATE actor_queue SET status='pending', attempts=0, attempt_errors=NULL, available_at=?,"
                     " lease_until=NULL, worker_id=NULL, event=coalesce(?, event)"
                     " WHERE tenant_id=? AND qid=? AND status='dead'",
                     (now, event_json, tenant, qid),

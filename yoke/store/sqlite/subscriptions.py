@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ...events import PreparedEvent
+from ...events import PreparedEvent, now_ms
+from ..actors import attempt_error
 from ..contract import CommitResult, Outcome
 from ..rows import (
     CHECKPOINT_COLUMNS,
@@ -37,6 +38,7 @@ from ..subscriptions import (
     all_accepted,
     fence_refuses,
 )
+from .actors import APPEND_ATTEMPT
 
 if TYPE_CHECKING:
     from .store import SqliteStore
@@ -204,10 +206,11 @@ class SqliteSubscriptionStore:
                     "UPDATE subscriptions SET processed_through_offset ="
                     " max(processed_through_offset, ?), attempts=CASE WHEN ? THEN attempts ELSE 0 END,"
                     " skips=CASE WHEN ? THEN skips ELSE 0 END, next_retry_at=0,"
+                    " attempt_errors=CASE WHEN ? THEN attempt_errors END,"
                     " gave_up=CASE WHEN ? > 0 AND NOT ? THEN NULL ELSE gave_up END,"
                     f" delivered=delivered+? WHERE {KEY} AND generation=? AND {SAME_LIFETIME}"
                     f" RETURNING {SUBSCRIPTION_COLUMNS}",
-                    (through, keep_attempts, keep_attempts, delivered, keep_attempts, delivered,
+                    (through, keep_attempts, keep_attempts, keep_attempts, delivered, keep_attempts, delivered,
                      tenant, path, name, generation, stream_id, stream_id),
                 ).fetchone()
                 if row is not None and checkpoint is not None:
@@ -224,9 +227,11 @@ class SqliteSubscriptionStore:
             with self._store._transaction() as conn:
                 row = conn.execute(
                     "UPDATE subscriptions SET attempts=?, last_error=?, next_retry_at=?,"
-                    f" failures=failures+1 WHERE {KEY} AND generation=? AND {SAME_LIFETIME}"
+                    f" failures=failures+1, attempt_errors={APPEND_ATTEMPT}"
+                    f" WHERE {KEY} AND generation=? AND {SAME_LIFETIME}"
                     f" RETURNING {SUBSCRIPTION_COLUMNS}",
-                    (attempts, error, next_retry_at, tenant, path, name, generation, stream_id, stream_id),
+                    (attempts, error, next_retry_at, attempt_error(attempts, now_ms(), error),
+                     tenant, path, name, generation, stream_id, stream_id),
                 ).fetchone()
             return None if row is None else subscription_from_row(row)
 
