@@ -51,7 +51,13 @@ def test_cli_lists_shows_replays_and_discards(served: Served, admin: httpx.Clien
 
 def test_cli_bulk_discard_and_misuse(served: Served, admin: httpx.Client) -> None:
     token = admin.headers["Authorization"].split()[1]
-    setup_poison(admin)
+    got = setup_poison(admin)
+    dead = got["by_kind"]["dead_letter"]
+    # As it is: still poisoned, the instance fails it again and it is parked again (same id).
+    out = cli(served, token, "failures", "replay", dead["id"]).stdout
+    assert out.startswith(f"replayed {dead['id']} (audit event /s@")
+    wait_for(lambda: failures(admin, kind="dead_letter"),
+             lambda fs: len(fs) == 1 and fs[0]["id"] == dead["id"] and fs[0]["failed_at"] > dead["failed_at"])
     out = cli(served, token, "failures", "discard", "--all", "--stream", "/s", "--reason", "test data").stdout
     assert out.splitlines()[-1] == "3 done, 0 failed"
     wait_for(lambda: failures(admin), lambda fs: fs == [])

@@ -246,3 +246,36 @@ async def test_ids_and_input_are_checked(y) -> None:  # noqa: ANN001
         await inbox.replay("dl_WzEyMzQ1XQ", {"offset": 3})
     with pytest.raises(errors.ReservedEventType):
         await inbox.replay("dl_WzEyMzQ1XQ", {"type": "yoke.nope"})
+
+
+async def test_a_processor_halt_is_replayed_as_is_never_corrected(fresh_url: str) -> None:
+    app = yoke.App()
+    broken = {"on": True}
+
+    @app.processor("total")
+    class Total:
+        version = "1"
+
+        def initial_state(self) -> dict:
+            return {"sum": 0}
+
+        def reduce(self, state: dict, event) -> dict:  # noqa: ANN001
+            if broken["on"] and poisoned(event.to_dict()):
+                raise ValueError("cannot add poison")
+            return {"sum": state["sum"] + event.payload.get("n", 0)}
+
+    async with yoke.open(fresh_url, app=app, **FAST) as y:
+        s = y.stream("/ledger", T)
+        await s.subscribe("total", yoke.processor("total"), start="beginning")
+        await s.append_many([{"type": "x", "payload": {"n": 1}}, {"type": "x", "payload": {"n": 2, "poison": True}}])
+        await until(lambda: s.subscription("total"), lambda st: st.halted is not None)
+        inbox = y.failures(T)
+        [f] = await inbox.list(receiver="processor")
+        assert f.kind == "halted" and f.event["payload"] == {"n": 2, "poison": True}
+        with pytest.raises(errors.FailureNotReplayable):
+            await inbox.replay(f.id, {"payload": {"n": 2}})
+        assert [x.id for x in await inbox.list()] == [f.id]  # left as it was
+        broken["on"] = False
+        await inbox.replay(f.id)
+        status = await s.wait_until_processed("total", 3, timeout_s=10)
+        assert status.halted is None and await inbox.list() == []
