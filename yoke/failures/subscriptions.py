@@ -76,18 +76,16 @@ async def halted_failures(runtime: Runtime, rows: list[SubscriptionRow]) -> list
 
 async def _scan(runtime: Runtime, tenant: str, path: str, after: int) -> list[Event]:
     """The skip audit lines and failure resolutions of ``path`` after
-    ``after``: stored pages, decoded only where the type matches."""
+    ``after`` (the store selects them by type)."""
     found: list[Event] = []
-    store = runtime.store
     while True:
-        page = await store.read_stored(tenant, path, after, SCAN_PAGE)
-        for stored in page.events:
-            if stored.type in (AUDIT, REPLAYED, DISCARDED):
-                one = await store.read_one(tenant, path, stored.offset)
-                found.extend(one.events)
-        if not page.events or (len(page.events) < SCAN_PAGE and not page.capped):
+        page = await runtime.store.subscriptions.events_of_types(
+            tenant, path, (AUDIT, REPLAYED, DISCARDED), after, SCAN_PAGE
+        )
+        found.extend(page)
+        if len(page) < SCAN_PAGE:
             return found
-        after = page.events[-1].offset
+        after = page[-1].offset
 
 
 def _skip_of(event: Event, rows: dict[str, SubscriptionRow]) -> SubscriptionRow | None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..events import PreparedEvent
+from ..events import Event, PreparedEvent
 from .contract import CommitResult, Outcome
 
 
@@ -233,6 +233,14 @@ class SubscriptionStore(Protocol):
         appended) when the record holds a newer stamp."""
 
     async def inbound(self, tenant: str, path: str) -> list[InboundRecord]: ...
+
+    async def events_of_types(
+        self, tenant: str, path: str, types: Sequence[str], after: int, limit: int
+    ) -> list[Event]:
+        """The durable events of ``path`` whose type is one of ``types``,
+        with offset > ``after``, ascending, at most ``limit``: the failures
+        inbox finds skip audit lines and their resolutions with it, without
+        reading the other events."""
 
     async def checkpoint(self, tenant: str, path: str, name: str) -> Checkpoint | None: ...
 

@@ -11,16 +11,18 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 import orjson
 
-from ...events import PreparedEvent, now_ms
+from ...events import Event, PreparedEvent, now_ms
 from ..actors import attempt_error
 from ..contract import CommitResult, Outcome, StreamSettings
 from ..rows import (
+    EVENT_COLUMNS,
     CHECKPOINT_COLUMNS,
     INBOUND_COLUMNS,
     SUBSCRIPTION_COLUMNS,
     SUBSCRIPTION_WITH_HEAD,
     SUBSCRIPTION_WRITE_COLUMNS,
     checkpoint_from_row,
+    event_from_row,
     inbound_from_row,
     subscription_from_row,
     subscription_values,
@@ -267,6 +269,18 @@ class PgSubscriptionStore:
                 attempt_error(attempts, now_ms(), error),
             )
         return None if row is None else subscription_from_row(row)
+
+    async def events_of_types(
+        self, tenant: str, path: str, types: Sequence[str], after: int, limit: int
+    ) -> list[Event]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                f"SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id=$1"
+                " AND sid=(SELECT sid FROM streams WHERE tenant_id=$1 AND path=$2)"
+                " AND seq > $3 AND type = ANY($4::text[]) ORDER BY seq LIMIT $5",
+                tenant, path, after, list(types), limit,
+            )
+        return [event_from_row(tenant, path, r) for r in rows]
 
     async def append_copies(
         self, tenant: str, path: str, events: Sequence[PreparedEvent], stamp: Stamp, now: int,

@@ -10,16 +10,18 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ...events import PreparedEvent, now_ms
+from ...events import Event, PreparedEvent, now_ms
 from ..actors import attempt_error
 from ..contract import CommitResult, Outcome
 from ..rows import (
+    EVENT_COLUMNS,
     CHECKPOINT_COLUMNS,
     INBOUND_COLUMNS,
     SUBSCRIPTION_COLUMNS,
     SUBSCRIPTION_WITH_HEAD,
     SUBSCRIPTION_WRITE_COLUMNS,
     checkpoint_from_row,
+    event_from_row,
     inbound_from_row,
     subscription_from_row,
     subscription_values,
@@ -236,6 +238,17 @@ class SqliteSubscriptionStore:
             return None if row is None else subscription_from_row(row)
 
         return await self._store._write(run)
+
+    async def events_of_types(
+        self, tenant: str, path: str, types: Sequence[str], after: int, limit: int
+    ) -> list[Event]:
+        rows = await self._read(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id=?"
+            " AND sid=(SELECT sid FROM streams WHERE tenant_id=? AND path=?)"
+            f" AND seq > ? AND type IN ({','.join('?' * len(types))}) ORDER BY seq LIMIT ?",
+            (tenant, tenant, path, after, *types, limit),
+        )
+        return [event_from_row(tenant, path, r) for r in rows]
 
     async def append_copies(
         self, tenant: str, path: str, events: Sequence[PreparedEvent], stamp: Stamp, now: int,
