@@ -154,9 +154,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10, help="length of (a) and (b) (default 10)")
     parser.add_argument("--only", default=",".join(SERVERS), help="comma-separated: " + ", ".join(SERVERS))
+    parser.add_argument("--scenarios", default="abc", help="which of a, b, c to run (default abc)")
     args = parser.parse_args()
     if shutil.which("node") is None or not (NPM / "node_modules" / "@durable-streams" / "server").is_dir():
         sys.exit("the npm packages are missing: run `make npm`")
+    if not args.scenarios or set(args.scenarios) - set("abc"):
+        sys.exit("--scenarios takes letters among a, b and c")
     rows = []
     for name in args.only.split(","):
         with tempfile.TemporaryDirectory(prefix="yoke-bench-ds-") as tmp:
@@ -170,20 +173,23 @@ def main() -> None:
             elif name == "yoke-postgres":
                 with pg_database() as db_url:
                     with yoke(work, db_url) as url:
-                        rows.append((name, [load(url, s, args.seconds) for s in "abc"]))
+                        rows.append((name, [load(url, s, args.seconds) for s in args.scenarios]))
                         print(name, "done", file=sys.stderr)
                 continue
             else:
                 sys.exit(f"unknown server {name}")
             with server as url:
-                rows.append((name, [load(url, s, args.seconds) for s in "abc"]))
+                rows.append((name, [load(url, s, args.seconds) for s in args.scenarios]))
             print(name, "done", file=sys.stderr)
-    print(table(rows))
+    print(table(rows, args.scenarios))
 
 
-def table(rows: list[tuple[str, list[dict]]]) -> str:
-    head = "| server | (a) single msgs/s | p50 / p99 ms | (b) batch-100 msgs/s | p50 / p99 ms | (c) catch-up msgs/s | p50 / p99 ms |"
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|"]
+TITLES = {"a": "(a) single", "b": "(b) batch-100", "c": "(c) catch-up"}
+
+
+def table(rows: list[tuple[str, list[dict]]], scenarios: str) -> str:
+    head = "| server | " + " | ".join(f"{TITLES[s]} msgs/s | p50 / p99 ms" for s in scenarios) + " |"
+    lines = [head, "|---|" + "---:|---:|" * len(scenarios)]
     for name, results in rows:
         cells = [name]
         for r in results:

@@ -63,6 +63,13 @@ def new_event_id() -> str:
     return f"{now_ms():012x}{random.getrandbits(80):020x}"
 
 
+def new_event_ids(n: int) -> list[str]:
+    """``n`` ids as new_event_id makes them, drawn at once (a batch's)."""
+    prefix = f"{now_ms():012x}"
+    digits = f"{random.getrandbits(80 * n):0{20 * n}x}"
+    return [prefix + digits[i : i + 20] for i in range(0, 20 * n, 20)]
+
+
 def validate_tenant(tenant: str) -> str:
     if not isinstance(tenant, str) or not TENANT_RE.fullmatch(tenant):
         raise errors.InvalidTenant(f"invalid tenant {tenant!r}", tenant=str(tenant)[:80])
@@ -269,6 +276,22 @@ def _dumps(value: Any, what: str) -> bytes:
     if b"\\u0000" in text and _JSON_NUL.search(text):
         raise errors.InvalidEvent(f"{what} must not contain NUL characters", field=what)
     return text
+
+
+def json_texts(values: list[Any], what: str) -> list[str]:
+    """json_text of each value, checked in one pass over all of them: when
+    nothing in the whole list is suspect, each value's text is a plain
+    dump. Otherwise each goes through json_text, whose error names it."""
+    padded: Any = values
+    for _ in range(_DEPTH_PADDING - 1):  # the list is one level: its values may nest MAX_DEPTH
+        padded = [padded]
+    try:
+        whole = orjson.dumps(padded, option=_DUMPS_STRICT)
+    except (TypeError, orjson.JSONEncodeError):
+        whole = None
+    if whole is None or (b"null" in whole and orjson.loads(whole) != padded) or b"\\u0000" in whole:
+        return [json_text(v, what) for v in values]
+    return [orjson.dumps(v, option=_DUMPS_STRICT).decode() for v in values]
 
 
 def _deeper_than(value: Any, limit: int) -> bool:

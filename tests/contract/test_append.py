@@ -91,6 +91,20 @@ async def test_append_many_is_all_or_nothing(y, tenant):
     assert [e.type for e in await s.read()] == ["first", "keyed", "a", "b", "c"]
 
 
+async def test_batches_of_every_insert_shape_read_back_in_order(y, tenant):
+    # SQLite inserts a batch as multi-row statements of 64, 32, ... 1 rows.
+    s = y.stream("/shapes", tenant=tenant)
+    sizes = [1, 2, 3, 63, 64, 65, 100, 127, 200]
+    expected = []
+    for size in sizes:
+        batch = [{"type": "shape", "payload": {"size": size, "i": i}, "group_id": f"g{i % 3}"} for i in range(size)]
+        results = await s.append_many(batch)
+        assert [r.offset for r in results] == list(range(len(expected) + 1, len(expected) + size + 1))
+        expected += [(r.offset, r.id, b["payload"], b["group_id"]) for r, b in zip(results, batch)]
+    events = await s.read(after=0, limit=len(expected))
+    assert [(e.offset, e.id, e.payload, e.group_id) for e in events] == expected
+
+
 async def test_closed_stream_rejects_appends_without_writing(y, tenant):
     s = y.stream("/closing", tenant=tenant)
     await s.append({"type": "x"})

@@ -138,9 +138,9 @@ class TokenInfo:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What happened to one event of a group commit."""
+class Outcome(NamedTuple):
+    """What happened to one event of a group commit (a named tuple: a
+    commit makes one per event, at a third of a frozen dataclass's cost)."""
 
     # conflict: key reused for another event; object: the referenced object
     # is not uploaded or has expired (a new record), or is not committed by

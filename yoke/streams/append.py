@@ -45,6 +45,7 @@ class _Request:
     events: Sequence[PreparedEvent]
     future: asyncio.Future[Any]
     guard: Guard | None = None  # a protocol append's checks (store/protocol.py)
+    last_only: bool = False  # the caller needs only its last event's result
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +117,12 @@ class Appender:
     def busy(self) -> bool:
         return bool(self._queue or self._commits)
 
-    def submit(self, events: Sequence[PreparedEvent], guard: Guard | None = None) -> asyncio.Future[Any]:
+    def submit(
+        self, events: Sequence[PreparedEvent], guard: Guard | None = None, *, last_only: bool = False
+    ) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._queue.append(_Request(events, future, guard))
+        self._queue.append(_Request(events, future, guard, last_only))
         if not self._pump_scheduled:
             # Start on the next loop turn, so every caller woken by the last
             # commit gets to queue its next append into the same group.
@@ -264,14 +267,16 @@ class Appender:
             if refusal is not None:
                 _fail(request, refusal_error(refusal, self.path, prepared))
                 continue
-            for e, o in zip(prepared, outcomes):
-                if e.ephemeral and o.status == "ok" and buffer is not None:
-                    assert o.offset is not None
-                    buffer.add(e, o.offset, now)
+            if buffer is not None:
+                for e, o in zip(prepared, outcomes):
+                    if e.ephemeral and o.status == "ok":
+                        assert o.offset is not None
+                        buffer.add(e, o.offset, now)
             appended += len(prepared)
-            appended_bytes += sum(e.size for e in prepared)
+            appended_bytes += sum([e.size for e in prepared])
             if not request.future.done():
-                results = [AppendResult(o.offset, o.id, o.at) for o in outcomes]  # type: ignore[arg-type]
+                mine = outcomes[-1:] if request.last_only else outcomes
+                results = [AppendResult(o.offset, o.id, o.at) for o in mine]  # type: ignore[arg-type]
                 if request.guard is not None and decision is not None:
                     request.future.set_result(GuardedAppend(results, decision, result.head))
                 else:
@@ -360,14 +365,15 @@ class AppendService:
                 waiter.close()
 
     def _submit(
-        self, tenant: str, path: str, events: Sequence[PreparedEvent], guard: Guard | None = None
+        self, tenant: str, path: str, events: Sequence[PreparedEvent], guard: Guard | None = None,
+        *, last_only: bool = False,
     ) -> asyncio.Future[Any]:
         appender = self._appenders.get((tenant, path))
         if appender is None:
             appender = self._appenders[(tenant, path)] = Appender(self, tenant, path)
         # A cancelled caller cancels only its own future: the shared commit
         # goes on (and may still write its events).
-        return appender.submit(events, guard)
+        return appender.submit(events, guard, last_only=last_only)
 
     async def append_protocol(
         self, tenant: str, path: str, events: Sequence[PreparedEvent], guard: Guard | None
@@ -375,11 +381,12 @@ class AppendService:
         """A Durable Streams append (yoke/http/durable_streams): the same
         group commit; with a guard (producer, Stream-Seq, close; a close may
         carry no event) the store decides it in the append's transaction and
-        the answer is a ``GuardedAppend``. The stream must exist."""
+        the answer is a ``GuardedAppend``. The stream must exist. Results:
+        the last event's only (the protocol answers with the next offset)."""
         if self.closing:
             raise errors.RuntimeClosed("the runtime is shutting down")
         started = time.perf_counter()
-        answer = await self._submit(tenant, path, events, guard)
+        answer = await self._submit(tenant, path, events, guard, last_only=True)
         metrics.APPEND_LATENCY.observe(time.perf_counter() - started)
         return answer
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import orjson
 
 from ... import errors
-from ...events import PreparedEvent, json_text, new_event_id
+from ...events import PreparedEvent, json_text, json_texts, new_event_id, new_event_ids, utf8_len
 from ...store.contract import StoredEvent
 from ...store.protocol_forks import BYTES_TYPE, JSON, base_type, bytes_event
 from ..responses import parse_json
@@ -36,11 +36,10 @@ def is_text(content_type: str) -> bool:
     return kind == JSON or kind.startswith("text/")
 
 
-def message_event(payload_json: str) -> PreparedEvent:
+def message_event(payload_json: str, event_id: str | None = None) -> PreparedEvent:
     return PreparedEvent(
-        id=new_event_id(), type=MESSAGE_TYPE, payload_json=payload_json, metadata_json="{}",
-        source_json=None, correlation=None, priority=0, group_id=None, idempotency_key=None,
-        ephemeral=False, fingerprint=None, size=len(payload_json) + MESSAGE_OVERHEAD,
+        event_id or new_event_id(), MESSAGE_TYPE, payload_json, "{}", None, None, 0, None, None,
+        False, None, utf8_len(payload_json) + MESSAGE_OVERHEAD,  # UTF-8 bytes, as every event's size
     )
 
 
@@ -49,11 +48,15 @@ def events_of(body: bytes, content_type: str, *, creating: bool = False) -> list
     if not is_json(content_type):
         return [bytes_event(body)] if body else []
     value = parse_json(body)  # integers beyond 64 bits exactly, to refuse them below
-    if isinstance(value, list):
-        if not value and not creating:
-            raise errors.InvalidEvent("an empty JSON array appends nothing")
-        return [message_event(json_text(v, "message")) for v in value]
-    return [message_event(json_text(value, "message"))]
+    if not isinstance(value, list):
+        return [message_event(json_text(value, "message"))]
+    if not value and not creating:
+        raise errors.InvalidEvent("an empty JSON array appends nothing")
+    texts = json_texts(value, "message")
+    return [
+        message_event(text, event_id)
+        for text, event_id in zip(texts, new_event_ids(len(texts)))
+    ]
 
 
 def _message_json(event: StoredEvent) -> str:

@@ -70,11 +70,27 @@ from .subscriptions import SqliteSubscriptionStore
 T = TypeVar("T")
 log = logging.getLogger("yoke.store.sqlite")
 
-INSERT_EVENT = (
+INSERT_EVENTS = (
     "INSERT INTO events (tenant_id, sid, seq, id, at, type, payload, metadata, source,"
-    " correlation, priority, group_id, idempotency_key, fingerprint, size, data)"
-    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    " correlation, priority, group_id, idempotency_key, fingerprint, size, data) VALUES "
 )
+EVENT_VALUES = "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+# Rows go in as multi-row INSERTs of power-of-two sizes up to this many
+# (64 x 16 parameters, well under SQLite's 32766): one statement steps once,
+# where executemany steps a row at a time and hands the GIL back after each
+# step, so a busy event loop made the writer wait for it row by row (100
+# rows beside a spinning thread: 465 ms stepped, 30 ms this way). Seven
+# statement shapes in all, each prepared once by the statement cache.
+INSERT_CHUNK = 64
+_INSERT_SQL = {1 << k: INSERT_EVENTS + ",".join([EVENT_VALUES] * (1 << k)) for k in range(7)}
+
+
+def insert_events(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    start = 0
+    while start < len(rows):
+        n = min(INSERT_CHUNK, 1 << ((len(rows) - start).bit_length() - 1))
+        conn.execute(_INSERT_SQL[n], [value for row in rows[start : start + n] for value in row])
+        start += n
 
 
 # An object's row by stream path, with its stream's sid and closed flag.
@@ -502,7 +518,7 @@ class SqliteStore:
             ):
                 prior[key] = (seq, eid, at, fp)
         refused: dict[int, str] = {}
-        for i, e in enumerate(events):
+        for i, e in enumerate(events if prior else ()):
             key = e.idempotency_key
             if key in prior and prior[key][3] != e.fingerprint:
                 refused[batch_of[i]] = "conflict"
@@ -579,7 +595,7 @@ class SqliteStore:
                         (head, tenant, sid, e.object_id),
                     )
         if rows:
-            conn.executemany(INSERT_EVENT, rows)
+            insert_events(conn, rows)
         unread = 0 if s["min_ack"] is None else 1
         conn.execute(
             "UPDATE streams SET head=?, durable_events=durable_events+?,"
