@@ -129,6 +129,13 @@ APPEND_RELAY = (
 )
 
 
+def _nullable(values: list[Any]) -> list[Any] | None:
+    """A column of nullable values, or NULL when every value is: yoke_append
+    reads a NULL array as all NULLs (unnest pads it, a subscript of it is
+    NULL), and asyncpg spends about 0.3 us encoding each element."""
+    return values if any(v is not None for v in values) else None
+
+
 def _append_args(
     tenant: str, path: str, events: Sequence[PreparedEvent], batch_of: Sequence[int], now: int,
     new_stream_id: str, kernel: bool = False,
@@ -143,17 +150,17 @@ def _append_args(
         [e.type for e in events],
         [e.payload_json for e in events],
         [e.metadata_json for e in events],
-        [e.source_json for e in events],
-        [e.correlation for e in events],
+        _nullable([e.source_json for e in events]),
+        _nullable([e.correlation for e in events]),
         [e.priority for e in events],
-        [e.group_id for e in events],
-        [e.idempotency_key for e in events],
-        [e.fingerprint for e in events],
+        _nullable([e.group_id for e in events]),
+        _nullable([e.idempotency_key for e in events]),
+        _nullable([e.fingerprint for e in events]),
         [e.size for e in events],
         [e.ephemeral for e in events],
-        [e.object_id for e in events],
+        _nullable([e.object_id for e in events]),
         kernel,
-        [e.data for e in events] if any(e.data is not None for e in events) else None,
+        _nullable([e.data for e in events]),
     )
 
 
