@@ -3,8 +3,9 @@
 A replay puts the row back to pending with its attempts reset (with a
 correction, the row's event is replaced by the corrected one, whose
 ``source.replay_of`` names the original: the stream keeps the original
-event); a discard deletes the row. Either is then recorded on the stream
-the event came from (``/`` for an event sent to the instance directly).
+event); a discard deletes the row. Either is recorded on the stream the
+event came from (``/`` for an event sent to the instance directly) in the
+transaction that changes the row.
 """
 
 from __future__ import annotations
@@ -15,10 +16,8 @@ import orjson
 
 from .. import errors
 from ..events import new_event_id, now_ms, prepare
-from ..lifecycle import GLOBAL
+from ..lifecycle import GLOBAL, new_stream_id
 from ..store.actors import QueueRow
-from ..store.subscriptions import Change, SourceState, SubscriptionRow
-from ..subscriptions.engine import control
 from .model import DEAD_LETTER, DISCARDED, REPLAYED, Attempt, Failure, Selection, corrected, kept, make_id
 
 if TYPE_CHECKING:
@@ -52,16 +51,6 @@ async def find(runtime: Runtime, tenant: str, qid: int) -> Failure:
     return failure_of(rows[0])
 
 
-async def append_audit(runtime: Runtime, tenant: str, path: str, event: Any) -> int:
-    """Append a kernel audit event to ``path``: the control transaction with
-    no subscription row, so it is bookkeeping (a closed stream takes it)."""
-
-    def decide(row: SubscriptionRow | None, source: SourceState) -> Change:
-        return Change(events=[event], bookkeeping=True, reply=source.next_offset)
-
-    return int(await control(runtime, tenant, path, "", decide))
-
-
 def _audit(event_type: str, failure: Failure, **extra: Any) -> Any:
     return prepare({"type": event_type, "payload": {
         "failure": failure.id, "kind": failure.kind, "receiver": failure.receiver, "offset": failure.offset,
@@ -78,16 +67,26 @@ async def replay(
         document = corrected(failure.event or {}, correction, failure.id, new_event_id())
         event_json = orjson.dumps(document).decode()
         extra = {"corrected": correction, "event_id": document["id"]}
-    if not await runtime.store.actors.redrive_dead(tenant, qid, event_json, now_ms()):
-        raise errors.FailureNotFound("the dead letter was replayed or discarded meanwhile", id=failure.id)
+    done = await _resolve(runtime, tenant, failure, qid, _audit(REPLAYED, failure, **extra), event_json=event_json)
     runtime.queue_changed(tenant)
-    path = failure.path or GLOBAL
-    return path, await append_audit(runtime, tenant, path, _audit(REPLAYED, failure, **extra))
+    return done
 
 
 async def discard(runtime: Runtime, tenant: str, failure: Failure, qid: int, reason: str) -> tuple[str, int]:
-    assert failure.instance_id is not None
-    if not await runtime.store.actors.drop_dead(tenant, failure.instance_id, [qid]):
-        raise errors.FailureNotFound("the dead letter was replayed or discarded meanwhile", id=failure.id)
+    return await _resolve(runtime, tenant, failure, qid, _audit(DISCARDED, failure, reason=reason), drop=True)
+
+
+async def _resolve(
+    runtime: Runtime, tenant: str, failure: Failure, qid: int, audit: Any, *, drop: bool = False,
+    event_json: str | None = None,
+) -> tuple[str, int]:
+    """The row change and its audit event on the event's stream, in one transaction."""
     path = failure.path or GLOBAL
-    return path, await append_audit(runtime, tenant, path, _audit(DISCARDED, failure, reason=reason))
+    outcome = await runtime.store.actors.resolve_dead(
+        tenant, qid, drop=drop, event_json=event_json, audit=audit, path=path, now=now_ms(),
+        new_stream_id=new_stream_id(),
+    )
+    if outcome is None:
+        raise errors.FailureNotFound("the dead letter was replayed or discarded meanwhile", id=failure.id)
+    runtime.appends.appended(tenant, path, 1)
+    return path, int(outcome.offset or 0)

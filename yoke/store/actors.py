@@ -260,10 +260,16 @@ class ActorStore(Protocol):
         of the last attempt (``started_at``; ``since`` <= t < ``until``) are
         given; oldest last attempt first."""
 
-    async def redrive_dead(self, tenant: str, qid: int, event_json: str | None, now: int) -> bool:
-        """One dead row back to pending with attempts reset, its event
-        replaced by ``event_json`` when given; False if the row is not dead
-        (gone, or redriven meanwhile)."""
+    async def resolve_dead(
+        self, tenant: str, qid: int, *, drop: bool, event_json: str | None, audit: PreparedEvent, path: str,
+        now: int, new_stream_id: str,
+    ) -> Outcome | None:
+        """One transaction: the dead row deleted (``drop``) or back to pending
+        with attempts reset (its event replaced by ``event_json`` when given),
+        and ``audit`` appended to ``path`` as kernel bookkeeping (a closed or
+        full stream takes it); None, with nothing done, when the row is not
+        dead (gone, or resolved meanwhile). The failures inbox's dead-letter
+        replay and discard."""
 
     async def unfinished(self, actors: Sequence[str]) -> int:
         """Pending and processing rows of instances of ``actors``, plus events

@@ -375,16 +375,28 @@ class PgActorStore:
             )
         return [queue_row_from_row(r) for r in rows]
 
-    async def redrive_dead(self, tenant: str, qid: int, event_json: str | None, now: int) -> bool:
+    async def resolve_dead(
+        self, tenant: str, qid: int, *, drop: bool, event_json: str | None, audit: PreparedEvent, path: str,
+        now: int, new_stream_id: str,
+    ) -> Outcome | None:
         async with self._tx(tenant) as conn:
-            result = await conn.execute(
-                "UPDATE actor_queue SET status='pending', attempts=0, attempt_errors=NULL, available_at=$3,"
-                " lease_until=NULL, worker_id=NULL, event=coalesce($4::json, event)"
-                " WHERE tenant_id=$1 AND qid=$2 AND status='dead'",
-                tenant, qid, now, event_json,
-            )
-            await conn.execute("SELECT pg_notify($1, $2)", QUEUE_CHANNEL, tenant)
-        return result.split()[-1] == "1"
+            if drop:
+                result = await conn.execute(
+                    "DELETE FROM actor_queue WHERE tenant_id=$1 AND qid=$2 AND status='dead'", tenant, qid
+                )
+            else:
+                result = await conn.execute(
+                    "UPDATE actor_queue SET status='pending', attempts=0, attempt_errors=NULL, available_at=$3,"
+                    " lease_until=NULL, worker_id=NULL, event=coalesce($4::json, event)"
+                    " WHERE tenant_id=$1 AND qid=$2 AND status='dead'",
+                    tenant, qid, now, event_json,
+                )
+            if result.split()[-1] != "1":
+                return None
+            committed = await self._store._commit_batch(conn, tenant, path, [audit], now, new_stream_id, kernel=True)
+            if not drop:
+                await conn.execute("SELECT pg_notify($1, $2)", QUEUE_CHANNEL, tenant)
+        return committed.outcomes[0]
 
     async def unfinished(self, actors: Sequence[str]) -> int:
         total = 0

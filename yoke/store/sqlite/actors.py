@@ -504,15 +504,26 @@ class SqliteActorStore:
         )
         return [queue_row_from_row(r) for r in rows]
 
-    async def redrive_dead(self, tenant: str, qid: int, event_json: str | None, now: int) -> bool:
-        def run() -> bool:
+    async def resolve_dead(
+        self, tenant: str, qid: int, *, drop: bool, event_json: str | None, audit: PreparedEvent, path: str,
+        now: int, new_stream_id: str,
+    ) -> Outcome | None:
+        def run() -> Outcome | None:
             with self._tx() as conn:
-                return conn.execute(
-                    "UPDATE actor_queue SET status='pending', attempts=0, attempt_errors=NULL, available_at=?,"
-                    " lease_until=NULL, worker_id=NULL, event=coalesce(?, event)"
-                    " WHERE tenant_id=? AND qid=? AND status='dead'",
-                    (now, event_json, tenant, qid),
-                ).rowcount == 1
+                if drop:
+                    changed = conn.execute(
+                        "DELETE FROM actor_queue WHERE tenant_id=? AND qid=? AND status='dead'", (tenant, qid)
+                    ).rowcount
+                else:
+                    changed = conn.execute(
+                        "UPDATE actor_queue SET status='pending', attempts=0, attempt_errors=NULL, available_at=?,"
+                        " lease_until=NULL, worker_id=NULL, event=coalesce(?, event)"
+                        " WHERE tenant_id=? AND qid=? AND status='dead'",
+                        (now, event_json, tenant, qid),
+                    ).rowcount
+                if changed != 1:
+                    return None
+                return self._store._commit_in(conn, tenant, path, [audit], [0], now, new_stream_id, kernel=True).outcomes[0]
 
         return await self._write(run)
 
