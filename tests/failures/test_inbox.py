@@ -281,3 +281,26 @@ async def test_a_processor_halt_is_replayed_as_is_never_corrected(fresh_url: str
         await inbox.replay(f.id)
         status = await s.wait_until_processed("total", 3, timeout_s=10)
         assert status.halted is None and await inbox.list() == []
+
+
+async def test_a_corrected_replay_repeats_no_effect_the_failed_runs_committed(fresh_url: str, tmp_path) -> None:
+    """The dead row keeps its effects journal (docs/effects.md): the replayed
+    run's identical append returns the recorded one, nothing is appended twice."""
+    app = yoke.App()
+
+    @app.actor("billing", filter=Filter(types=["order"]), max_attempts=2, retry_base_s=0.01, retry_max_s=0.02)
+    async def billing(ctx, event):
+        await ctx.append({"type": "invoice", "payload": {"order": event.payload["order"]}}, "/invoices")
+        if poisoned(event.to_dict()):
+            raise ValueError("cannot charge")
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        await y.instances(T).create("billing", key="k")
+        await y.stream("/orders", T).append({"type": "order", "payload": {"order": "A-1", "poison": True}})
+        await y.wait_idle(timeout_s=10)
+        [f] = await y.failures(T).list()
+        await y.failures(T).replay(f.id, {"payload": {"order": "A-1"}})
+        await y.wait_idle(timeout_s=10)
+        invoices = [e.payload for e in await y.stream("/invoices", T).read()]
+        assert invoices == [{"order": "A-1"}]
+        assert await y.failures(T).list() == []
