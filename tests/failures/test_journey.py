@@ -78,3 +78,26 @@ async def test_a_poisoned_event_through_every_kind_fixed_and_replayed_once(fresh
         for kind in ("dead_letter", "skipped", "halted"):
             assert gauge(metrics.FAILURES, T, kind, "under_1m") == 0
             assert gauge(metrics.FAILURE_OLDEST, T, kind) == 0
+
+
+async def test_a_process_without_deliveries_replays_a_skipped_webhook(fresh_url: str) -> None:
+    """An API-only process (no executor, so no delivery engine) still makes
+    the one delivery a replay needs, with an HTTP client of its own."""
+    def answer(request):  # noqa: ANN001, ANN202
+        return Response(500) if poisoned(request.event["payload"]) else Response(204)
+
+    async with WebhookReceiver(answer) as hook:
+        async with yoke.open(fresh_url, **FAST) as y:
+            s = y.stream("/orders", T)
+            await s.subscribe("hook", yoke.webhook(hook.url), filter={"types": ["order"]}, start="beginning",
+                              on_failing_event="skip")
+            sent = await s.append({"type": "order", "payload": {"n": 1, "poison": True}})
+            await s.wait_until_processed("hook", sent.offset, timeout_s=10)
+        async with yoke.open(fresh_url, executor=False) as api:
+            assert api.deliveries is None
+            [f] = await api.failures(T).list()
+            assert (f.kind, f.receiver) == ("skipped", "webhook")
+            done = await api.failures(T).replay(f.id, {"payload": {"n": 1}})
+            assert done.delivered and await api.failures(T).list() == []
+        ok = [r for r in hook.requests if r.status == 204]
+        assert [r.event["payload"] for r in ok] == [{"n": 1}] and ok[0].offset == sent.offset
