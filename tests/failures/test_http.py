@@ -81,8 +81,8 @@ def test_list_show_replay_corrected_and_discard(served: Served, admin: httpx.Cli
         assert f["event"]["id"] == poisoned["id"] and f["attempts"][-1]["error"] == f["error"]
     # The metrics count them (sampled at scrape).
     scraped = admin.get("/metrics").text
-    for kind in ("dead_letter", "halted", "skipped"):
-        assert f'yoke_failures{{age="under_1m",kind="{kind}",tenant="{tenant}"}} 1.0' in scraped
+    for kind, receiver in (("dead_letter", "actor"), ("halted", "copy"), ("skipped", "call")):
+        assert f'yoke_failures{{age="under_1m",kind="{kind}",receiver="{receiver}",tenant="{tenant}"}} 1.0' in scraped
         assert f'yoke_failure_oldest_age_seconds{{kind="{kind}",tenant="{tenant}"}}' in scraped
     # Filters.
     assert [f["id"] for f in failures(admin, kind="halted")] == [halted["id"]]

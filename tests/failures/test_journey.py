@@ -52,10 +52,12 @@ async def test_a_poisoned_event_through_every_kind_fixed_and_replayed_once(fresh
                                                            ("halted", "copy")}
         assert {f.event["id"] for f in listed} == {poison.id} and {f.path for f in listed} == {"/orders"}
         await metrics.sample_failure_gauges(y)
-        for kind in ("dead_letter", "skipped", "halted"):
-            assert gauge(metrics.FAILURES, T, kind, "under_1m") == 1
-            assert gauge(metrics.FAILURES, T, kind, "over_1d") == 0
+        parked = (("dead_letter", "actor"), ("skipped", "webhook"), ("halted", "copy"))
+        for kind, receiver in parked:
+            assert gauge(metrics.FAILURES, T, kind, receiver, "under_1m") == 1
+            assert gauge(metrics.FAILURES, T, kind, receiver, "over_1d") == 0
             assert 0 < gauge(metrics.FAILURE_OLDEST, T, kind) < 60
+        assert gauge(metrics.FAILURES, T, "halted", "webhook", "under_1m") == 0
 
         bulk = await inbox.replay_all(stream="/orders", event={"payload": {"n": 1}})
         assert len(bulk.done) == 3 and bulk.failed == []
@@ -75,8 +77,8 @@ async def test_a_poisoned_event_through_every_kind_fixed_and_replayed_once(fresh
         assert sorted(audit) == ["dead_letter", "halted", "skipped"]
 
         await metrics.sample_failure_gauges(y)
-        for kind in ("dead_letter", "skipped", "halted"):
-            assert gauge(metrics.FAILURES, T, kind, "under_1m") == 0
+        for kind, receiver in parked:
+            assert gauge(metrics.FAILURES, T, kind, receiver, "under_1m") == 0
             assert gauge(metrics.FAILURE_OLDEST, T, kind) == 0
 
 

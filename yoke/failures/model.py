@@ -36,6 +36,9 @@ HALTED = "halted"
 SKIPPED = "skipped"
 KINDS = (DEAD_LETTER, HALTED, SKIPPED)
 RECEIVERS = ("actor", "copy", "webhook", "call", "processor")
+# The receiver whose metric series exist for each kind before any failure
+# (metrics.sample_failure_gauges): every kind reads 0 from the first scrape.
+DEFAULT_RECEIVER = {DEAD_LETTER: "actor", HALTED: "webhook", SKIPPED: "webhook"}
 PREFIX = {DEAD_LETTER: "dl_", HALTED: "ht_", SKIPPED: "sk_"}
 
 # The audit events (lifecycle.PREFIXES makes them local: never copied,
