@@ -5,6 +5,8 @@ everywhere.
 - ``orders`` (actor, ``order`` events of ``/s``: not the copies a test
   makes of them; 2 attempts, fast retries) raises on
   poison, else adds ``payload.n`` to its state's ``seen`` list;
+- ``answers`` (actor, ``answer`` events of workflow streams ``/runs/*/answer``,
+  one attempt) raises on poison;
 - ``rec`` (call receiver) raises on poison, else writes one JSON line per
   event (``{"offset", "payload", "replay_of"}``) to the file named by
   ``$FAILURES_RECEIVED`` when it is set.
@@ -34,6 +36,12 @@ async def orders(ctx, event):
     if poisoned(event.payload):
         raise ValueError(f"poisoned order {event.payload.get('n')}")
     await ctx.state.update(lambda s: {"seen": [*s.get("seen", []), event.payload.get("n")]})
+
+
+@app.actor("answers", filter=Filter(types=["answer"], streams=["/runs/*/answer"]), max_attempts=1)
+async def answers(ctx, event):
+    if poisoned(event.payload):
+        raise ValueError("poisoned answer")
 
 
 @app.receiver("rec")

@@ -7,6 +7,7 @@ scopes and errors."""
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import httpx
@@ -164,3 +165,29 @@ def test_scopes_and_errors(served: Served, admin: httpx.Client, tenant: str) -> 
     for r, status, code in cases:
         assert (r.status_code, r.json()["error"]["code"]) == (status, code), r.text
     assert len(failures(admin)) == 3  # nothing changed
+
+
+PINS = {  # a workflow stream that pins its data handling (tests/http/test_workflow_seed.py)
+    "redaction": [{"path": "$.payload.user.email", "lifted_by": ["pii:read"]}],
+    "authorization": {"read": {"scopes": ["run:read", "admin"]}, "append": {"scopes": ["run:write", "admin"]}},
+    "content_classes": ["model_output"],
+}
+
+
+def test_a_pinned_streams_events_stay_out_of_the_generic_routes(served: Served, admin: httpx.Client) -> None:
+    run = "run-" + uuid.uuid4().hex[:8]
+    base = f"/api/workflow-streams/runs/{run}/streams"
+    assert admin.post(base, json={"stream_id": "answer", **PINS}).status_code == 201
+    assert admin.post("/v1/instances", json={"actor": "answers", "key": "k"}).status_code == 201
+    record = {"type": "answer", "payload": {"user": {"email": "a@b.c"}, "poison": True},
+              "metadata": {"content_class": "model_output"}}
+    assert admin.post(f"{base}/answer/records", json=record).status_code == 201
+    [f] = wait_for(lambda: failures(admin), lambda fs: len(fs) == 1)
+    assert f["path"] == f"/runs/{run}/answer" and f["event"] is None  # the email stays out
+    assert admin.get(f"/v1/failures/{f['id']}").json()["event"] is None
+    for r in (admin.post(f"/v1/failures/{f['id']}/replay", json={"event": {"payload": {}}}),
+              admin.post("/v1/failures/replay", json={"filter": {}, "event": {"payload": {}}})):
+        assert (r.status_code, r.json()["error"]["code"]) == (403, "data_handling_pinned"), r.text
+    assert failures(admin) != []  # nothing was replayed
+    assert admin.post(f"/v1/failures/{f['id']}/discard", json={"reason": "test"}).status_code == 200
+    assert failures(admin) == []

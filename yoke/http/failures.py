@@ -3,6 +3,11 @@
 Reads need ``read``; replays and discards change what runs, so they need
 ``admin`` (like redriving dead letters). The routes call the same
 ``runtime.failures(tenant)`` methods as Python.
+
+Like the other generic routes, these keep out of streams that pin their
+data handling (``pinned.py``): such a failure is listed without its event,
+and cannot be replayed with a corrected one (403 ``data_handling_pinned``;
+the workflow surface is the way in).
 """
 
 from __future__ import annotations
@@ -12,9 +17,13 @@ from typing import Any
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
+from .. import errors
+from ..failures import Failure as FailureRecord
 from ..failures import Failures
+from ..failures.model import check_limit
 from .actors import optional_json_body
 from .auth import ADMIN, READ, Principal, runtime_of
+from .pinned import WORKFLOW_PREFIX, refuse_pinned
 from .responses import ERROR_RESPONSES, json_body, json_response
 from .schemas import (
     BulkDiscardRequest, BulkReplayRequest, BulkResult, DiscardRequest, Failure, FailureList, ReplayRequest,
@@ -30,6 +39,30 @@ FILTERS = {"kind", "receiver", "stream", "actor", "instance_id", "subscription",
 
 def failures_of(request: Request, principal: Principal) -> Failures:
     return runtime_of(request).failures(principal.tenant)
+
+
+async def shown(request: Request, principal: Principal, failures: list[FailureRecord]) -> list[dict[str, Any]]:
+    """The failures as JSON, the events of pinned streams left out."""
+    runtime, pinned = runtime_of(request), {}
+    out = []
+    for f in failures:
+        d = f.to_dict()
+        if f.path is not None and f.path.startswith(WORKFLOW_PREFIX):
+            if f.path not in pinned:
+                try:
+                    await refuse_pinned(runtime, principal.tenant, f.path)
+                    pinned[f.path] = False
+                except errors.DataHandlingPinned:
+                    pinned[f.path] = True
+            if pinned[f.path]:
+                d["event"] = None
+        out.append(d)
+    return out
+
+
+async def refuse_corrections_of_pinned(request: Request, principal: Principal, failures: list[FailureRecord]) -> None:
+    for path in {f.path for f in failures if f.path is not None}:
+        await refuse_pinned(runtime_of(request), principal.tenant, path)
 
 
 def selection_of(body: dict[str, Any]) -> dict[str, Any]:
@@ -54,7 +87,7 @@ async def list_failures(
         kind=kind, receiver=receiver, stream=stream, actor=actor, instance_id=instance_id,
         subscription=subscription, since=since, until=until, limit=limit,
     )
-    return json_response({"failures": [f.to_dict() for f in listed]})
+    return json_response({"failures": await shown(request, principal, listed)})
 
 
 async def bulk_of(request: Request, field: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -70,7 +103,12 @@ async def bulk_of(request: Request, field: str) -> tuple[dict[str, Any], dict[st
 )
 async def replay_all(request: Request, principal: Principal = ADMIN) -> Response:
     body, chosen = await bulk_of(request, "event")
-    return json_response((await failures_of(request, principal).replay_all(event=body.get("event"), **chosen)).to_dict())
+    inbox = failures_of(request, principal)
+    if body.get("event") is not None:
+        limit = chosen.pop("limit")
+        await refuse_corrections_of_pinned(request, principal, await inbox.list(limit=check_limit(limit), **chosen))
+        chosen["limit"] = limit
+    return json_response((await inbox.replay_all(event=body.get("event"), **chosen)).to_dict())
 
 
 @router.post(
@@ -88,7 +126,8 @@ async def discard_all(request: Request, principal: Principal = ADMIN) -> Respons
     summary="One failure",
 )
 async def show_failure(request: Request, failure_id: str = FAILURE_ID, principal: Principal = READ) -> Response:
-    return json_response((await failures_of(request, principal).get(failure_id)).to_dict())
+    [failure] = await shown(request, principal, [await failures_of(request, principal).get(failure_id)])
+    return json_response(failure)
 
 
 @router.post(
@@ -99,7 +138,10 @@ async def show_failure(request: Request, failure_id: str = FAILURE_ID, principal
 )
 async def replay(request: Request, failure_id: str = FAILURE_ID, principal: Principal = ADMIN) -> Response:
     body = object_body(await optional_json_body(request), {"event"})
-    done = await failures_of(request, principal).replay(failure_id, body.get("event"))
+    inbox = failures_of(request, principal)
+    if body.get("event") is not None:
+        await refuse_corrections_of_pinned(request, principal, [await inbox.get(failure_id)])
+    done = await inbox.replay(failure_id, body.get("event"))
     return json_response(done.to_dict())
 
 

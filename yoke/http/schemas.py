@@ -1126,7 +1126,9 @@ class Failure(BaseModel):
     attempt_count: int
     error: str | None = Field(description="The last attempt's error")
     attempts: list[FailureAttempt] = Field(description="Every failed attempt, oldest first (the first 50)")
-    event: JsonObject | None = Field(description="The event (null once retention removed it)")
+    event: JsonObject | None = Field(
+        description="The event (null once retention removed it, or when its stream pins its data handling)"
+    )
     actor: str | None
     instance_id: str | None
     subscription: str | None = Field(description="Halted and skipped events: the subscription on path")

@@ -56,7 +56,7 @@ export async function render(main, params, { signal }) {
       errors, done));
   }
   main.append(h('div', { class: 'grid2' },
-    h('section', { class: 'card' }, h('h2', null, 'Event'), f.event ? json(f.event) : h('p', { class: 'muted' }, 'Removed by retention.')),
+    h('section', { class: 'card' }, h('h2', null, 'Event'), f.event ? json(f.event) : h('p', { class: 'muted' }, 'Not shown: removed by retention, or its stream pins its data handling (read it through /api/workflow-streams).')),
     h('section', { class: 'card' }, h('h2', null, 'Attempts'),
       table(['Attempt', 'At', 'Error'], f.attempts.map((a) => h('tr', null,
         h('td', { class: 'num' }, a.number), h('td', null, time(a.at)), h('td', { class: 'error-text' }, a.error || '—'))), { id: 'attempts' }),
