@@ -144,13 +144,19 @@ async def test_a_failing_node_run_is_retried_and_recorded(fresh_url: str, tmp_pa
 
 
 async def test_a_thrown_first_attempt_is_retried(fresh_url: str, tmp_path) -> None:
+    from yoke.actors.journal import run_idempotency_key
+
     async with open_runtime(fresh_url, tmp_path) as y:
+        rows: list[int] = []
+        y.executor.scheduler.on_run = lambda row, *_: rows.append(row.qid)
         instances = y.instances("acme")
         inst = await instances.create("js", key="k", filter={"types": ["node.go"]})
         await y.stream("/", "acme").append({"type": "node.go", "payload": {"what": "flaky"}})
         await y.wait_idle(timeout_s=WAIT_S)
         state, _ = await instances.state(inst.instance_id)
         assert state["done"] == 1 and state["attempt"] == 2
+        # ctx.idempotencyKey: the same on the retry, and the key Python derives.
+        assert state["firstKey"] == state["key"] == run_idempotency_key("acme", inst.instance_id, rows[0], "pay")
         assert (await instances.depth(inst.instance_id)).dead == 0
 
 

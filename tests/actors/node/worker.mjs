@@ -11,7 +11,10 @@ export async function process(ctx, event) {
   if (what === "kill") nodeProcess.kill(nodeProcess.pid, "SIGKILL");
   if (what === "spin") for (;;);
   if (what === "allocate") for (const hoard = []; ; ) hoard.push(new Array(1e5).fill(what));
-  if (what === "flaky" && ctx.attempt === 1) throw new Error("first attempts fail");
+  if (what === "flaky" && ctx.attempt === 1) {
+    await ctx.state.set({ firstKey: ctx.idempotencyKey("pay") });
+    throw new Error("first attempts fail");
+  }
   if (what === "op-error") {
     try {
       await ctx.append({ type: "" });
@@ -37,5 +40,7 @@ export async function process(ctx, event) {
     }));
     return;
   }
-  await ctx.state.update((s) => ({ ...s, done: (s.done ?? 0) + 1, attempt: ctx.attempt, pid: nodeProcess.pid }));
+  await ctx.state.update((s) => ({
+    ...s, done: (s.done ?? 0) + 1, attempt: ctx.attempt, pid: nodeProcess.pid, key: ctx.idempotencyKey("pay"),
+  }));
 }

@@ -76,8 +76,12 @@ export declare class Context {
   readonly event: YokeEvent;
   /** 1 on the first try; retries count up. */
   readonly attempt: number;
+  /** The event's queue row: the same on every retry. */
+  readonly queueRow: number;
   readonly state: State;
   readonly sqlite: Sqlite;
+  /** A key for a call to the outside world, the same on every retry of this row (docs/effects.md). */
+  idempotencyKey(name?: string): string;
   /** Append to one of the tenant's streams (default "/"); resolves once durable. */
   append(event: NewEvent, stream?: string): Promise<{ offset: number; id: string }>;
   /** Any op by name, with its JSON params (docs/hosts.md lists them). */

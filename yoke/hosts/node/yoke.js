@@ -2,6 +2,8 @@
 // op (a method name and JSON params) that the host sends to the kernel
 // (host.js); types in yoke.d.ts, guide in README.md.
 
+import { createHash } from "node:crypto";
+
 // ctx.state.update retries a lost compare-and-set this many times.
 const MAX_UPDATE_RETRIES = 1000;
 
@@ -77,12 +79,13 @@ class Sqlite {
 export class Context {
   #ops;
 
-  constructor(ops, lock, { tenant, instance, event, attempt }) {
+  constructor(ops, lock, { tenant, instance, event, attempt, queueRow }) {
     this.#ops = ops;
     this.tenant = tenant;
     this.instance = instance;
     this.event = event;
     this.attempt = attempt;
+    this.queueRow = queueRow ?? 0;
     this.state = new State(ops, lock);
     this.sqlite = new Sqlite(ops);
     Object.freeze(this);
@@ -92,6 +95,14 @@ export class Context {
    * resolves to {offset, id} once durable. */
   append(event, stream = "/") {
     return this.#ops("stream_append", { event, stream });
+  }
+
+  /** A key for a call to the outside world: the same on every retry and
+   * redrive of this event's queue row (docs/effects.md); Python's
+   * ctx.idempotency_key(name) gives the same key. */
+  idempotencyKey(name = "") {
+    const text = [this.tenant, this.instance.instance_id, String(this.queueRow), name].join("\x1f");
+    return "yk_" + createHash("sha256").update(text, "utf8").digest("hex").slice(0, 32);
   }
 
   /** Any op by name (docs/hosts.md lists them): schedules_upsert,
