@@ -153,3 +153,15 @@ async def journaled(ctx, event):
                      stream=f"/keys/{ctx.attempt}")
     if ctx.attempt == 1:
         raise RuntimeError("first attempt fails after its effects")
+
+
+@app.actor("atomic_counter", isolation="process", effects="atomic", timeout_s=10, max_attempts=3,
+           retry_base_s=0.01, retry_max_s=0.05)
+async def atomic_counter(ctx, event):
+    """An atomic run in a host: the first attempt's writes and append vanish
+    with its failure (tests/actors/test_effects_atomic.py)."""
+    await ctx.state.update(lambda s: {**s, "count": s.get("count", 0) + 1})
+    seen = await ctx.state.get()
+    await ctx.append({"type": "counted", "payload": {"seen": seen, "attempt": ctx.attempt}}, stream="/atomic")
+    if ctx.attempt == 1:
+        raise RuntimeError("first attempt fails after its effects")

@@ -45,6 +45,9 @@ class ActorDef:
     # "python", or the host that runs ``script`` (app.node_actor: "node").
     language: str = "python"
     script: str | None = None
+    # "default": effects commit one by one, journaled per queue row;
+    # "atomic": a run's effects commit together with its completion (docs/effects.md).
+    effects: str = "default"
 
     @property
     def keyed(self) -> bool:
@@ -116,12 +119,13 @@ class App:
         retry_base_s: float = 1.0,
         retry_max_s: float = 300.0,
         isolation: str | None = None,
+        effects: str = "default",
     ) -> Callable[[Handler], Handler]:
         check_isolation(isolation)
         define = self._definer(
             name, filter=filter, filter_from_config=filter_from_config, concurrency=concurrency,
             max_attempts=max_attempts, timeout_s=timeout_s, singleton=singleton,
-            retry_base_s=retry_base_s, retry_max_s=retry_max_s, isolation=isolation,
+            retry_base_s=retry_base_s, retry_max_s=retry_max_s, isolation=isolation, effects=effects,
         )
 
         def register(handler: Handler) -> Handler:
@@ -145,6 +149,7 @@ class App:
         singleton: bool = False,
         retry_base_s: float = 1.0,
         retry_max_s: float = 300.0,
+        effects: str = "default",
     ) -> None:
         """An actor whose ``process(ctx, event)`` is exported by ``script``,
         a JavaScript module (compiled TypeScript, say) run by the Node host
@@ -156,13 +161,13 @@ class App:
         self._definer(
             name, filter=filter, filter_from_config=filter_from_config, concurrency=concurrency,
             max_attempts=max_attempts, timeout_s=timeout_s, singleton=singleton,
-            retry_base_s=retry_base_s, retry_max_s=retry_max_s, isolation="process",
+            retry_base_s=retry_base_s, retry_max_s=retry_max_s, isolation="process", effects=effects,
         )(handler=None, language="node", script=os.path.abspath(script))
 
     def _definer(
         self, name: Any, *, filter: Any, filter_from_config: Any, concurrency: Any,  # noqa: A002
         max_attempts: Any, timeout_s: Any, singleton: bool, retry_base_s: float, retry_max_s: float,
-        isolation: str | None,
+        isolation: str | None, effects: str = "default",
     ) -> Callable[..., None]:
         """Checks an actor's settings now; the returned function registers it."""
         if not isinstance(name, str) or not 1 <= len(name) <= 200:
@@ -175,6 +180,10 @@ class App:
             raise errors.InvalidInput("max_attempts must be a positive integer", field="max_attempts")
         if not timeout_s > 0:
             raise errors.InvalidInput("timeout_s must be positive", field="timeout_s")
+        if effects not in EFFECTS:
+            raise errors.InvalidInput(
+                f"effects is one of {', '.join(EFFECTS)}, not {effects!r}", field="effects"
+            )
         parsed = None if filter is None else Filter.from_dict(filter)
         if singleton and parsed is not None and parsed.key is not None:
             raise errors.InvalidFilter("a singleton actor has no routing key", field="key")
@@ -185,6 +194,7 @@ class App:
             self.actors[name] = ActorDef(
                 name, handler, parsed, filter_from_config, concurrency, max_attempts,
                 float(timeout_s), singleton, retry_base_s, retry_max_s, isolation, language, script,
+                effects,
             )
 
         return define
@@ -243,6 +253,7 @@ class App:
 
 
 ISOLATIONS = ("inprocess", "process")
+EFFECTS = ("default", "atomic")
 
 
 def check_isolation(isolation: str | None) -> None:

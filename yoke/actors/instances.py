@@ -91,6 +91,24 @@ class Instances:
     ) -> tuple[InstanceInfo, bool]:
         """``create``, also telling whether this call created the instance.
         ``effect``: the call is a journaled effect of an actor run (journal.py)."""
+        info, created = await self._store.create_instance(
+            self.new_instance(actor, key, config, filter=filter, parent_id=parent_id), effect
+        )
+        if created:
+            self._runtime.routing_changed(self.tenant)
+            self._runtime.hub.wake(self.tenant, GLOBAL)  # its yoke.instance.created fact
+        return info, created
+
+    def new_instance(
+        self,
+        actor: str,
+        key: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        *,
+        filter: Filter | Mapping[str, Any] | None = None,  # noqa: A002
+        parent_id: str | None = None,
+    ) -> InstanceInfo:
+        """The instance ``create`` would insert, checked (not stored)."""
         app = self._runtime.app
         if config is not None and not isinstance(config, Mapping):
             raise errors.InvalidInput("config must be an object", field="config")
@@ -124,24 +142,17 @@ class Instances:
             resolved = None
         if resolved is not None and resolved.key is not None:
             raise errors.InvalidFilter("an instance filter has no routing key", field="key")
-        info, created = await self._store.create_instance(
-            InstanceInfo(
-                instance_id=new_instance_id(),
-                tenant=self.tenant,
-                actor=actor,
-                key=key,
-                config=orjson.loads(orjson.dumps(config)),
-                filter=None if resolved is None else resolved.to_dict(),
-                parent_id=parent_id,
-                worker_id=self._runtime.worker_id,
-                created_at=now_ms(),
-            ),
-            effect,
+        return InstanceInfo(
+            instance_id=new_instance_id(),
+            tenant=self.tenant,
+            actor=actor,
+            key=key,
+            config=orjson.loads(orjson.dumps(config)),
+            filter=None if resolved is None else resolved.to_dict(),
+            parent_id=parent_id,
+            worker_id=self._runtime.worker_id,
+            created_at=now_ms(),
         )
-        if created:
-            self._runtime.routing_changed(self.tenant)
-            self._runtime.hub.wake(self.tenant, GLOBAL)  # its yoke.instance.created fact
-        return info, created
 
     async def remove(self, instance_id: str) -> InstanceInfo:
         """Delete the instance, its queue rows (dead letters included),
@@ -211,7 +222,9 @@ class Instances:
         info = await self.get(instance_id)
         databases = self._runtime.state_databases()
         if self._runtime.worker_id is not None and info.worker_id == self._runtime.worker_id:
-            return await work(databases.get(self.tenant, instance_id))
+            db = databases.get(self.tenant, instance_id)
+            async with db.run_lock:  # not inside an atomic run's open transaction
+                return await work(db)
         db = InstanceDatabase(databases, self.tenant, instance_id)
         try:
             return await work(db)

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .. import errors
-from ..events import json_bytes, new_event_id, now_ms, prepare, validate_path
+from ..events import PreparedEvent, json_bytes, new_event_id, now_ms, prepare, validate_path
 from ..store.actors import Effect, InstanceInfo, Message, Schedule
 from ..streams.append import new_stream_id, refusal_error
 from .journal import EFFECT_OPS, Journal
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
+    from .atomic import AtomicRun
 
 MAX_SCHEDULE_NAME = 200
 CONVERSATION_STREAM = "/"
@@ -67,6 +68,7 @@ class OpHandler:
         self.tenant = tenant
         self.instance = instance
         self.journal = journal
+        self.atomic: AtomicRun | None = None  # an atomic run's: effects wait for its commit
 
     async def call(self, method: str, params: dict[str, Any]) -> Any:
         handler = OPS.get(method)
@@ -99,7 +101,10 @@ class OpHandler:
         event = dict(p["event"])
         if self.instance is not None and event.get("source") is None:
             event["source"] = {"actor": self.instance.actor, "instance": self.instance.instance_id}
-        stream = self._runtime.stream(p.get("stream") or "/", self.tenant)
+        path = p.get("stream") or "/"
+        if self.atomic is not None:
+            return self.atomic.append(path, event)
+        stream = self._runtime.stream(path, self.tenant)
         if effect is not None and self.journal is not None and event.get("idempotency_key") is None \
                 and not event.get("ephemeral"):
             # The journal is the key: a retry's identical append finds its event.
@@ -132,7 +137,12 @@ class OpHandler:
 
     async def _instances_create(self, p: dict[str, Any], effect: Effect | None) -> dict[str, Any]:
         parent = None if self.instance is None else self.instance.instance_id
-        info = await self._runtime.instances(self.tenant).create(
+        instances = self._runtime.instances(self.tenant)
+        if self.atomic is not None:
+            new = instances.new_instance(p["actor"], p.get("key"), p.get("config"), filter=p.get("filter"),
+                                         parent_id=parent)
+            return instance_dict(await self.atomic.create_instance(new))
+        info = await instances.create(
             p["actor"], p.get("key"), p.get("config"), filter=p.get("filter"), parent_id=parent,
             effect=effect,
         )
@@ -154,6 +164,15 @@ class OpHandler:
     # --- schedules -----------------------------------------------------------
 
     async def _schedules_upsert(self, p: dict[str, Any], effect: Effect | None) -> dict[str, Any]:
+        schedule = self._schedule(p)
+        if self.atomic is not None:
+            return self.atomic.upsert_schedule(schedule)
+        due = await self._runtime.store.actors.upsert_schedule(schedule, effect)
+        self._runtime.timers_changed()
+        return {"name": schedule.name, "due_at": due}
+
+    def _schedule(self, p: dict[str, Any]) -> Schedule:
+        """The schedule ``schedules_upsert`` asks for, checked."""
         instance = self._need_instance()
         name = p.get("name")
         if not isinstance(name, str) or not 1 <= len(name) <= MAX_SCHEDULE_NAME:
@@ -180,14 +199,12 @@ class OpHandler:
         stream = p.get("stream")
         if stream is not None:
             validate_path(stream)
-        due = await self._runtime.store.actors.upsert_schedule(
-            Schedule(self.tenant, instance.instance_id, name, due, event, cron, stream, now), effect
-        )
-        self._runtime.timers_changed()
-        return {"name": name, "due_at": due}
+        return Schedule(self.tenant, instance.instance_id, name, due, event, cron, stream, now)
 
     async def _schedules_cancel(self, p: dict[str, Any], effect: Effect | None) -> dict[str, Any]:
         instance = self._need_instance()
+        if self.atomic is not None:
+            return await self.atomic.cancel_schedule(str(p["name"]))
         found = await self._runtime.store.actors.cancel_schedule(
             self.tenant, instance.instance_id, str(p["name"]), effect
         )
@@ -204,6 +221,20 @@ class OpHandler:
     # --- conversations -------------------------------------------------------
 
     async def _conversations_post(self, p: dict[str, Any], effect: Effect | None) -> dict[str, Any]:
+        message, event = self._message(p)
+        if self.atomic is not None:
+            return self.atomic.post_message(message, event)
+        message, outcome = await self._runtime.store.actors.post_message(
+            self.tenant, CONVERSATION_STREAM, message, event, now_ms(), new_stream_id(), effect,
+        )
+        if message is None:
+            raise refusal_error(outcome.status, CONVERSATION_STREAM, [event])
+        if outcome.status == "ok":  # not a journaled repeat
+            self._runtime.appends.appended(self.tenant, CONVERSATION_STREAM, 1)
+        return message_dict(message)
+
+    def _message(self, p: dict[str, Any]) -> tuple[Message, PreparedEvent]:
+        """The message ``conversations_post`` asks for, checked, and its event."""
         conversation_id, role = p.get("conversation_id"), p.get("role")
         for field, value in (("conversation_id", conversation_id), ("role", role)):
             if not isinstance(value, str) or not 1 <= len(value) <= 200:
@@ -223,16 +254,7 @@ class OpHandler:
                 "source": source,
             }
         )
-        message, outcome = await self._runtime.store.actors.post_message(
-            self.tenant, CONVERSATION_STREAM,
-            Message(conversation_id, message_id, 0, role, p.get("content"), metadata, 0, None),
-            event, now_ms(), new_stream_id(), effect,
-        )
-        if message is None:
-            raise refusal_error(outcome.status, CONVERSATION_STREAM, [event])
-        if outcome.status == "ok":  # not a journaled repeat
-            self._runtime.appends.appended(self.tenant, CONVERSATION_STREAM, 1)
-        return message_dict(message)
+        return Message(conversation_id, message_id, 0, role, p.get("content"), metadata, 0, None), event
 
     async def _conversations_messages(self, p: dict[str, Any]) -> list[dict[str, Any]]:
         limit = p.get("limit", 100)

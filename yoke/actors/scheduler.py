@@ -27,6 +27,7 @@ from ..store.actors import InstanceInfo, Policy, QueueRow
 from ..store.faults import log_retried
 from ..hosts.pool import HandlerFailed, HostFailure, HostPool
 from .app import ActorDef, App
+from .atomic import AtomicRun
 from .context import Context
 from .journal import Journal
 from .ops import OpHandler
@@ -258,6 +259,7 @@ class Scheduler:
         budget_s = definition.timeout_s
         host = None
         handed = False  # the host went to process(), which gives it back
+        atomic: AtomicRun | None = None
         try:
             # An isolated run waits for a free host first: outside its time.
             host = await pool.acquire() if pool is not None else None
@@ -269,12 +271,18 @@ class Scheduler:
                 if instance is None:
                     raise LookupError(f"instance {row.instance_id} does not exist")
                 ops = OpHandler(self.runtime, row.tenant, instance, Journal(row.qid, instance.instance_id))
-                if host is not None:
+                if definition.effects == "atomic":
+                    atomic = ops.atomic = AtomicRun(self.runtime, instance, row)
+                if atomic is not None and await atomic.start():
+                    pass  # its run committed here before: commit() performs what it recorded
+                elif host is not None:
                     handed = True
                     await pool.process(host, ops, instance, event_from_queue(row), row.attempts)
                 else:
                     ctx = Context(ops, instance, event_from_queue(row), row.attempts, row.qid)
                     await definition.handler(ctx, ctx.event)  # type: ignore[misc]
+                if atomic is not None:
+                    await atomic.commit()  # the row's completion is part of it
             ok = True
         except TimeoutError:
             error = f"process() timed out after {budget_s:.3g}s"
@@ -295,17 +303,22 @@ class Scheduler:
         finally:
             if host is not None and not handed:  # acquired, but process() was not reached
                 pool.release(host)  # type: ignore[union-attr]
+            if atomic is not None:
+                await atomic.abort()  # nothing if it committed
         finished = time.time()
         if self.on_run is not None:
             self.on_run(row, started, finished, ok)
         metrics.observe_process(row, definition, ok, finished - started)
-        await self._settle(row, loop, definition, ok, error, tb)
+        await self._settle(row, loop, definition, ok, error, tb, completed=atomic is not None)
 
     async def _settle(
         self, row: QueueRow, loop: _ClaimLoop, definition: ActorDef, ok: bool, error: str, tb: str,
-        *, cancelled: bool = False,
+        *, cancelled: bool = False, completed: bool = False,
     ) -> None:
         if ok:
+            if completed:  # an atomic run's commit deleted it: claim the next rows
+                loop.wake(row.tenant)
+                return
             loop.done[row.tenant].append((row.qid, row.attempts))
             loop.idle.clear()
             loop.wake_flag.set()

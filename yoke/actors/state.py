@@ -36,10 +36,18 @@ import orjson
 from .. import errors
 from ..events import json_text, now_ms
 from ..store.actors import ActorStore
+from . import crash_points
 
 T = TypeVar("T")
 
 STATE_TABLE = "_yoke_state"
+# Atomic runs (actors/atomic.py): the queue rows whose run committed here,
+# with the effects the store has still to perform.
+APPLIED_TABLE = "_yoke_applied"
+APPLIED_SCHEMA = (
+    f"CREATE TABLE IF NOT EXISTS {APPLIED_TABLE} ("
+    " qid INTEGER PRIMARY KEY, effects TEXT NOT NULL, at INTEGER NOT NULL)"
+)
 SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} ("
     " id INTEGER PRIMARY KEY CHECK (id = 1), value TEXT NOT NULL, version INTEGER NOT NULL)"
@@ -58,6 +66,16 @@ class StateStorage(Protocol):
         """After a write (worker thread). May return a coroutine function to
         await on the event loop (a database or network write)."""
 
+    # Atomic runs: True when the database's durable copy is a store row that
+    # the run's store transaction writes itself (pg_sqlite); otherwise the
+    # commit marks the database first (actors/atomic.py).
+    in_store: bool
+
+    def durable(self, tenant: str, instance_id: str, conn: sqlite3.Connection) -> Callable[[], Any] | None:
+        """After an atomic run's commit (worker thread): what makes the
+        committed database durable before the run's store transaction; like
+        ``persist``'s answer, awaited on the event loop."""
+
     async def close(self) -> None: ...
 
 
@@ -71,6 +89,8 @@ def _safe(part: str) -> str:
 
 
 class FileStorage:
+    in_store = False
+
     def __init__(self, root: Path) -> None:
         self.root = root
 
@@ -88,12 +108,17 @@ class FileStorage:
     def persist(self, tenant: str, instance_id: str, conn: sqlite3.Connection) -> None:
         return None  # committed to the file already
 
+    def durable(self, tenant: str, instance_id: str, conn: sqlite3.Connection) -> None:
+        return None  # synchronous=FULL: a commit is durable
+
     async def close(self) -> None:
         return None
 
 
 class PgSqliteStorage:
     """The database runs in memory; its serialized image is the durable copy."""
+
+    in_store = True
 
     def __init__(self, store: ActorStore, loop: asyncio.AbstractEventLoop) -> None:
         self._store = store
@@ -112,6 +137,9 @@ class PgSqliteStorage:
         image = conn.serialize()
         return lambda: self._store.save_state(tenant, instance_id, image, now_ms())
 
+    def durable(self, tenant: str, instance_id: str, conn: sqlite3.Connection) -> None:
+        return None  # the run's store transaction writes the image
+
     async def close(self) -> None:
         return None
 
@@ -129,6 +157,13 @@ class InstanceDatabase:
         # set still guards against every other writer): N concurrent
         # updaters then cost N round trips, not N squared.
         self.update_lock = asyncio.Lock()
+        # An atomic run holds the database from its start to its commit, its
+        # writes in one open transaction (actors/atomic.py); readers from
+        # outside the run (the API) wait for it.
+        self.run_lock = asyncio.Lock()
+        self._in_run = False
+        self._run_wrote = False
+        self._applied_done: list[int] = []  # markers whose store transaction committed
 
     async def _run(
         self, fn: Callable[[sqlite3.Connection], T], *, write: bool | None | Callable[[T], bool]
@@ -148,6 +183,8 @@ class InstanceDatabase:
                 changed = (write(result) if callable(write) else write) or (
                     write is not False and self._conn.total_changes != before
                 )
+                if changed and self._in_run:  # persisted by the run's commit
+                    self._run_wrote, changed = True, False
                 after = (
                     self._owner.storage.persist(self.tenant, self.instance_id, self._conn)
                     if changed else None
@@ -186,24 +223,29 @@ class InstanceDatabase:
         text = _dump_state(value)
 
         def cas(conn: sqlite3.Connection) -> tuple[bool, int]:
+            if conn.in_transaction:  # an atomic run's: it is the transaction
+                return check_and_set(conn)
             conn.execute("BEGIN IMMEDIATE")
             try:
-                row = conn.execute(f"SELECT version FROM {STATE_TABLE} WHERE id=1").fetchone()
-                current = 0 if row is None else row[0]
-                if current != expected:
-                    conn.execute("ROLLBACK")
-                    return False, current
-                conn.execute(
-                    f"INSERT INTO {STATE_TABLE} VALUES (1, ?, ?) ON CONFLICT (id)"
-                    " DO UPDATE SET value=excluded.value, version=excluded.version",
-                    (text, current + 1),
-                )
-                conn.execute("COMMIT")
-                return True, current + 1
+                result = check_and_set(conn)
+                conn.execute("COMMIT" if result[0] else "ROLLBACK")
+                return result
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+
+        def check_and_set(conn: sqlite3.Connection) -> tuple[bool, int]:
+            row = conn.execute(f"SELECT version FROM {STATE_TABLE} WHERE id=1").fetchone()
+            current = 0 if row is None else row[0]
+            if current != expected:
+                return False, current
+            conn.execute(
+                f"INSERT INTO {STATE_TABLE} VALUES (1, ?, ?) ON CONFLICT (id)"
+                " DO UPDATE SET value=excluded.value, version=excluded.version",
+                (text, current + 1),
+            )
+            return True, current + 1
 
         return await self._run(cas, write=lambda result: result[0])  # a lost race wrote nothing
 
@@ -263,10 +305,126 @@ class InstanceDatabase:
         except sqlite3.Error as exc:
             raise errors.InvalidInput(f"sqlite: {exc}", field="sql") from None
 
+    # --- atomic runs (actors/atomic.py) ----------------------------------------
+
+    @property
+    def keeps_state_in_store(self) -> bool:
+        return self._owner.storage.in_store
+
+    async def begin_run(self) -> None:
+        """Hold the database for one atomic run: its writes stay in one open
+        transaction (its reads see them) until ``commit_run`` or
+        ``rollback_run``; ``end_run`` lets the next run in."""
+        await self.run_lock.acquire()
+        try:
+            def begin(conn: sqlite3.Connection) -> None:
+                conn.execute("BEGIN")
+                conn.set_authorizer(_no_transaction_control)
+
+            await self._run(begin, write=False)
+            self._in_run, self._run_wrote = True, False
+        except BaseException:
+            self.run_lock.release()
+            raise
+
+    async def applied(self, qid: int) -> list[dict[str, Any]] | None:
+        """The effects recorded by queue row ``qid``'s atomic run that
+        committed here (None: none did)."""
+        def find(conn: sqlite3.Connection) -> list[dict[str, Any]] | None:
+            try:
+                row = conn.execute(f"SELECT effects FROM {APPLIED_TABLE} WHERE qid=?", (qid,)).fetchone()
+            except sqlite3.OperationalError:  # no such table: no atomic run committed here yet
+                return None
+            return None if row is None else orjson.loads(row[0])
+
+        return await self._run(find, write=False)
+
+    async def commit_run(self, qid: int, effects: list[dict[str, Any]]) -> tuple[bool, bytes | None]:
+        """Commit the run's writes: (wrote, image). Nothing written: nothing
+        committed. With the database kept in the store (pg_sqlite), the
+        image is for the run's store transaction to write. Otherwise the
+        commit also records ``qid`` and its ``effects`` (the applied
+        marker), and is made durable before this returns."""
+        storage = self._owner.storage
+        done, self._applied_done = self._applied_done, []
+
+        def commit(conn: sqlite3.Connection) -> tuple[bool, Callable[[], Any] | None, bytes | None]:
+            conn.set_authorizer(None)
+            if not self._run_wrote:
+                conn.execute("ROLLBACK")
+                return False, None, None
+            if storage.in_store:
+                conn.execute("COMMIT")
+                return True, None, conn.serialize()
+            conn.execute(APPLIED_SCHEMA)
+            conn.executemany(f"DELETE FROM {APPLIED_TABLE} WHERE qid=?", [(q,) for q in done])
+            conn.execute(f"INSERT INTO {APPLIED_TABLE} VALUES (?, ?, ?)", (qid, json_text(effects, "effects"), now_ms()))
+            conn.execute("COMMIT")
+            return True, storage.durable(self.tenant, self.instance_id, conn), None
+
+        try:
+            wrote, durable, image = await self._run(commit, write=False)
+        except BaseException:
+            self._applied_done = done + self._applied_done
+            raise
+        finally:
+            self._in_run = False
+        if durable is not None:
+            crash_points.reached("before_upload")  # test only
+            await durable()
+        return wrote, image
+
+    async def make_durable(self) -> None:
+        """What an atomic commit does after its local commit, once more (a
+        marker found on a retry: its upload may have failed)."""
+        durable = await self._run(
+            lambda conn: self._owner.storage.durable(self.tenant, self.instance_id, conn), write=False
+        )
+        if durable is not None:
+            await durable()
+
+    async def rollback_run(self) -> None:
+        """Drop the run's writes (a failed or cancelled run)."""
+        def rollback(conn: sqlite3.Connection) -> None:
+            conn.set_authorizer(None)
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+
+        try:
+            if self._in_run:
+                await self._run(rollback, write=False)
+        finally:
+            self._in_run = False
+
+    def end_run(self) -> None:
+        self.run_lock.release()
+
+    def applied_done(self, qid: int) -> None:
+        """Queue row ``qid``'s store transaction committed: its marker goes
+        with the next atomic commit (a marker left behind is harmless: a
+        queue row id never comes back)."""
+        self._applied_done.append(qid)
+
+    async def reload(self) -> None:
+        """Drop the open copy: the next operation loads the durable one (an
+        atomic run committed here whose store transaction failed)."""
+        def drop(conn: sqlite3.Connection) -> None:
+            conn.close()
+            self._conn = None
+
+        if self._conn is not None:
+            await self._run(drop, write=False)
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _no_transaction_control(action: int, *_: Any) -> int:
+    """An atomic run's SQL may not begin, commit or roll back the run's
+    transaction (savepoints are fine)."""
+    return sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_TRANSACTION else sqlite3.SQLITE_OK
 
 
 @dataclass(frozen=True)
@@ -305,8 +463,9 @@ def _dump_state(value: Any) -> str:
 def _check_sql(sql: str) -> None:
     if not isinstance(sql, str) or not sql.strip():
         raise errors.InvalidInput("sql must be a non-empty string", field="sql")
-    if STATE_TABLE in sql.lower():
-        raise errors.InvalidInput(f"{STATE_TABLE} is reserved for ctx.state", field="sql")
+    lowered = sql.lower()
+    if STATE_TABLE in lowered or APPLIED_TABLE in lowered:
+        raise errors.InvalidInput(f"{STATE_TABLE} and {APPLIED_TABLE} are reserved for the kernel", field="sql")
 
 
 class StateDatabases:

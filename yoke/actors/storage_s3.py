@@ -83,6 +83,8 @@ class _CacheConnection(sqlite3.Connection):
 
 
 class S3Storage:
+    in_store = False
+
     def __init__(self, settings: Any, cache_dir: Path) -> None:
         if importlib.util.find_spec("boto3") is None:  # imported when first used
             raise errors.InvalidInput(
@@ -169,6 +171,17 @@ class S3Storage:
                 self._schedule(key)
 
         return mark_dirty
+
+    def durable(self, tenant: str, instance_id: str, conn: sqlite3.Connection) -> Callable[[], Any]:
+        """An atomic run's commit is uploaded before its store transaction,
+        whatever the sync mode (a failed upload fails the commit)."""
+        key = (tenant, instance_id)
+
+        async def upload_now() -> None:
+            self._dirty.add(key)
+            await self._upload_dirty(key)
+
+        return upload_now
 
     async def flush_all(self) -> None:
         """Upload every instance with writes not yet in S3; ``StorageUnavailable``

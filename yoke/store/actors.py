@@ -144,6 +144,48 @@ class Effect:
     occurrence: int
 
 
+@dataclass(frozen=True, slots=True)
+class RunAppend:
+    """An event an atomic run appends; with ``message``, a conversation post
+    (the message is stored with its event's offset)."""
+
+    path: str
+    event: PreparedEvent
+    message: Message | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunCommit:
+    """Everything an atomic run's store transaction does (actors/atomic.py),
+    with the completion of queue row ``qid`` (claimed at ``attempts``)."""
+
+    qid: int
+    attempts: int
+    instance_id: str
+    appends: list[RunAppend] = field(default_factory=list)  # in call order
+    schedules: list[Schedule | str] = field(default_factory=list)  # upserts, and cancels by name
+    instances: list[InstanceInfo] = field(default_factory=list)
+    stream_ids: dict[str, str] = field(default_factory=dict)  # a new lifetime id per path appended to
+    state: bytes | None = None  # the instance database's image (pg_sqlite storage)
+
+    def by_stream(self) -> list[tuple[str, list[RunAppend]]]:
+        """The appends per stream, streams in path order (the order their
+        rows are locked in), each stream's in call order."""
+        streams: dict[str, list[RunAppend]] = {}
+        for a in self.appends:
+            streams.setdefault(a.path, []).append(a)
+        return sorted(streams.items())
+
+
+class RunUndone(Exception):
+    """Inside ``commit_run``: roll the transaction back and answer ``status``."""
+
+    def __init__(self, status: str, path: str | None = None) -> None:
+        super().__init__(status)
+        self.status = status
+        self.path = path
+
+
 def message_record(message: Message, outcome: Outcome) -> dict[str, Any]:
     """A posted message as its effect's journal keeps it."""
     return {"message": dataclasses.asdict(message), "id": outcome.id, "at": outcome.at}
@@ -341,3 +383,12 @@ class ActorStore(Protocol):
         self, tenant: str, conversation_id: str, after: int | None, limit: int
     ) -> list[Message]: ...
 
+    # --- atomic runs ---------------------------------------------------------
+
+    async def commit_run(self, tenant: str, run: RunCommit, now: int) -> tuple[str, str | None]:
+        """One transaction: complete queue row ``run.qid`` (still processing
+        at ``run.attempts``), append, store messages, upsert and cancel
+        schedules, create instances and save the state image. ("ok", None);
+        ("lost", None) when the row is no longer this claim's; (a refusal
+        status, its path) when an append is refused. Anything but "ok"
+        writes nothing."""

@@ -26,6 +26,8 @@ from ..actors import (
     QueueDepth,
     QueueItem,
     QueueRow,
+    RunCommit,
+    RunUndone,
     Schedule,
     attempt_error,
     message_from_record,
@@ -615,6 +617,40 @@ class PgActorStore:
             tenant, m.conversation_id, m.message_id, m.role,
             orjson.dumps(m.content).decode(), orjson.dumps(m.metadata).decode(), now, offset,
         ))
+
+    async def commit_run(self, tenant: str, run: RunCommit, now: int) -> tuple[str, str | None]:
+        try:
+            async with self._tx(tenant) as conn:
+                if await conn.execute(
+                    "DELETE FROM actor_queue WHERE tenant_id=$1 AND qid=$2 AND attempts=$3"
+                    " AND status='processing'",
+                    tenant, run.qid, run.attempts,
+                ) != "DELETE 1":
+                    raise RunUndone("lost")
+                for path, appends in run.by_stream():
+                    result = await self._store._commit_batch(
+                        conn, tenant, path, [a.event for a in appends], now, run.stream_ids[path]
+                    )
+                    for a, outcome in zip(appends, result.outcomes):
+                        if outcome.status not in ("ok", "duplicate"):
+                            raise RunUndone(outcome.status, path)
+                        if a.message is not None:
+                            await self._insert_message(conn, tenant, a.message, now, outcome.offset)
+                for op in run.schedules:
+                    if isinstance(op, str):
+                        await conn.execute(
+                            "DELETE FROM actor_schedules WHERE tenant_id=$1 AND instance_id=$2 AND name=$3",
+                            tenant, run.instance_id, op,
+                        )
+                    else:
+                        await self._upsert_schedule(conn, op)
+                for info in run.instances:
+                    await self._insert_instance(conn, info)
+                if run.state is not None:
+                    await self._save_state(conn, tenant, run.instance_id, run.state, now)
+        except RunUndone as undone:
+            return undone.status, undone.path
+        return "ok", None
 
     async def messages(
         self, tenant: str, conversation_id: str, after: int | None, limit: int

@@ -26,6 +26,8 @@ from ..actors import (
     QueueDepth,
     QueueItem,
     QueueRow,
+    RunCommit,
+    RunUndone,
     Schedule,
     attempt_error,
     message_from_record,
@@ -762,6 +764,44 @@ class SqliteActorStore:
             return posted, outcome
 
         return await self._write(run)
+
+    async def commit_run(self, tenant: str, run: RunCommit, now: int) -> tuple[str, str | None]:
+        def apply(conn: sqlite3.Connection) -> tuple[str, str | None]:
+            if conn.execute(
+                "DELETE FROM actor_queue WHERE tenant_id=? AND qid=? AND attempts=? AND status='processing'",
+                (tenant, run.qid, run.attempts),
+            ).rowcount != 1:
+                raise RunUndone("lost")
+            for path, appends in run.by_stream():
+                events = [a.event for a in appends]
+                result = self._store._commit_in(
+                    conn, tenant, path, events, [0] * len(events), now, run.stream_ids[path]
+                )
+                for a, outcome in zip(appends, result.outcomes):
+                    if outcome.status not in ("ok", "duplicate"):
+                        raise RunUndone(outcome.status, path)
+                    if a.message is not None:
+                        self._insert_message(conn, tenant, a.message, now, outcome.offset)
+            for op in run.schedules:
+                if isinstance(op, str):
+                    conn.execute(
+                        "DELETE FROM actor_schedules WHERE tenant_id=? AND instance_id=? AND name=?",
+                        (tenant, run.instance_id, op),
+                    )
+                else:
+                    self._upsert_schedule(conn, op)
+            for info in run.instances:
+                self._insert_instance(conn, info)
+            if run.state is not None:
+                self._save_state(conn, tenant, run.instance_id, run.state, now)
+            return "ok", None
+
+        # In the group commit with the appends waiting (one fsync for all);
+        # its own savepoint: an undone run rolls back alone.
+        try:
+            return await self._store._write_grouped(apply)
+        except RunUndone as undone:
+            return undone.status, undone.path
 
     @staticmethod
     def _insert_message(conn: sqlite3.Connection, tenant: str, m: Message, now: int, offset: int | None) -> Message:

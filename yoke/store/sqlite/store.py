@@ -415,12 +415,20 @@ class SqliteStore:
         new_stream_id: str,
         guards: Sequence[Guard | None] | None = None,
     ) -> CommitResult:
+        return await self._grouped((tenant, path, events, batch_of, now, new_stream_id, guards))
+
+    async def _write_grouped(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(conn)`` in the next group commit, in a savepoint of its own
+        (an exception rolls back ``fn``'s writes alone and reaches the caller)."""
+        return await self._grouped(fn)
+
+    async def _grouped(self, job: Any) -> Any:
         if self._writer is None:
             raise errors.RuntimeClosed("the store is closed")
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[CommitResult] = loop.create_future()
+        future: asyncio.Future[Any] = loop.create_future()
         with self._lock:
-            self._commits.append((future, (tenant, path, events, batch_of, now, new_stream_id, guards)))
+            self._commits.append((future, job))
             start, self._commits_queued = not self._commits_queued, True
         if start:
             try:
@@ -454,7 +462,7 @@ class SqliteStore:
                         continue
                     conn.execute("SAVEPOINT yoke_commit")
                     try:
-                        outcomes.append((True, self._commit_one(conn, *args)))
+                        outcomes.append((True, args(conn) if callable(args) else self._commit_one(conn, *args)))
                     except Exception as exc:
                         if not conn.in_transaction:
                             raise  # SQLite rolled the whole transaction back (disk full, I/O): all fail

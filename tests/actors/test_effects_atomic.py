@@ -1,0 +1,139 @@
+"""Atomic mode (docs/effects.md): a run's state and SQL writes, appends,
+schedules, child instances and conversation posts become visible with its
+queue row's completion or not at all; reads in the run see its own writes.
+Both backends; file, pg_sqlite and S3 storage. The crash points of the
+commit are in tests/faults/test_atomic_kill9.py."""
+
+from __future__ import annotations
+
+import pytest
+
+import yoke
+from yoke import App, Filter, errors
+from tests.actors.test_state_s3 import aws_env, bucket, moto_endpoint, s3, s3_options  # noqa: F401
+
+T = "acme"
+
+
+def atomic_app(fail_first: bool, seen: list[dict]) -> App:
+    app = App()
+
+    @app.actor("child")
+    async def child(ctx, event):
+        pass
+
+    @app.actor("counter", filter=Filter(types=["inc"]), effects="atomic", max_attempts=3,
+               retry_base_s=0.01, retry_max_s=0.05)
+    async def counter(ctx, event):
+        n = event.payload["n"]
+        await ctx.state.update(lambda s: {**s, "count": s.get("count", 0) + 1})
+        await ctx.sqlite.exec("CREATE TABLE IF NOT EXISTS seen (n INTEGER PRIMARY KEY)")
+        await ctx.sqlite.exec("INSERT INTO seen VALUES (?)", [n])
+        appended = await ctx.append({"type": "counted", "payload": {"n": n, "attempt": ctx.attempt}}, "/out")
+        schedule = await ctx.schedules.upsert(f"s{n}", event={"type": "later"}, after_s=3600)
+        kid = await ctx.instances.create("child", key=f"k{n}")
+        again = await ctx.instances.create("child", key=f"k{n}")
+        message = await ctx.conversations.post_message(f"c{n}", "bot", "hi")
+        seen.append({
+            "n": n, "attempt": ctx.attempt, "appended": appended, "schedule": schedule, "kid": kid,
+            "again": again, "message": message,
+            # Reads see the run's own writes.
+            "state": await ctx.state.get(), "rows": await ctx.sqlite.query("SELECT n FROM seen WHERE n=?", [n]),
+            "cancelled": await ctx.schedules.cancel(f"s{n}"),
+        })
+        await ctx.schedules.upsert(f"s{n}", event={"type": "later"}, after_s=3600)  # back again
+        if fail_first and ctx.attempt == 1:
+            raise RuntimeError("fails after all its effects")
+
+    return app
+
+
+async def check_exactly_once(y: yoke.Runtime, events: int) -> None:
+    inst = await y.instances(T).find("counter", "k")
+    assert inst is not None
+    state, _ = await y.instances(T).state(inst.instance_id)
+    assert state == {"count": events}
+    rows = await y.instances(T).query(inst.instance_id, "SELECT count(*) FROM seen")
+    assert rows.rows == [[events]]
+    out = await y.stream("/out", T).read(after=0)
+    assert sorted(e.payload["n"] for e in out) == list(range(events))
+    schedules = await y.instances(T).schedules(inst.instance_id)
+    assert sorted(s.name for s in schedules) == [f"s{n}" for n in sorted(range(events), key=str)]
+    children = await y.instances(T).list(actor="child")
+    assert sorted(c.key for c in children) == sorted(f"k{n}" for n in range(events))
+    assert all(c.parent_id == inst.instance_id for c in children)
+    posted = [e for e in await y.stream("/", T).read(after=0) if e.type == "conversation.message.posted"]
+    assert sorted(e.payload["conversation_id"] for e in posted) == sorted(f"c{n}" for n in range(events))
+
+
+async def run_events(y: yoke.Runtime, events: int) -> None:
+    await y.instances(T).create("counter", key="k")
+    await y.stream("/", T).append_many([{"type": "inc", "payload": {"n": n}} for n in range(events)])
+    await y.wait_idle(timeout_s=60)
+
+
+@pytest.mark.parametrize("storage", ["file", "pg_sqlite"])
+async def test_a_failed_run_leaves_nothing_and_a_retry_commits_once(fresh_url: str, tmp_path, storage) -> None:
+    seen: list[dict] = []
+    async with yoke.open(fresh_url, app=atomic_app(True, seen), data_dir=str(tmp_path), storage=storage) as y:
+        await run_events(y, 3)
+        await check_exactly_once(y, 3)
+        out = await y.stream("/out", T).read(after=0)
+        assert all(e.payload["attempt"] == 2 for e in out)  # nothing of the failed attempts
+    first = seen[0]
+    assert first["appended"]["offset"] is None and first["appended"]["id"]  # known at the commit
+    assert first["kid"] == first["again"]  # the run's own pending child
+    assert first["schedule"]["name"] == "s0" and first["cancelled"] is True
+    assert first["message"]["message_id"].startswith("msg_") and first["message"]["seq"] is None
+    assert first["state"] == {"count": 1} and first["rows"] == [{"n": 0}]
+
+
+async def test_atomic_with_s3_storage(fresh_url: str, tmp_path, moto_endpoint, bucket) -> None:  # noqa: F811
+    seen: list[dict] = []
+    options = s3_options(moto_endpoint, bucket, "lazy", tmp_path)
+    async with yoke.open(fresh_url, app=atomic_app(True, seen), **options) as y:
+        await run_events(y, 3)
+        await check_exactly_once(y, 3)
+
+
+async def test_effects_must_be_default_or_atomic() -> None:
+    app = App()
+    with pytest.raises(errors.InvalidInput) as caught:
+        app.actor("bad", effects="exactly-once")
+    assert caught.value.code == "invalid_input" and caught.value.details.get("field") == "effects"
+    with pytest.raises(errors.InvalidInput):
+        app.node_actor("bad2", "x.js", effects="nope")
+
+
+async def test_an_atomic_run_cannot_end_its_own_transaction(fresh_url: str, tmp_path) -> None:
+    app = App()
+    failures: list[str] = []
+
+    @app.actor("sneaky", filter=Filter(types=["go"]), effects="atomic", max_attempts=1)
+    async def sneaky(ctx, event):
+        await ctx.state.set({"half": True})
+        try:
+            await ctx.sqlite.exec("COMMIT")
+        except errors.InvalidInput as exc:
+            failures.append(str(exc))
+            raise
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        inst = await y.instances(T).create("sneaky", key="k")
+        await y.stream("/", T).append({"type": "go"})
+        await y.wait_idle(timeout_s=30)
+        assert failures and "not authorized" in failures[0]
+        assert await y.instances(T).state(inst.instance_id) == (None, 0)  # rolled back
+
+
+async def test_an_atomic_run_in_a_host_process(fresh_url: str, tmp_path) -> None:
+    from tests.actors.isolated_app import app
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), host_processes=1) as y:
+        inst = await y.instances(T).create("atomic_counter", key="k", filter={"types": ["go"]})
+        await y.stream("/", T).append_many([{"type": "go"}, {"type": "go"}])
+        await y.wait_idle(timeout_s=120)
+        state, _ = await y.instances(T).state(inst.instance_id)
+        assert state == {"count": 2}
+        out = await y.stream("/atomic", T).read(after=0)
+        assert [(e.payload["seen"], e.payload["attempt"]) for e in out] == [({"count": 1}, 2), ({"count": 2}, 2)]

@@ -1,0 +1,218 @@
+"""Atomic runs: ``@app.actor(..., effects="atomic")`` (docs/effects.md).
+
+Everything a run does becomes visible with its queue row's completion, or
+not at all. The run holds its instance's database from start to commit
+(``InstanceDatabase.begin_run``): state and SQL writes stay in one open
+SQLite transaction, which the run's reads see. Effect ops (appends,
+schedules, child instances, conversation posts) are checked when called
+and kept as JSON records; nothing reaches the store before the commit.
+
+The commit, when process() returned:
+
+- the database is kept in the store (``pg_sqlite``): commit the SQLite
+  transaction in memory, then one store transaction writes its image,
+  performs the records and deletes the queue row (``commit_run``). If that
+  transaction fails, the in-memory copy is dropped and reloaded.
+- the database is a file or in S3: the SQLite commit also writes the
+  *applied marker* (the queue row id and the records, ``_yoke_applied``)
+  and is made durable (S3: uploaded) before one store transaction performs
+  the records and deletes the queue row. A later run of the same row that
+  finds its marker runs no user code: it performs the recorded effects and
+  completes the row (the state writes are already in).
+
+A crash at any step leaves either nothing (the row runs again from the
+start) or the marker (the row's next run replays its records), and the
+store transaction is all or nothing with the row's deletion, so each
+event's effects happen once. A run that wrote nothing to its database
+needs no marker: its store transaction is the whole commit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from ..events import now_ms, prepare, validate_path
+from ..lifecycle import GLOBAL
+from ..store.actors import InstanceInfo, Message, QueueRow, RunAppend, RunCommit, Schedule
+from ..streams.append import new_stream_id, refusal_error
+from . import crash_points
+from .ops import CONVERSATION_STREAM
+
+if TYPE_CHECKING:
+    from ..events import PreparedEvent
+    from ..runtime import Runtime
+
+
+class RunLost(Exception):
+    """The queue row is no longer this run's (its lease ended): nothing committed."""
+
+
+class AtomicRun:
+    """One atomic run of queue row ``row`` of ``instance``."""
+
+    def __init__(self, runtime: Runtime, instance: InstanceInfo, row: QueueRow) -> None:
+        self._runtime = runtime
+        self.tenant = instance.tenant
+        self.instance = instance
+        self.row = row
+        self.db = runtime.state_databases().get(self.tenant, instance.instance_id)
+        self.records: list[dict[str, Any]] = []  # the effects, in call order, as JSON
+        self._holding = False
+        self.replaying = False
+
+    # --- start and end ---------------------------------------------------------
+
+    async def start(self) -> bool:
+        """Hold the instance's database. True when this row's run committed
+        its state before (the marker): then no user code runs, ``commit``
+        performs the recorded effects."""
+        await self.db.begin_run()
+        self._holding = True
+        if not self.db.keeps_state_in_store:
+            recorded = await self.db.applied(self.row.qid)
+            if recorded is not None:
+                self.records, self.replaying = recorded, True
+        return self.replaying
+
+    async def commit(self) -> None:
+        try:
+            marked = False
+            if self.replaying:
+                await self.db.rollback_run()
+                await self.db.make_durable()  # its upload may be what failed last time
+                crash_points.reached("replay")
+                await self._store_commit(None)
+                marked = True
+            else:
+                crash_points.reached("before_commit")
+                wrote, image = await self.db.commit_run(self.row.qid, self.records)
+                marked = wrote and image is None
+                crash_points.reached("local_commit")  # S3: uploaded too
+                try:
+                    await self._store_commit(image)
+                except BaseException:
+                    if image is not None:  # the copy in memory is ahead of the store's
+                        await self.db.reload()
+                    raise
+            crash_points.reached("store_commit")
+            if marked:
+                self.db.applied_done(self.row.qid)
+        finally:
+            self._release()
+
+    async def abort(self) -> None:
+        """The run failed or was cancelled: drop its writes and records."""
+        if not self._holding:
+            return
+        try:
+            await self.db.rollback_run()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self._holding:
+            self._holding = False
+            self.db.end_run()
+
+    # --- effects, kept until the commit ---------------------------------------
+
+    def append(self, path: str, event: dict[str, Any]) -> dict[str, Any]:
+        validate_path(path)
+        if event.get("ephemeral"):
+            raise errors.InvalidInput(
+                "an atomic run's appends are durable: no ephemeral events", field="ephemeral"
+            )
+        prepared = self._prepare(event)
+        self.records.append({"op": "append", "stream": path, "event": event, "id": prepared.id})
+        return {"offset": None, "id": prepared.id}
+
+    def upsert_schedule(self, schedule: Schedule) -> dict[str, Any]:
+        self.records.append({"op": "schedule", "schedule": dataclasses.asdict(schedule)})
+        return {"name": schedule.name, "due_at": schedule.due_at}
+
+    async def cancel_schedule(self, name: str) -> dict[str, Any]:
+        """Answers whether the schedule exists as the run sees it (stored,
+        then this run's own upserts and cancels)."""
+        existing = await self._runtime.store.actors.schedules(self.tenant, self.instance.instance_id)
+        found = any(s.name == name for s in existing)
+        for r in self.records:
+            if r["op"] == "schedule" and r["schedule"]["name"] == name:
+                found = True
+            elif r["op"] == "cancel" and r["name"] == name:
+                found = False
+        self.records.append({"op": "cancel", "name": name})
+        return {"cancelled": found}
+
+    async def create_instance(self, new: InstanceInfo) -> InstanceInfo:
+        """The existing instance (actor, key), or this run's (created at the commit)."""
+        for r in self.records:
+            if r["op"] == "instance" and (r["instance"]["actor"], r["instance"]["key"]) == (new.actor, new.key):
+                return InstanceInfo(**r["instance"])
+        existing = await self._runtime.store.actors.find_instance(self.tenant, new.actor, new.key)
+        if existing is not None:
+            return existing
+        self.records.append({"op": "instance", "instance": dataclasses.asdict(new)})
+        return new
+
+    def post_message(self, message: Message, event: PreparedEvent) -> dict[str, Any]:
+        self.records.append({
+            "op": "message", "message": dataclasses.asdict(message), "id": event.id,
+            "event": {"type": event.type, "payload": {"conversation_id": message.conversation_id,
+                                                       "message_id": message.message_id},
+                      "correlation": message.conversation_id, "source": self._source()},
+        })
+        return {
+            "conversation_id": message.conversation_id, "message_id": message.message_id, "seq": None,
+            "role": message.role, "content": message.content, "metadata": message.metadata,
+            "at": None, "offset": None,
+        }
+
+    # --- the store transaction ---------------------------------------------------
+
+    def _source(self) -> dict[str, str]:
+        return {"actor": self.instance.actor, "instance": self.instance.instance_id}
+
+    def _prepare(self, event: dict[str, Any], event_id: str | None = None) -> PreparedEvent:
+        prepared = prepare(event, max_event_bytes=self._runtime.settings.max_event_bytes)
+        if event_id is not None:
+            prepared.id = event_id  # the id the run was given
+        return prepared
+
+    def _run_commit(self, image: bytes | None) -> RunCommit:
+        run = RunCommit(self.row.qid, self.row.attempts, self.instance.instance_id, state=image)
+        for r in self.records:
+            op = r["op"]
+            if op == "append":
+                run.appends.append(RunAppend(r["stream"], self._prepare(r["event"], r["id"])))
+            elif op == "message":
+                run.appends.append(RunAppend(
+                    CONVERSATION_STREAM, self._prepare(r["event"], r["id"]), Message(**r["message"])
+                ))
+            elif op == "schedule":
+                run.schedules.append(Schedule(**r["schedule"]))
+            elif op == "cancel":
+                run.schedules.append(r["name"])
+            elif op == "instance":
+                run.instances.append(InstanceInfo(**r["instance"]))
+        run.stream_ids.update((a.path, new_stream_id()) for a in run.appends)
+        return run
+
+    async def _store_commit(self, image: bytes | None) -> None:
+        run = self._run_commit(image)
+        status, path = await self._runtime.store.actors.commit_run(self.tenant, run, now_ms())
+        if status == "lost":
+            raise RunLost(f"queue row {self.row.qid} is no longer this run's: nothing committed")
+        if status != "ok":
+            assert path is not None
+            raise refusal_error(status, path, [a.event for a in run.appends if a.path == path])
+        rt = self._runtime
+        for stream, appends in run.by_stream():
+            rt.appends.appended(self.tenant, stream, len(appends))
+        if run.schedules:
+            rt.timers_changed()
+        if run.instances:
+            rt.routing_changed(self.tenant)
+            rt.hub.wake(self.tenant, GLOBAL)
+
