@@ -45,6 +45,14 @@ PostgreSQL, 5,000 on SQLite; (b) p50 <= 5 ms, p99 <= 25 ms on both.
     then the runtime); CPU per event is what bounds throughput without
     that contention.
 
+(e) ``--effects default,atomic``: the effects rows. An actor whose
+    ``process()`` updates its state and appends one event (type routing,
+    ``--instances`` instances, concurrency 1), in each effects mode
+    (docs/effects.md), on the backend's default storage (file on SQLite,
+    pg_sqlite on PostgreSQL): live events/s as in (a), and append -> run
+    finished p50 / p99 from the scheduler's run hook (an atomic run's
+    commit is part of its run).
+
 (d) ``--workers 1,2,3``: several workers on one PostgreSQL (SQLite is
     refused). For each count N and each phase, a fresh scratch database and N
     real ``yoke worker --app workers_app:app`` processes (bench/workers_app.py:
@@ -366,6 +374,80 @@ async def isolation_mode(backend: str, mode: str, cfg: Config, hosts: int, host_
             result.live_eps = cfg.events / (time.perf_counter() - start)
             cpu = time.process_time() + hosts_cpu_s(y) - cpu_before
             result.cpu_ms_per_event = cpu * 1000 / cfg.events
+            loop = asyncio.get_running_loop()
+            samples: list[float] = []
+            for s in range(WARMUP_SAMPLES + cfg.samples):
+                waiters[s] = loop.create_future()
+                before = time.time()
+                await stream.append(event("type", s % cfg.instances, sample=s))
+                finished = await asyncio.wait_for(waiters[s], 30)
+                if s >= WARMUP_SAMPLES:
+                    samples.append((finished - before) * 1000)
+                await y.wait_idle(timeout_s=30)
+            cuts = statistics.quantiles(samples, n=100, method="inclusive")
+            result.p50_ms, result.p99_ms = cuts[49], cuts[98]
+    return result
+
+
+# --- effects (--effects) ----------------------------------------------------------
+
+
+@dataclass
+class EffectsResult:
+    backend: str
+    effects: str
+    storage: str
+    live_eps: float = 0.0
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+
+
+def effects_app(effects: str) -> App:
+    """Type routing; process() counts in ctx.state and appends one event: a
+    state write and an append per run, in ``effects`` mode."""
+    app = App()
+
+    @app.actor(ACTOR, concurrency=1, max_attempts=5, timeout_s=30, effects=effects)
+    async def process(ctx, event) -> None:  # noqa: ANN001
+        await ctx.state.update(lambda s: {"n": s.get("n", 0) + 1})
+        await ctx.append({"type": "bench.done", "payload": {"k": event.payload.get("k")}}, "/bench-out")
+
+    return app
+
+
+async def effects_mode(backend: str, effects: str, cfg: Config) -> EffectsResult:
+    """Live events/s as in (a), and append -> run finished p50 / p99 (the
+    scheduler's run hook: after the atomic commit, which is part of the run;
+    in the default mode the effects are durable when process() returns)."""
+    result = EffectsResult(backend, effects, "pg_sqlite" if backend == "postgres" else "file")
+    done: dict[str, int] = {"count": 0, "target": 0}
+    reached = asyncio.Event()
+    waiters: dict[int, asyncio.Future[float]] = {}
+
+    def on_run(row: Any, started: float, finished: float, ok: bool) -> None:
+        done["count"] += 1
+        if done["count"] == done["target"]:
+            reached.set()
+        waiter = waiters.pop((row.event.get("payload") or {}).get("sample", -1), None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(finished)
+
+    async with scratch(backend) as (url, folder):
+        async with yoke.open(url, app=effects_app(effects), **settings_for(folder)) as y:
+            assert y.executor is not None
+            y.executor.scheduler.on_run = on_run
+            await create_instances(y, "type", cfg.instances)
+            stream = y.stream(STREAM, TENANT)
+            await stream.append_many([event("type", i, warm=True) for i in range(cfg.instances)])
+            await y.wait_idle(timeout_s=WAIT_IDLE_S)
+            done["count"], done["target"] = 0, cfg.events
+            reached.clear()
+            start = time.perf_counter()
+            for chunk in batches("type", cfg):
+                await stream.append_many(chunk)
+            await asyncio.wait_for(reached.wait(), WAIT_IDLE_S)
+            await y.wait_idle(timeout_s=WAIT_IDLE_S)
+            result.live_eps = cfg.events / (time.perf_counter() - start)
             loop = asyncio.get_running_loop()
             samples: list[float] = []
             for s in range(WARMUP_SAMPLES + cfg.samples):
@@ -1106,6 +1188,9 @@ async def main(argv: list[str] | None = None) -> None:
                         help="only the isolation row: in-process and in host processes")
     parser.add_argument("--hosts", type=int, default=4, help="host processes for --isolation")
     parser.add_argument("--host-runs", type=int, default=1, help="runs one host takes at once (--isolation)")
+    parser.add_argument("--effects", default=None, metavar="MODE,MODE",
+                        help="only the effects rows: an actor that writes its state and appends once per"
+                             " event, in each mode (default, atomic; docs/effects.md)")
     parser.add_argument("--workers", default=None, metavar="N,N,...",
                         help="only the several-workers rows: N `yoke worker` processes on one PostgreSQL"
                              " database, keyed routing (e.g. 1,2,3)")
@@ -1151,6 +1236,20 @@ async def main(argv: list[str] | None = None) -> None:
         return
     if args.profile_worker:
         parser.error("--profile-worker goes with --workers")
+
+    if args.effects is not None:
+        modes = [m.strip() for m in args.effects.split(",") if m.strip()]
+        if not modes or not set(modes) <= {"default", "atomic"}:
+            parser.error("--effects takes default and/or atomic")
+        rows = []
+        for backend in backends:
+            for mode in modes:
+                r = await effects_mode(backend, mode, cfg)
+                print(f"{backend} ({r.storage} storage) effects={mode}: live {r.live_eps:,.0f} ev/s,"
+                      f" append -> run finished p50 {r.p50_ms:.2f} ms p99 {r.p99_ms:.2f} ms", flush=True)
+                rows.append(r.__dict__)
+        print(json.dumps(rows), flush=True)
+        return
 
     if args.isolation:
         rows = []
