@@ -177,30 +177,29 @@ FAILURE_OLDEST = Gauge(
     ["tenant", "kind"],
 )
 FAILURE_AGES = (("under_1m", 60.0), ("under_1h", 3600.0), ("under_1d", 86400.0), ("over_1d", float("inf")))
-MAX_SAMPLED_FAILURES = 100_000  # per tenant and scrape
 _failure_series: dict[str, set[tuple[str, str, str]]] = {}  # per tenant: the series last set non-zero
 
 
 async def sample_failure_gauges(runtime) -> None:  # noqa: ANN001 - a Runtime
     """Refresh the failure gauges from the inbox of every tenant."""
     from .events import now_ms
-    from .failures import Failures, Selection
+    from .failures import Failures
     from .failures.model import DEFAULT_RECEIVER, KINDS
 
     now = now_ms()
     for tenant in await runtime.store.actors.tenants():
-        listed = await Failures(runtime, tenant).select(Selection(), MAX_SAMPLED_FAILURES)
+        listed = await Failures(runtime, tenant).ages()
         # Every kind's series exist (0 when none); a receiver's only once it had
         # failures, set back to 0 when they are gone.
         counts = dict.fromkeys(_failure_series.get(tenant, set()), 0)
         counts.update({(kind, DEFAULT_RECEIVER[kind], age): 0 for kind in KINDS for age, _ in FAILURE_AGES})
         oldest = dict.fromkeys(KINDS, 0.0)
-        for failure in listed:
-            seconds = max(now - failure.failed_at, 0) / 1000
+        for kind, receiver, failed_at in listed:
+            seconds = max(now - failed_at, 0) / 1000
             age = next(name for name, bound in FAILURE_AGES if seconds < bound)
-            key = (failure.kind, failure.receiver, age)
+            key = (kind, receiver, age)
             counts[key] = counts.get(key, 0) + 1
-            oldest[failure.kind] = max(oldest[failure.kind], seconds)
+            oldest[kind] = max(oldest[kind], seconds)
         for (kind, receiver, age), count in counts.items():
             FAILURES.labels(tenant, kind, receiver, age).set(count)
         _failure_series[tenant] = {key for key, count in counts.items() if count}

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ..runtime import Runtime
 
 BULK_LIMIT = 1000  # failures one replay or discard by selection covers
+MAX_COUNTED = 100_000  # dead letters one count (the metrics) reads per tenant
 
 
 class Failures:
@@ -63,6 +64,17 @@ class Failures:
         wanted = [f for f in found if sel.wants(f)]
         wanted.sort(key=lambda f: (f.failed_at, f.id))
         return wanted[:limit]
+
+    async def ages(self) -> list[tuple[str, str, int]]:
+        """(kind, receiver, failed_at) of every open failure (up to
+        ``MAX_COUNTED`` dead letters), without reading their events: what
+        the metrics count at each scrape."""
+        runtime, tenant = self._runtime, self.tenant
+        found = [(DEAD_LETTER, "actor", at) for at in await runtime.store.actors.dead_letter_times(tenant, MAX_COUNTED)]
+        rows = await subscriptions.subscription_rows(runtime, tenant)
+        parked = await subscriptions.halted_failures(runtime, rows, events=False)
+        parked += await subscriptions.skipped_failures(runtime, tenant, rows, events=False)
+        return found + [(f.kind, f.receiver, f.failed_at) for f in parked]
 
     async def get(self, failure_id: str) -> Failure:
         """One open failure, with its event and attempts; ``FailureNotFound``

@@ -54,24 +54,32 @@ async def _event_at(runtime: Runtime, tenant: str, path: str, offset: int) -> Ev
     return page.events[0] if page.events else None
 
 
-async def halted_failure(runtime: Runtime, row: SubscriptionRow) -> Failure:
+async def halted_failure(runtime: Runtime, row: SubscriptionRow, *, events: bool = True) -> Failure:
+    """``events=False``: without the event (the metrics count them)."""
     h = row.halted or {}
     offset = int(h["offset"])
     at_offset = int(h.get("at_offset") or 0)
-    event = await _event_at(runtime, row.tenant, row.path, offset)
-    marker = await _event_at(runtime, row.tenant, row.path, at_offset) if at_offset else None
-    at = marker.at if marker is not None else row.configured_ms
+    event = await _event_at(runtime, row.tenant, row.path, offset) if events else None
+    attempts_kept = kept(row.attempt_errors)
+    if attempts_kept and attempts_kept[-1].at:
+        at = attempts_kept[-1].at  # the halting attempt
+    else:  # halted before attempts were kept: the time of its halted event
+        marker = await _event_at(runtime, row.tenant, row.path, at_offset) if at_offset else None
+        at = marker.at if marker is not None else row.configured_ms
     attempts = int(h.get("attempts") or 0)
     return Failure(
         id=make_id(HALTED, row.path, row.name, at_offset), kind=HALTED, receiver=row.config["kind"],
         path=row.path, offset=offset, failed_at=at, attempt_count=attempts, error=h.get("error"),
-        attempts=kept(row.attempt_errors) or [Attempt(attempts, h.get("error"), at)],
+        attempts=attempts_kept or [Attempt(attempts, h.get("error"), at)],
         event=None if event is None else event.to_dict(), subscription=row.name,
     )
 
 
-async def halted_failures(runtime: Runtime, rows: list[SubscriptionRow]) -> list[Failure]:
-    return [await halted_failure(runtime, r) for r in rows if halt_is_failure(r.halted) and r.halted.get("at_offset")]
+async def halted_failures(runtime: Runtime, rows: list[SubscriptionRow], *, events: bool = True) -> list[Failure]:
+    return [
+        await halted_failure(runtime, r, events=events)
+        for r in rows if halt_is_failure(r.halted) and r.halted.get("at_offset")
+    ]
 
 
 async def _scan(runtime: Runtime, tenant: str, path: str, after: int) -> list[Event]:
@@ -98,7 +106,7 @@ def _skip_of(event: Event, rows: dict[str, SubscriptionRow]) -> SubscriptionRow 
 
 async def skipped_failures(
     runtime: Runtime, tenant: str, rows: list[SubscriptionRow], *, path: str | None = None,
-    from_offset: int | None = None,
+    from_offset: int | None = None, events: bool = True,
 ) -> list[Failure]:
     """The open skips of the skip-policy subscriptions among ``rows`` (of
     ``path`` only, and from the audit line at ``from_offset`` on, when given)."""
@@ -124,7 +132,7 @@ async def skipped_failures(
             if fid in resolved:
                 continue
             p = e.payload
-            skipped = await _event_at(runtime, tenant, source, int(p["offset"]))
+            skipped = await _event_at(runtime, tenant, source, int(p["offset"])) if events else None
             attempts = int(p.get("attempts") or 0)
             out.append(Failure(
                 id=fid, kind=SKIPPED, receiver=row.config["kind"], path=source, offset=int(p["offset"]),

@@ -302,6 +302,9 @@ class ActorStore(Protocol):
         of the last attempt (``started_at``; ``since`` <= t < ``until``) are
         given; oldest last attempt first."""
 
+    async def dead_letter_times(self, tenant: str, limit: int) -> list[int]:
+        """The time of each dead row's last attempt (``started_at``), at most ``limit``."""
+
     async def resolve_dead(
         self, tenant: str, qid: int, *, drop: bool, event_json: str | None, audit: PreparedEvent, path: str,
         now: int, new_stream_id: str,

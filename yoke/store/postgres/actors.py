@@ -377,6 +377,15 @@ class PgActorStore:
             )
         return [queue_row_from_row(r) for r in rows]
 
+    async def dead_letter_times(self, tenant: str, limit: int) -> list[int]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                "SELECT coalesce(started_at, enqueued_at) FROM actor_queue WHERE tenant_id=$1 AND status='dead'"
+                " LIMIT $2",
+                tenant, limit,
+            )
+        return [r[0] for r in rows]
+
     async def resolve_dead(
         self, tenant: str, qid: int, *, drop: bool, event_json: str | None, audit: PreparedEvent, path: str,
         now: int, new_stream_id: str,

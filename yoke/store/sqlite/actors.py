@@ -506,6 +506,13 @@ class SqliteActorStore:
         )
         return [queue_row_from_row(r) for r in rows]
 
+    async def dead_letter_times(self, tenant: str, limit: int) -> list[int]:
+        rows = await self._read(
+            "SELECT coalesce(started_at, enqueued_at) FROM actor_queue WHERE tenant_id=? AND status='dead' LIMIT ?",
+            (tenant, limit),
+        )
+        return [r[0] for r in rows]
+
     async def resolve_dead(
         self, tenant: str, qid: int, *, drop: bool, event_json: str | None, audit: PreparedEvent, path: str,
         now: int, new_stream_id: str,
