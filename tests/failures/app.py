@@ -53,5 +53,6 @@ async def rec(batch: dict) -> None:
     if received:
         with open(received, "ab") as f:
             for e in batch["events"]:
-                line = {"offset": e["offset"], "payload": e["payload"], "replay_of": (e["source"] or {}).get("replay_of")}
+                replay_of = (e["source"] or {}).get("replay_of")
+                line = {"offset": e["offset"], "payload": e["payload"], "replay_of": replay_of}
                 f.write(orjson.dumps(line) + b"\n")

@@ -25,7 +25,8 @@ async def test_a_poisoned_event_through_every_kind_fixed_and_replayed_once(fresh
     handled: list = []
 
     # Its own stream only: the copies in /archive are orders too.
-    @app.actor("orders", filter=Filter(types=["order"], streams=["/orders"]), max_attempts=2, retry_base_s=0.01, retry_max_s=0.02)
+    @app.actor("orders", filter=Filter(types=["order"], streams=["/orders"]), max_attempts=2, retry_base_s=0.01,
+               retry_max_s=0.02)
     async def orders(ctx, event):
         if poisoned(event.payload):
             raise ValueError("poisoned order")

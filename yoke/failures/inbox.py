@@ -16,7 +16,6 @@ from ..events import new_event_id, validate_tenant
 from . import dead_letters, subscriptions
 from .model import (
     DEAD_LETTER,
-    HALTED,
     Bulk,
     Failure,
     Resolution,

@@ -532,7 +532,8 @@ class SqliteActorStore:
                     ).rowcount
                 if changed != 1:
                     return None
-                return self._store._commit_in(conn, tenant, path, [audit], [0], now, new_stream_id, kernel=True).outcomes[0]
+                committed = self._store._commit_in(conn, tenant, path, [audit], [0], now, new_stream_id, kernel=True)
+                return committed.outcomes[0]
 
         return await self._write(run)
 
