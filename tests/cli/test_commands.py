@@ -218,6 +218,13 @@ def test_json_output_of_every_command(cli, server, tmp_path):
     assert js("dlq", "list", created["id"]) == []
     assert js("dlq", "redrive", created["id"]) == {"redriven": 0}
     assert js("dlq", "drop", created["id"]) == {"dropped": 0}
+    flaky = js("instances", "create", "flaky", "--key", uuid.uuid4().hex)["id"]
+    cli("append", fresh("jobs"), "flaky.fail", '"json"')
+    [failure] = wait_for(lambda: js("failures", "list", "--instance", flaky), "its dead letter in the inbox")
+    assert js("failures", "show", failure["id"])["error"] == failure["error"]
+    assert js("failures", "replay", failure["id"])["action"] == "replayed"  # fails again: parked again
+    wait_for(lambda: js("failures", "list", "--instance", flaky), "parked again")
+    assert js("failures", "discard", failure["id"], "--reason", "json")["action"] == "discarded"
     assert js("instances", "remove", created["id"])["id"] == created["id"]
 
     new = js("tokens", "create", "--tenant", "jsonland", "--name", "j", db=True)
