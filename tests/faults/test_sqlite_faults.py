@@ -59,10 +59,10 @@ async def test_a_sql_error_is_not_translated(tmp_path) -> None:
 
 async def test_commits_that_wait_together_fail_alone(tmp_path) -> None:
     """The writer thread takes every commit waiting into one transaction
-    (one fsync for appends to many streams); each runs in a savepoint, so
-    one that fails halfway (here a trigger refusing its second event, after
-    its stream was created and its first event inserted) leaves nothing
-    behind and the others commit."""
+    (one fsync for appends to many streams); when one fails halfway (here a
+    trigger refusing its second event, after its stream was created and its
+    first event inserted), the group runs again with a savepoint each, so it
+    leaves nothing behind and the others commit once."""
     import threading
 
     async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
