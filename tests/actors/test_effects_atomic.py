@@ -137,3 +137,39 @@ async def test_an_atomic_run_in_a_host_process(fresh_url: str, tmp_path) -> None
         assert state == {"count": 2}
         out = await y.stream("/atomic", T).read(after=0)
         assert [(e.payload["seen"], e.payload["attempt"]) for e in out] == [({"count": 1}, 2), ({"count": 2}, 2)]
+
+
+@pytest.mark.parametrize("storage", ["file", "pg_sqlite"])
+async def test_a_refused_commit(fresh_url: str, tmp_path, storage: str) -> None:
+    """An append the store refuses at the commit (a closed stream) fails the
+    run. pg_sqlite: nothing of it stays, the retry runs the code again. File
+    storage: the state was committed with the applied marker first, so the
+    retry and a redrive replay the recorded append without running the code."""
+    app = App()
+    runs: list[int] = []
+
+    @app.actor("closer", filter=Filter(types=["go"]), effects="atomic", max_attempts=2,
+               retry_base_s=0.01, retry_max_s=0.05)
+    async def closer(ctx, event):
+        runs.append(ctx.attempt)
+        await ctx.state.update(lambda s: {"count": s.get("count", 0) + 1})
+        await ctx.append({"type": "late"}, "/closed")
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), storage=storage) as y:
+        await y.stream("/closed", T).append({"type": "first"})
+        await y.stream("/closed", T).close()
+        inst = await y.instances(T).create("closer", key="k")
+        await y.stream("/", T).append({"type": "go"})
+        await y.wait_idle(timeout_s=30)
+        dead = await y.instances(T).dead(inst.instance_id)
+        assert len(dead) == 1 and "closed" in (dead[0].last_error or "")
+        assert [e.type for e in await y.stream("/closed", T).read(after=0)] == ["first"]
+        state, _ = await y.instances(T).state(inst.instance_id)
+        if storage == "pg_sqlite":
+            assert runs == [1, 2] and state is None
+        else:
+            assert runs == [1] and state == {"count": 1}
+        assert await y.instances(T).redrive(inst.instance_id) == 1
+        await y.wait_idle(timeout_s=30)
+        assert (await y.instances(T).state(inst.instance_id))[0] == state
+        assert runs == ([1, 2, 1, 2] if storage == "pg_sqlite" else [1])
