@@ -10,6 +10,7 @@ import pytest
 
 import yoke
 from yoke import App, Filter, errors
+from yoke.store.contract import Limits
 from tests.actors.test_state_s3 import aws_env, bucket, moto_endpoint, s3, s3_options  # noqa: F401
 
 T = "acme"
@@ -173,3 +174,37 @@ async def test_a_refused_commit(fresh_url: str, tmp_path, storage: str) -> None:
         await y.wait_idle(timeout_s=30)
         assert (await y.instances(T).state(inst.instance_id))[0] == state
         assert runs == ([1, 2, 1, 2] if storage == "pg_sqlite" else [1])
+
+
+async def test_a_corrected_replay_of_a_marked_row_completes_the_original_run(fresh_url: str, tmp_path) -> None:
+    """File storage: the dead row's state is in (its marker), its append was
+    refused (the stream's quota). Once the quota is raised, a replay with a
+    corrected event (the failures inbox) performs the recorded append, once;
+    the code does not run for the corrected event and the state stays the
+    original run's."""
+    app = App()
+    runs: list[dict] = []
+
+    @app.actor("quota", filter=Filter(types=["go"]), effects="atomic", max_attempts=1)
+    async def quota(ctx, event):
+        runs.append(event.payload)
+        await ctx.state.update(lambda s: {"count": s.get("count", 0) + 1, "n": event.payload["n"]})
+        await ctx.append({"type": "late", "payload": event.payload}, "/full")
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), storage="file") as y:
+        full = y.stream("/full", T)
+        await full.append({"type": "first"})
+        await full.set_limits(Limits(max_total_events=1))
+        inst = await y.instances(T).create("quota", key="k")
+        await y.stream("/", T).append({"type": "go", "payload": {"n": 1}})
+        await y.wait_idle(timeout_s=30)
+        inbox = y.failures(T)
+        [failure] = await inbox.list(kind="dead_letter")
+        assert "ceiling" in failure.error
+        await full.set_limits(Limits())
+        await inbox.replay(failure.id, {"payload": {"n": 2}})
+        await y.wait_idle(timeout_s=30)
+        assert runs == [{"n": 1}]
+        assert (await y.instances(T).state(inst.instance_id))[0] == {"count": 1, "n": 1}
+        assert [(e.type, e.payload) for e in await full.read(after=0)] == [("first", {}), ("late", {"n": 1})]
+        assert await inbox.list(kind="dead_letter") == []

@@ -14,7 +14,8 @@ The commit, when process() returned:
   performs the records and deletes the queue row (``commit_run``). If that
   transaction fails, the in-memory copy is dropped and reloaded.
 - the database is a file or in S3: the SQLite commit also writes the
-  *applied marker* (the queue row id and the records, ``_yoke_applied``)
+  *applied marker* (the queue row id, the event id and the records,
+  ``_yoke_applied``)
   and is made durable (S3: uploaded) before one store transaction performs
   the records and deletes the queue row. A later run of the same row that
   finds its marker runs no user code: it performs the recorded effects and
@@ -30,6 +31,7 @@ needs no marker: its store transaction is the whole commit.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
@@ -43,6 +45,9 @@ from .ops import CONVERSATION_STREAM
 if TYPE_CHECKING:
     from ..events import PreparedEvent
     from ..runtime import Runtime
+
+
+log = logging.getLogger("yoke.actors.atomic")
 
 
 class RunLost(Exception):
@@ -71,9 +76,17 @@ class AtomicRun:
         await self.db.begin_run()
         self._holding = True
         if not self.db.keeps_state_in_store:
-            recorded = await self.db.applied(self.row.qid)
-            if recorded is not None:
-                self.records, self.replaying = recorded, True
+            marker = await self.db.applied(self.row.qid)
+            if marker is not None:
+                self.records, self.replaying = marker["records"], True
+                if marker["event_id"] != self.row.event.get("id"):
+                    # Replayed with a corrected event (docs/failures.md): the
+                    # original run's state is in, so its effects complete it.
+                    log.warning(
+                        "queue row %s: its atomic run of event %s committed its state; its recorded"
+                        " effects are performed and event %s is not run", self.row.qid,
+                        marker["event_id"], self.row.event.get("id"),
+                    )
         return self.replaying
 
     async def commit(self) -> None:
@@ -87,7 +100,8 @@ class AtomicRun:
                 marked = True
             else:
                 crash_points.reached("before_commit")
-                wrote, image = await self.db.commit_run(self.row.qid, self.records)
+                marker = {"event_id": self.row.event.get("id"), "records": self.records}
+                wrote, image = await self.db.commit_run(self.row.qid, marker)
                 marked = wrote and image is None
                 crash_points.reached("local_commit")  # S3: uploaded too
                 try:

@@ -327,10 +327,10 @@ class InstanceDatabase:
             self.run_lock.release()
             raise
 
-    async def applied(self, qid: int) -> list[dict[str, Any]] | None:
-        """The effects recorded by queue row ``qid``'s atomic run that
-        committed here (None: none did)."""
-        def find(conn: sqlite3.Connection) -> list[dict[str, Any]] | None:
+    async def applied(self, qid: int) -> Any:
+        """The marker of queue row ``qid``'s atomic run that committed here
+        (None: none did)."""
+        def find(conn: sqlite3.Connection) -> Any:
             try:
                 row = conn.execute(f"SELECT effects FROM {APPLIED_TABLE} WHERE qid=?", (qid,)).fetchone()
             except sqlite3.OperationalError:  # no such table: no atomic run committed here yet
@@ -339,12 +339,12 @@ class InstanceDatabase:
 
         return await self._run(find, write=False)
 
-    async def commit_run(self, qid: int, effects: list[dict[str, Any]]) -> tuple[bool, bytes | None]:
+    async def commit_run(self, qid: int, marker: Any) -> tuple[bool, bytes | None]:
         """Commit the run's writes: (wrote, image). Nothing written: nothing
         committed. With the database kept in the store (pg_sqlite), the
         image is for the run's store transaction to write. Otherwise the
-        commit also records ``qid`` and its ``effects`` (the applied
-        marker), and is made durable before this returns."""
+        commit also records ``qid`` with ``marker`` (JSON: the run's event
+        and effects), and is made durable before this returns."""
         storage = self._owner.storage
         done, self._applied_done = self._applied_done, []
 
@@ -358,7 +358,7 @@ class InstanceDatabase:
                 return True, None, conn.serialize()
             conn.execute(APPLIED_SCHEMA)
             conn.executemany(f"DELETE FROM {APPLIED_TABLE} WHERE qid=?", [(q,) for q in done])
-            conn.execute(f"INSERT INTO {APPLIED_TABLE} VALUES (?, ?, ?)", (qid, json_text(effects, "effects"), now_ms()))
+            conn.execute(f"INSERT INTO {APPLIED_TABLE} VALUES (?, ?, ?)", (qid, json_text(marker, "effects"), now_ms()))
             conn.execute("COMMIT")
             return True, storage.durable(self.tenant, self.instance_id, conn), None
 
