@@ -1,6 +1,6 @@
 """An application with a Node actor (tests/actors/test_node_host.py):
 ``js`` is tests/actors/node/worker.mjs, which does what the event's payload
-says; ``patient`` is a Python actor beside it."""
+says (``js_atomic`` too, in atomic mode); ``patient`` is a Python actor beside it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ HERE = Path(__file__).parent / "node"
 
 app = App()
 app.node_actor("js", HERE / "worker.mjs", timeout_s=3, max_attempts=2, retry_base_s=0.05, retry_max_s=0.1)
+# The same script in atomic mode (docs/effects.md).
+app.node_actor("js_atomic", HERE / "worker.mjs", timeout_s=3, max_attempts=2, retry_base_s=0.05, retry_max_s=0.1,
+               effects="atomic")
 
 
 @app.actor("patient")

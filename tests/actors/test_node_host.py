@@ -160,6 +160,17 @@ async def test_a_thrown_first_attempt_is_retried(fresh_url: str, tmp_path) -> No
         assert (await instances.depth(inst.instance_id)).dead == 0
 
 
+async def test_an_atomic_node_run_leaves_nothing_of_its_failed_attempt(fresh_url: str, tmp_path) -> None:
+    async with open_runtime(fresh_url, tmp_path) as y:
+        instances = y.instances("acme")
+        inst = await instances.create("js_atomic", key="k", filter={"types": ["node.go"]})
+        await y.stream("/", "acme").append({"type": "node.go", "payload": {"what": "flaky"}})
+        await y.wait_idle(timeout_s=WAIT_S)
+        state, _ = await instances.state(inst.instance_id)
+        # The first attempt's ctx.state.set (firstKey) went with its failure.
+        assert state["done"] == 1 and state["attempt"] == 2 and "firstKey" not in state
+
+
 async def test_a_script_without_process_fails_its_runs_with_the_reason(fresh_url: str, tmp_path) -> None:
     app = yoke.App()
     app.node_actor("empty", node_app.HERE / "empty.mjs", max_attempts=1)
