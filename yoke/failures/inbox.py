@@ -9,6 +9,9 @@ failures``), the console and the metrics use these methods.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
@@ -34,6 +37,29 @@ BULK_LIMIT = 1000  # failures one replay or discard by selection covers
 MAX_COUNTED = 100_000  # dead letters one count (the metrics) reads per tenant
 
 
+# One lock per (tenant, failure id) while a replay or discard holds or awaits
+# it: in this process, a failure is delivered and recorded by one action at
+# a time, and the next finds it resolved. (Across processes the store's
+# record still lets one action alone succeed; see docs/failures.md.)
+_claims: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
+
+
+@asynccontextmanager
+async def claimed(tenant: str, failure_id: str) -> AsyncIterator[None]:
+    key = (tenant, failure_id)
+    lock, users = _claims.get(key, (asyncio.Lock(), 0))
+    _claims[key] = (lock, users + 1)
+    try:
+        async with lock:
+            yield
+    finally:
+        lock, users = _claims[key]
+        if users == 1:
+            del _claims[key]
+        else:
+            _claims[key] = (lock, users - 1)
+
+
 class Failures:
     def __init__(self, runtime: Runtime, tenant: str) -> None:
         validate_tenant(tenant)
@@ -53,16 +79,17 @@ class Failures:
     async def select(self, sel: Selection, limit: int) -> list[Failure]:
         """``list`` with a ``Selection`` and any limit (metrics count them all)."""
         runtime, tenant = self._runtime, self.tenant
-        found = await dead_letters.dead_failures(runtime, tenant, sel, limit)
+        found = await dead_letters.dead_failures(runtime, tenant, sel, limit)  # with their events
         if sel.kind != DEAD_LETTER and sel.receiver != "actor" and not sel.actor and not sel.instance_id:
             rows = [r for r in await subscriptions.subscription_rows(runtime, tenant)
                     if (sel.stream is None or r.path == sel.stream)
                     and (sel.subscription is None or r.name == sel.subscription)]
-            found += await subscriptions.halted_failures(runtime, rows)
-            found += await subscriptions.skipped_failures(runtime, tenant, rows, path=sel.stream)
+            found += await subscriptions.halted_failures(runtime, rows, events=False)
+            found += await subscriptions.skipped_failures(runtime, tenant, rows, path=sel.stream, events=False)
         wanted = [f for f in found if sel.wants(f)]
         wanted.sort(key=lambda f: (f.failed_at, f.id))
-        return wanted[:limit]
+        # Only the page kept reads its subscription failures' events.
+        return [await subscriptions.with_event(runtime, tenant, f) for f in wanted[:limit]]
 
     async def ages(self) -> list[tuple[str, str, int]]:
         """(kind, receiver, failed_at) of every open failure (up to
@@ -96,7 +123,13 @@ class Failures:
         ``yoke.failure.replayed`` event on the failure's stream records it."""
         runtime = self._runtime
         correction = None if event is None else check_correction(event, runtime.settings.max_event_bytes)
-        failure = await self.get(failure_id)
+        parse_id(failure_id)  # FailureNotFound for what is not an id
+        async with claimed(self.tenant, failure_id):
+            return await self._replay(failure_id, correction)
+
+    async def _replay(self, failure_id: str, correction: dict[str, Any] | None) -> Resolution:
+        runtime = self._runtime
+        failure = await self.get(failure_id)  # under the claim: open, or resolved by the one before
         if failure.kind == DEAD_LETTER:
             qid = parse_id(failure_id)[1][0]
             path, offset = await dead_letters.replay(runtime, self.tenant, failure, qid, correction)
@@ -113,6 +146,11 @@ class Failures:
         halted subscription resumes after the event, a skip is closed. A
         ``yoke.failure.discarded`` event on the failure's stream records it."""
         check_reason(reason)
+        parse_id(failure_id)
+        async with claimed(self.tenant, failure_id):
+            return await self._discard(failure_id, reason)
+
+    async def _discard(self, failure_id: str, reason: str) -> Resolution:
         failure = await self.get(failure_id)
         if failure.kind == DEAD_LETTER:
             qid = parse_id(failure_id)[1][0]

@@ -22,7 +22,7 @@ import httpx
 from .. import errors
 from ..events import Event, prepare
 from ..routing.filters import Filter
-from ..store.subscriptions import Change, SourceState, SubscriptionRow
+from ..store.subscriptions import Change, Probe, SourceState, SubscriptionRow
 from ..subscriptions import copy, webhooks
 from ..subscriptions.catalogue import AUDIT, RESUMED
 from ..subscriptions.delivery import Batch, transformed
@@ -82,20 +82,6 @@ async def halted_failures(runtime: Runtime, rows: list[SubscriptionRow], *, even
     ]
 
 
-async def _scan(runtime: Runtime, tenant: str, path: str, after: int) -> list[Event]:
-    """The skip audit lines and failure resolutions of ``path`` after
-    ``after`` (the store selects them by type)."""
-    found: list[Event] = []
-    while True:
-        page = await runtime.store.subscriptions.events_of_types(
-            tenant, path, (AUDIT, REPLAYED, DISCARDED), after, SCAN_PAGE
-        )
-        found.extend(page)
-        if len(page) < SCAN_PAGE:
-            return found
-        after = page[-1].offset
-
-
 def _skip_of(event: Event, rows: dict[str, SubscriptionRow]) -> SubscriptionRow | None:
     p = event.payload if isinstance(event.payload, dict) else {}
     if event.type != AUDIT or p.get("kind") != SKIP_KIND or (event.source or {}).get("copied_from"):
@@ -104,12 +90,38 @@ def _skip_of(event: Event, rows: dict[str, SubscriptionRow]) -> SubscriptionRow 
     return row if row is not None and event.offset > row.configured_at else None
 
 
+async def _open_skips(
+    runtime: Runtime, tenant: str, path: str, named: dict[str, SubscriptionRow], after: int
+) -> list[tuple[str, Event, SubscriptionRow]]:
+    """(failure id, skip audit line, subscription) of the skips of ``path``
+    after ``after`` that no ``yoke.failure.replayed`` or ``discarded`` event
+    resolved (the store selects these types; a resolution always follows its
+    skip line, so a resolved skip is dropped as the scan meets it)."""
+    open_: dict[str, tuple[Event, SubscriptionRow]] = {}
+    while True:
+        page = await runtime.store.subscriptions.events_of_types(
+            tenant, path, (AUDIT, REPLAYED, DISCARDED), after, SCAN_PAGE
+        )
+        for e in page:
+            if e.type in (REPLAYED, DISCARDED):
+                if isinstance(e.payload, dict):
+                    open_.pop(e.payload.get("failure"), None)  # type: ignore[arg-type]
+                continue
+            row = _skip_of(e, named)
+            if row is not None:
+                open_[make_id(SKIPPED, path, row.name, e.offset)] = (e, row)
+        if len(page) < SCAN_PAGE:
+            return [(fid, e, row) for fid, (e, row) in open_.items()]
+        after = page[-1].offset
+
+
 async def skipped_failures(
     runtime: Runtime, tenant: str, rows: list[SubscriptionRow], *, path: str | None = None,
     from_offset: int | None = None, events: bool = True,
 ) -> list[Failure]:
     """The open skips of the skip-policy subscriptions among ``rows`` (of
-    ``path`` only, and from the audit line at ``from_offset`` on, when given)."""
+    ``path`` only, and from the audit line at ``from_offset`` on, when given);
+    ``events=False``: without their events (``with_event`` reads one)."""
     by_path: dict[str, dict[str, SubscriptionRow]] = {}
     for r in rows:
         if r.config.get("on_failing_event") == "skip" and r.failures and (path is None or r.path == path):
@@ -119,28 +131,26 @@ async def skipped_failures(
         start = min(r.configured_at for r in named.values())
         if from_offset is not None:
             start = max(start, from_offset - 1)
-        events = await _scan(runtime, tenant, source, start)
-        resolved = {
-            e.payload.get("failure") for e in events
-            if e.type in (REPLAYED, DISCARDED) and isinstance(e.payload, dict)
-        }
-        for e in events:
-            row = _skip_of(e, named)
-            if row is None:
-                continue
-            fid = make_id(SKIPPED, source, row.name, e.offset)
-            if fid in resolved:
-                continue
+        for fid, e, row in await _open_skips(runtime, tenant, source, named, start):
             p = e.payload
-            skipped = await _event_at(runtime, tenant, source, int(p["offset"])) if events else None
             attempts = int(p.get("attempts") or 0)
             out.append(Failure(
                 id=fid, kind=SKIPPED, receiver=row.config["kind"], path=source, offset=int(p["offset"]),
                 failed_at=e.at, attempt_count=attempts, error=p.get("error"),
                 attempts=kept(p.get("attempt_errors")) or [Attempt(attempts, p.get("error"), e.at)],
-                event=None if skipped is None else skipped.to_dict(), subscription=row.name,
+                subscription=row.name,
             ))
+    if events:
+        out = [await with_event(runtime, tenant, f) for f in out]
     return out
+
+
+async def with_event(runtime: Runtime, tenant: str, failure: Failure) -> Failure:
+    """A halted or skipped failure with its event (None once retention removed it)."""
+    if failure.event is not None or failure.path is None or failure.offset is None:
+        return failure
+    event = await _event_at(runtime, tenant, failure.path, failure.offset)
+    return failure if event is None else replace(failure, event=event.to_dict())
 
 
 async def find(runtime: Runtime, tenant: str, kind: str, path: str, name: str, at: int) -> Failure:
@@ -155,10 +165,10 @@ async def find(runtime: Runtime, tenant: str, kind: str, path: str, name: str, a
         if not halt_is_failure(row.halted) or (row.halted or {}).get("at_offset") != at:
             raise missing
         return await halted_failure(runtime, row)
-    found = await skipped_failures(runtime, tenant, [row], path=path, from_offset=at)
+    found = await skipped_failures(runtime, tenant, [row], path=path, from_offset=at, events=False)
     for f in found:
         if f.id == make_id(SKIPPED, path, name, at):
-            return f
+            return await with_event(runtime, tenant, f)
     raise missing
 
 
@@ -172,33 +182,48 @@ def audit_event(event_type: str, failure: Failure, **extra: Any) -> Any:
     }}, trusted=True)
 
 
-def _resolve_halt(failure: Failure, audit: Any, reason: str, advance: bool):  # noqa: ANN202 - a Decide
+def _check_halt(row: SubscriptionRow | None, failure: Failure, action: str, advance: bool) -> None:
+    """Refuse unless the subscription is still halted on ``failure`` (and,
+    when ``advance``, its cursor is right before the halted event)."""
+    if row is None or not halt_is_failure(row.halted) or (row.halted or {}).get("at_offset") != parse_at(failure):
+        raise errors.FailureNotFound("the subscription is no longer halted on this failure", id=failure.id)
+    if advance and row.cursor < (failure.offset or 0) - 1:
+        if action == "discard":
+            raise errors.FailureNotReplayable(
+                f"the cursor ({row.cursor}) is behind the halted event ({failure.offset}): a discard steps"
+                f" over that event alone, so first move the cursor to {(failure.offset or 0) - 1}",
+                id=failure.id,
+            )
+        raise errors.FailureNotReplayable(
+            f"the cursor ({row.cursor}) is not at the halted event ({failure.offset}):"
+            " replay it as it is, or move the cursor", id=failure.id,
+        )
+
+
+def _resolve_halt(failure: Failure, audit: Any, action: str, advance: bool):  # noqa: ANN202 - a Decide
     """Resume the halted subscription (the halt still the one ``failure``
     names), moving its cursor past the halted event when ``advance``."""
-    at = parse_at(failure)
 
     def decide(row: SubscriptionRow | None, source: SourceState) -> Change:
-        if row is None or not halt_is_failure(row.halted) or (row.halted or {}).get("at_offset") != at:
-            raise errors.FailureNotFound("the subscription is no longer halted on this failure", id=failure.id)
-        cursor = row.cursor
-        if advance:
-            if row.cursor < (failure.offset or 0) - 1:
-                raise errors.FailureNotReplayable(
-                    f"the cursor ({row.cursor}) is not at the halted event ({failure.offset}):"
-                    " replay it as it is, or move the cursor", id=failure.id,
-                )
-            cursor = max(row.cursor, failure.offset or 0)
+        _check_halt(row, failure, action, advance)
+        assert row is not None
+        cursor = max(row.cursor, failure.offset or 0) if advance else row.cursor
         new = replace(row, halted=None, attempts=0, skips=0, next_retry_at=0, cursor=cursor, attempt_errors=())
-        resumed = prepare({"type": RESUMED, "payload": {"name": row.name, "reason": reason}}, trusted=True)
+        resumed = prepare({"type": RESUMED, "payload": {"name": row.name, "reason": action}}, trusted=True)
         return Change(events=[resumed, audit], row=new, bookkeeping=True, reply=source.next_offset + 1)
 
     return decide
 
 
 def _record_skip(failure: Failure, audit: Any):  # noqa: ANN202 - a Decide
+    """Record the skip's resolution, unless one is already recorded (the
+    store's probe, read under the stream lock): a skip is resolved once."""
+
     def decide(row: SubscriptionRow | None, source: SourceState) -> Change:
         if row is None:
             raise errors.FailureNotFound("the subscription is gone", id=failure.id)
+        if source.probed:
+            raise errors.FailureNotFound("the skipped event was replayed or discarded meanwhile", id=failure.id)
         return Change(events=[audit], bookkeeping=True, reply=source.next_offset)
 
     return decide
@@ -210,7 +235,10 @@ def parse_at(failure: Failure) -> int:
 
 async def _act(runtime: Runtime, tenant: str, failure: Failure, decide: Any) -> int:
     assert failure.path is not None and failure.subscription is not None
-    offset = await control(runtime, tenant, failure.path, failure.subscription, decide)
+    probe = None
+    if failure.kind == SKIPPED:  # a resolution of this skip after its audit line
+        probe = Probe((REPLAYED, DISCARDED), parse_at(failure), "failure", failure.id)
+    offset = await control(runtime, tenant, failure.path, failure.subscription, decide, probe=probe)
     deliveries = runtime.deliveries
     if deliveries is not None:
         deliveries.changed(tenant, failure.path, failure.subscription)
@@ -224,7 +252,9 @@ async def replay(
     """(audit offset, delivered now). A halted subscription replayed as it
     is resumes (its runner delivers the event again); with a correction, and
     for a skipped event, the event is delivered here, once, to this
-    subscription's receiver alone, and then recorded."""
+    subscription's receiver alone, and then recorded (the caller holds the
+    failure's in-process claim, see ``inbox``; the record refuses a failure
+    resolved meanwhile by another process)."""
     extra = {"corrected": correction, "event_id": document["id"]} if correction and document else {}
     audit = audit_event(REPLAYED, failure, **extra)
     if failure.kind == HALTED and correction is None:
@@ -255,6 +285,8 @@ async def deliver_once(runtime: Runtime, tenant: str, failure: Failure, document
     row = await runtime.store.subscriptions.get(tenant, failure.path, failure.subscription)
     if row is None:
         raise errors.FailureNotFound("the subscription is gone", id=failure.id)
+    if failure.kind == HALTED:  # checked before delivering, again when recording
+        _check_halt(row, failure, "replay", True)
     c = row.config
     kind = c["kind"]
     if kind == "processor":

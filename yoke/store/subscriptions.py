@@ -65,10 +65,29 @@ class SourceState:
     # With control(copies_into=target): how many other subscriptions (not the
     # one being decided) copy into target, counted under a lock on target.
     copies_into: int = 0
+    # With control(probe=...): whether the source holds an event the probe
+    # describes, read under the lock (so no decision made meanwhile is missed).
+    probed: bool = False
 
     @property
     def next_offset(self) -> int:
         return self.head + 1
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """An event ``control`` looks for on the source stream before deciding:
+    one of ``types``, after offset ``after``, whose payload's top-level
+    ``field`` (a plain name) equals ``value``."""
+
+    types: tuple[str, ...]
+    after: int
+    field: str
+    value: str
+
+    def __post_init__(self) -> None:
+        if not self.field.isidentifier():
+            raise ValueError(f"a probe field is a plain name, not {self.field!r}")
 
 
 @dataclass(slots=True)
@@ -169,7 +188,7 @@ class CatalogueRecord:
 class SubscriptionStore(Protocol):
     async def control(
         self, tenant: str, path: str, name: str, decide: Decide, now: int, new_stream_id: str,
-        *, copies_into: str | None = None,
+        *, copies_into: str | None = None, probe: Probe | None = None,
     ) -> tuple[Change, list[Outcome]]:
         """One transaction: create the source stream if missing, lock its row,
         read the subscription row, call ``decide``, append its events (all
@@ -180,7 +199,11 @@ class SubscriptionStore(Protocol):
         stream's copy count (held to the end of the transaction, so two
         configures into one target never both see room for one more) and
         give ``decide`` the number of other subscriptions copying into it as
-        ``source.copies_into``."""
+        ``source.copies_into``.
+
+        ``probe``: tell ``decide`` (``source.probed``) whether the source
+        holds an event the probe describes, read under the stream lock (the
+        failures inbox refuses to resolve a skip twice with it)."""
 
     async def get(self, tenant: str, path: str, name: str) -> SubscriptionRow | None: ...
 

@@ -21,7 +21,7 @@ import httpx
 
 from ..events import now_ms
 from ..store.faults import log_retried
-from ..store.subscriptions import Change, Decide, Deliverable, SourceState, SubscriptionRow
+from ..store.subscriptions import Change, Decide, Deliverable, Probe, SourceState, SubscriptionRow
 from ..streams.append import new_stream_id, refusal_error
 from .delivery import Runner
 
@@ -203,13 +203,14 @@ class _Gone(Exception):
 
 
 async def control(
-    runtime: Runtime, tenant: str, path: str, name: str, decide: Decide, *, copies_into: str | None = None
+    runtime: Runtime, tenant: str, path: str, name: str, decide: Decide, *, copies_into: str | None = None,
+    probe: Probe | None = None,
 ) -> Any:
     """Run a control decision; raise if the stream refused its events; wake
     readers of the source. Returns the decision's reply (None: no change).
-    ``copies_into``: see ``SubscriptionStore.control``."""
+    ``copies_into``, ``probe``: see ``SubscriptionStore.control``."""
     change, outcomes = await runtime.store.subscriptions.control(
-        tenant, path, name, decide, now_ms(), new_stream_id(), copies_into=copies_into
+        tenant, path, name, decide, now_ms(), new_stream_id(), copies_into=copies_into, probe=probe
     )
     refused = next((o for o in outcomes if o.status not in ("ok", "duplicate")), None)
     if refused is not None:

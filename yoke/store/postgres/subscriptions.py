@@ -34,6 +34,7 @@ from ..subscriptions import (
     Decide,
     Deliverable,
     InboundRecord,
+    Probe,
     SourceState,
     Stamp,
     SubscriptionRow,
@@ -103,7 +104,7 @@ class PgSubscriptionStore:
 
     async def control(
         self, tenant: str, path: str, name: str, decide: Decide, now: int, new_stream_id: str,
-        *, copies_into: str | None = None,
+        *, copies_into: str | None = None, probe: Probe | None = None,
     ) -> tuple[Change, list[Outcome]]:
         try:
             async with self._tx(tenant) as conn:
@@ -123,7 +124,13 @@ class PgSubscriptionStore:
                         " AND NOT (path=$3 AND name=$4)",
                         tenant, copies_into, path, name,
                     )
-                source = SourceState(s["stream_id"], s["created_at"], s["head"], copies)
+                probed = probe is not None and await conn.fetchval(
+                    "SELECT EXISTS (SELECT 1 FROM events WHERE tenant_id=$1"
+                    " AND sid=(SELECT sid FROM streams WHERE tenant_id=$1 AND path=$2)"
+                    " AND seq > $3 AND type = ANY($4::text[]) AND payload->>$5 = $6)",
+                    tenant, path, probe.after, list(probe.types), probe.field, probe.value,
+                )
+                source = SourceState(s["stream_id"], s["created_at"], s["head"], copies, bool(probed))
                 # Locks in one order everywhere: stream row, subscription row,
                 # checkpoint (ack takes the last two in the same order).
                 found = await conn.fetchrow(

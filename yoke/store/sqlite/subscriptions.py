@@ -33,6 +33,7 @@ from ..subscriptions import (
     Decide,
     Deliverable,
     InboundRecord,
+    Probe,
     SourceState,
     Stamp,
     SubscriptionRow,
@@ -88,7 +89,7 @@ class SqliteSubscriptionStore:
 
     async def control(
         self, tenant: str, path: str, name: str, decide: Decide, now: int, new_stream_id: str,
-        *, copies_into: str | None = None,
+        *, copies_into: str | None = None, probe: Probe | None = None,
     ) -> tuple[Change, list[Outcome]]:
         store = self._store
 
@@ -103,7 +104,14 @@ class SqliteSubscriptionStore:
                             " AND json_extract(config, '$.target')=? AND NOT (path=? AND name=?)",
                             (tenant, copies_into, path, name),
                         ).fetchone()[0]
-                    source = SourceState(s["stream_id"], s["created_at"], s["head"], copies)
+                    probed = probe is not None and conn.execute(
+                        "SELECT EXISTS (SELECT 1 FROM events WHERE tenant_id=?"
+                        " AND sid=(SELECT sid FROM streams WHERE tenant_id=? AND path=?)"
+                        f" AND seq > ? AND type IN ({','.join('?' * len(probe.types))})"
+                        " AND json_extract(payload, ?) = ?)",
+                        (tenant, tenant, path, probe.after, *probe.types, f"$.{probe.field}", probe.value),
+                    ).fetchone()[0]
+                    source = SourceState(s["stream_id"], s["created_at"], s["head"], copies, bool(probed))
                     found = conn.execute(
                         f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE {KEY}",
                         (tenant, path, name),
