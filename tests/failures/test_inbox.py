@@ -49,8 +49,10 @@ async def test_dead_letters_listed_shown_replayed_corrected_and_discarded(fresh_
         ])
         await y.wait_idle(timeout_s=10)
         listed = await inbox.list()
-        assert [f.offset for f in listed] == [1, 3, 4]
-        first = listed[0]
+        # Oldest first by the last attempt's time, which retry jitter orders: pick them by offset.
+        assert sorted(f.offset for f in listed) == [1, 3, 4]
+        assert [(f.failed_at, f.id) for f in listed] == sorted((f.failed_at, f.id) for f in listed)
+        first, third, fourth = (next(f for f in listed if f.offset == o) for o in (1, 3, 4))
         assert (first.kind, first.receiver, first.path, first.actor, first.instance_id) == (
             "dead_letter", "actor", "/orders", "orders", inst.instance_id)
         assert first.id.startswith("dl_") and first.attempt_count == 2
@@ -65,7 +67,10 @@ async def test_dead_letters_listed_shown_replayed_corrected_and_discarded(fresh_
         assert await inbox.list(stream="/elsewhere") == [] and await inbox.list(receiver="webhook") == []
         assert len(await inbox.list(instance_id=inst.instance_id, limit=2)) == 2
         assert await inbox.list(since=listed[-1].failed_at + 1) == []
-        assert [f.id for f in await inbox.list(until=listed[1].failed_at)] == [first.id]
+        assert [f.id for f in await inbox.list(until=listed[1].failed_at)] == [
+            f.id for f in listed if f.failed_at < listed[1].failed_at]
+        assert [f.id for f in await inbox.list(since=listed[1].failed_at)] == [
+            f.id for f in listed if f.failed_at >= listed[1].failed_at]
 
         # Replay with a corrected event: a new event whose provenance names the original.
         done = await inbox.replay(first.id, {"payload": {"n": 1, "fixed": True}})
@@ -81,19 +86,19 @@ async def test_dead_letters_listed_shown_replayed_corrected_and_discarded(fresh_
         assert (await s.get(1)).payload == {"n": 1, "poison": True}  # history untouched
 
         # Replay as it is: still poisoned, it dies again under the same id.
-        again = await inbox.replay(listed[1].id)
+        again = await inbox.replay(third.id)
         await y.wait_idle(timeout_s=10)
         assert again.action == "replayed"
-        reparked = await inbox.get(listed[1].id)
+        reparked = await inbox.get(third.id)
         assert reparked.attempt_count == 2 and [a.number for a in reparked.attempts] == [1, 2]  # a new round
 
         # Discard with a reason.
-        gone = await inbox.discard(listed[2].id, "duplicate order, refunded by hand")
+        gone = await inbox.discard(fourth.id, "duplicate order, refunded by hand")
         [audit] = await audits(s, "discarded")
         assert audit.offset == gone.audit_offset and audit.payload["reason"] == "duplicate order, refunded by hand"
         assert [f.offset for f in await inbox.list()] == [3]
         with pytest.raises(errors.FailureNotFound):
-            await inbox.discard(listed[2].id, "twice")
+            await inbox.discard(fourth.id, "twice")
         assert sorted(n for n, _ in seen) == [1, 2]  # nothing processed twice
 
 
@@ -117,6 +122,23 @@ async def test_dead_letters_in_bulk_by_filter(fresh_url: str, tmp_path) -> None:
             d.audit_offset for d in dropped.done]
         with pytest.raises(errors.InvalidInput):
             await inbox.discard_all("x", colour="red")
+
+
+async def test_the_oldest_dead_letters_are_counted_first(fresh_url: str, tmp_path) -> None:
+    """The metrics read at most so many dead letters' times: the oldest, so
+    the oldest-age gauge never misses the oldest."""
+    seen: list = []
+    async with yoke.open(fresh_url, app=actor_app(seen), data_dir=str(tmp_path)) as y:
+        inbox = y.failures(T)
+        await y.instances(T).create("orders", key="k")
+        await y.stream("/a", T).append_many([{"type": "order", "payload": {"n": n, "poison": True}} for n in (1, 2)])
+        await y.wait_idle(timeout_s=10)
+        first = next(f for f in await inbox.list() if f.offset == 1)
+        await inbox.replay(first.id)  # it dies again: the first row is now the newest
+        await until(inbox.list, lambda fs: fs and fs[-1].id == first.id and fs[-1].failed_at > first.failed_at)
+        listed = await inbox.list()
+        assert await y.store.actors.dead_letter_times(T, 1) == [listed[0].failed_at]
+        assert await y.store.actors.dead_letter_times(T, 10) == [f.failed_at for f in listed]
 
 
 def receiving_app(fail: set, seen: list, name: str = "rec") -> yoke.App:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import yoke
 from yoke import Filter, metrics
+from yoke.events import now_ms
 
 from ..subscriptions.common import FAST, until
 from ..subscriptions.webhook_server import Response, WebhookReceiver
@@ -52,12 +53,17 @@ async def test_a_poisoned_event_through_every_kind_fixed_and_replayed_once(fresh
         assert {(f.kind, f.receiver) for f in listed} == {("dead_letter", "actor"), ("skipped", "webhook"),
                                                            ("halted", "copy")}
         assert {f.event["id"] for f in listed} == {poison.id} and {f.path for f in listed} == {"/orders"}
+        failed_at = {f.kind: f.failed_at for f in listed}
+        before = now_ms()
         await metrics.sample_failure_gauges(y)
+        after = now_ms()
         parked = (("dead_letter", "actor"), ("skipped", "webhook"), ("halted", "copy"))
         for kind, receiver in parked:
             assert gauge(metrics.FAILURES, T, kind, receiver, "under_1m") == 1
             assert gauge(metrics.FAILURES, T, kind, receiver, "over_1d") == 0
-            assert 0 < gauge(metrics.FAILURE_OLDEST, T, kind) < 60
+            # The age at the scrape (0 within the failure's own millisecond).
+            oldest = gauge(metrics.FAILURE_OLDEST, T, kind)
+            assert (before - failed_at[kind]) / 1000 <= oldest <= (after - failed_at[kind]) / 1000
         assert gauge(metrics.FAILURES, T, "halted", "webhook", "under_1m") == 0
 
         bulk = await inbox.replay_all(stream="/orders", event={"payload": {"n": 1}})

@@ -303,7 +303,8 @@ class ActorStore(Protocol):
         given; oldest last attempt first."""
 
     async def dead_letter_times(self, tenant: str, limit: int) -> list[int]:
-        """The time of each dead row's last attempt (``started_at``), at most ``limit``."""
+        """The time of each dead row's last attempt (``started_at``), oldest
+        first, at most ``limit`` (past it the oldest are still counted)."""
 
     async def resolve_dead(
         self, tenant: str, qid: int, *, drop: bool, event_json: str | None, audit: PreparedEvent, path: str,

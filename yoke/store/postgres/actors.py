@@ -380,8 +380,8 @@ class PgActorStore:
     async def dead_letter_times(self, tenant: str, limit: int) -> list[int]:
         async with self._tx(tenant) as conn:
             rows = await conn.fetch(
-                "SELECT coalesce(started_at, enqueued_at) FROM actor_queue WHERE tenant_id=$1 AND status='dead'"
-                " LIMIT $2",
+                "SELECT coalesce(started_at, enqueued_at) AS at FROM actor_queue WHERE tenant_id=$1 AND status='dead'"
+                " ORDER BY at LIMIT $2",
                 tenant, limit,
             )
         return [r[0] for r in rows]

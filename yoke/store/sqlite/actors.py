@@ -508,7 +508,8 @@ class SqliteActorStore:
 
     async def dead_letter_times(self, tenant: str, limit: int) -> list[int]:
         rows = await self._read(
-            "SELECT coalesce(started_at, enqueued_at) FROM actor_queue WHERE tenant_id=? AND status='dead' LIMIT ?",
+            "SELECT coalesce(started_at, enqueued_at) AS at FROM actor_queue WHERE tenant_id=? AND status='dead'"
+            " ORDER BY at LIMIT ?",
             (tenant, limit),
         )
         return [r[0] for r in rows]
