@@ -58,6 +58,10 @@ def test_cli_bulk_discard_and_misuse(served: Served, admin: httpx.Client) -> Non
     assert out.startswith(f"replayed {dead['id']} (audit event /s@")
     wait_for(lambda: failures(admin, kind="dead_letter"),
              lambda fs: len(fs) == 1 and fs[0]["id"] == dead["id"] and fs[0]["failed_at"] > dead["failed_at"])
+    # --all exits 1 when any failed: the skipped event, replayed as it is, fails the receiver again.
+    partial = cli(served, token, "failures", "replay", "--all", "--kind", "skipped", check=False)
+    assert partial.returncode == 1 and partial.stdout.splitlines()[-1] == "0 done, 1 failed"
+    assert "replay_failed" in partial.stdout
     out = cli(served, token, "failures", "discard", "--all", "--stream", "/s", "--reason", "test data").stdout
     assert out.splitlines()[-1] == "3 done, 0 failed"
     wait_for(lambda: failures(admin), lambda fs: fs == [])

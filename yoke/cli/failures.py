@@ -5,6 +5,7 @@ or, with ``--all``, on every failure the filter options select."""
 from __future__ import annotations
 
 import re
+import sys
 import time
 from datetime import datetime
 from typing import Any
@@ -113,6 +114,14 @@ def bulk_lines(b: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def emit_bulk(b: dict[str, Any], as_json: bool) -> None:
+    """Print what a bulk action did; exit 1 when any failure could not be
+    resolved (scripts see a partial run)."""
+    emit(b, as_json, bulk_lines)
+    if b["failed"]:
+        sys.exit(1)
+
+
 def one_or_all(failure_id: str | None, every: bool, chosen: dict[str, Any]) -> None:
     if failure_id is not None and (every or chosen):
         fail("give a failure id, or --all with filter options, not both")
@@ -156,14 +165,15 @@ def failures_show(client: Remote, as_json: bool, failure_id: str) -> None:
 @http_command
 def failures_replay(client: Remote, as_json: bool, failure_id: str | None, event_json: str | None, every: bool,
                     limit: int, **filters: Any) -> None:
-    """Replay a failure (or --all), as it was or corrected (--event)."""
+    """Replay a failure (or --all), as it was or corrected (--event); with
+    --all, exit 1 when any could not be replayed."""
     chosen = selection(**filters)
     one_or_all(failure_id, every, chosen)
     event = parse_json(event_json, "--event") if event_json is not None else None
     if failure_id is not None:
         emit(client.replay_failure(failure_id, event), as_json, resolution_line)
         return
-    emit(client.replay_failures(chosen, event, limit), as_json, bulk_lines)
+    emit_bulk(client.replay_failures(chosen, event, limit), as_json)
 
 
 @failures.command("discard")
@@ -176,10 +186,11 @@ def failures_replay(client: Remote, as_json: bool, failure_id: str | None, event
 @http_command
 def failures_discard(client: Remote, as_json: bool, failure_id: str | None, reason: str, every: bool, limit: int,
                      **filters: Any) -> None:
-    """Discard a failure (or --all), with a reason."""
+    """Discard a failure (or --all), with a reason; with --all, exit 1 when
+    any could not be discarded."""
     chosen = selection(**filters)
     one_or_all(failure_id, every, chosen)
     if failure_id is not None:
         emit(client.discard_failure(failure_id, reason), as_json, resolution_line)
         return
-    emit(client.discard_failures(chosen, reason, limit), as_json, bulk_lines)
+    emit_bulk(client.discard_failures(chosen, reason, limit), as_json)
