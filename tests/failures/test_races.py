@@ -7,6 +7,7 @@ reads only the events it returns."""
 from __future__ import annotations
 
 import asyncio
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -40,6 +41,17 @@ def gated_app(seen: list, gate: asyncio.Event, entered: list | None = None) -> y
     return app
 
 
+@asynccontextmanager
+async def serving(url: str, seen: list, gate: asyncio.Event | None = None, entered: list | None = None):  # noqa: ANN201
+    """A runtime whose application is ``gated_app`` (its gate open unless
+    one is given), and its stream ``/s``."""
+    if gate is None:
+        gate = asyncio.Event()
+        gate.set()
+    async with yoke.open(url, app=gated_app(seen, gate, entered), **FAST) as y:
+        yield y, y.stream("/s", T)
+
+
 async def skipped_one(y: yoke.Runtime, s) -> yoke.failures.Failure:  # noqa: ANN001
     await s.subscribe("rec", yoke.call("rec"), filter={"types": ["x"]}, start="beginning", on_failing_event="skip")
     sent = await s.append({"type": "x", "payload": {"n": 1, "poison": True}})
@@ -71,8 +83,7 @@ async def test_two_concurrent_replays_of_a_skip_deliver_and_audit_once(fresh_url
     seen: list = []
     entered: list = []
     gate = asyncio.Event()
-    async with yoke.open(fresh_url, app=gated_app(seen, gate, entered), **FAST) as y:
-        s = y.stream("/s", T)
+    async with serving(fresh_url, seen, gate, entered) as (y, s):
         f = await skipped_one(y, s)
         inbox = y.failures(T)
         first = asyncio.create_task(inbox.replay(f.id, {"payload": {"n": 1}}))
@@ -93,10 +104,7 @@ async def test_a_stale_skip_is_resolved_once_across_processes(fresh_url: str) ->
     skip (the module functions, without this process's claim): the store
     refuses its record; no second audit event."""
     seen: list = []
-    gate = asyncio.Event()
-    gate.set()
-    async with yoke.open(fresh_url, app=gated_app(seen, gate), **FAST) as y:
-        s = y.stream("/s", T)
+    async with serving(fresh_url, seen) as (y, s):
         stale = await skipped_one(y, s)
         await y.failures(T).replay(stale.id, {"payload": {"n": 1}})
         with pytest.raises(errors.FailureNotFound):
@@ -110,8 +118,7 @@ async def test_a_stale_skip_is_resolved_once_across_processes(fresh_url: str) ->
 async def test_a_corrected_halt_replay_racing_an_as_is_one_delivers_nothing_unaudited(fresh_url: str) -> None:
     seen: list = []
     gate = asyncio.Event()
-    async with yoke.open(fresh_url, app=gated_app(seen, gate), **FAST) as y:
-        s = y.stream("/s", T)
+    async with serving(fresh_url, seen, gate) as (y, s):
         f = await halted_one(y, s)
         inbox = y.failures(T)
         first = asyncio.create_task(inbox.replay(f.id, {"payload": {"n": 1}}))  # waits in the receiver
@@ -130,10 +137,7 @@ async def test_a_stale_corrected_halt_replay_delivers_nothing(fresh_url: str) ->
     """The halt is checked before delivering: another process's corrected
     replay of a halt resolved meanwhile neither delivers nor records."""
     seen: list = []
-    gate = asyncio.Event()
-    gate.set()
-    async with yoke.open(fresh_url, app=gated_app(seen, gate), **FAST) as y:
-        s = y.stream("/s", T)
+    async with serving(fresh_url, seen) as (y, s):
         stale = await halted_one(y, s)
         await y.failures(T).discard(stale.id, "test data")
         with pytest.raises(errors.FailureNotFound):
@@ -143,10 +147,7 @@ async def test_a_stale_corrected_halt_replay_delivers_nothing(fresh_url: str) ->
 
 async def test_a_halt_whose_cursor_moved_back_is_refused_before_delivering(fresh_url: str) -> None:
     seen: list = []
-    gate = asyncio.Event()
-    gate.set()
-    async with yoke.open(fresh_url, app=gated_app(seen, gate), **FAST) as y:
-        s = y.stream("/s", T)
+    async with serving(fresh_url, seen) as (y, s):
         f = await halted_one(y, s)
         assert f.offset == 2  # after the configure event
         await s.set_cursor("rec", 0)  # still halted, now behind the halted event
@@ -179,10 +180,7 @@ async def test_a_listing_reads_the_events_of_its_page_only_and_ages_none(
     fresh_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list = []
-    gate = asyncio.Event()
-    gate.set()
-    async with yoke.open(fresh_url, app=gated_app(seen, gate), **FAST) as y:
-        s = y.stream("/s", T)
+    async with serving(fresh_url, seen) as (y, s):
         await s.subscribe("rec", yoke.call("rec"), filter={"types": ["x"]}, start="beginning", on_failing_event="skip")
         sent = await s.append_many([  # a good event between poisoned ones: a third failing one in a row halts
             {"type": "x", "payload": {"n": n, "poison": n % 2 == 0}} for n in range(9)])
