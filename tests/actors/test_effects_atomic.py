@@ -6,10 +6,13 @@ commit are in tests/faults/test_atomic_kill9.py."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 import yoke
 from yoke import App, Filter, errors
+from yoke.actors import crash_points
 from yoke.store.contract import Limits
 from tests.actors.test_state_s3 import aws_env, bucket, moto_endpoint, s3, s3_options  # noqa: F401
 
@@ -208,3 +211,53 @@ async def test_a_corrected_replay_of_a_marked_row_completes_the_original_run(fre
         assert (await y.instances(T).state(inst.instance_id))[0] == {"count": 1, "n": 1}
         assert [(e.type, e.payload) for e in await full.read(after=0)] == [("first", {}), ("late", {"n": 1})]
         assert await inbox.list(kind="dead_letter") == []
+
+
+@pytest.mark.parametrize("storage", ["file", "pg_sqlite"])
+async def test_a_run_that_times_out_inside_its_local_commit_applies_once(
+    fresh_url: str, tmp_path, storage: str
+) -> None:
+    """The run's time runs out while its SQLite COMMIT is on the pool thread:
+    the thread finishes anyway. pg_sqlite: the copy in memory is then ahead
+    of the store's and is reloaded, so the retry counts once. File storage:
+    the marker is in, the retry replays it without running the code."""
+    app = App()
+    runs: list[int] = []
+
+    @app.actor("slow", filter=Filter(types=["go"]), effects="atomic", timeout_s=1.0, max_attempts=3,
+               retry_base_s=0.01, retry_max_s=0.05)
+    async def slow(ctx, event):
+        runs.append(ctx.attempt)
+        await ctx.state.update(lambda s: {"count": (s or {}).get("count", 0) + 1})
+
+    loop = asyncio.get_running_loop()
+    first_run: list[asyncio.Task] = []
+    gated: list[str] = []
+
+    async def cancelled_by_its_timeout(task: asyncio.Task) -> None:
+        # Cancelled, waiting for the thread (fixed), or gone on without it.
+        while not (task.cancelling() or task.done()):
+            await asyncio.sleep(0.01)
+        for _ in range(3):  # the cancellation reaches the run's await
+            await asyncio.sleep(0)
+
+    def hook(point: str) -> None:
+        if point == "before_commit" and not first_run:  # on the loop
+            first_run.append(asyncio.current_task())
+        elif point == "sqlite_commit" and not gated:  # on the pool thread, committed
+            gated.append(point)
+            asyncio.run_coroutine_threadsafe(cancelled_by_its_timeout(first_run[0]), loop).result()
+
+    crash_points.hook = hook
+    try:
+        async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), storage=storage) as y:
+            await y.instances(T).create("slow", key="k")
+            await y.stream("/", T).append({"type": "go"})
+            await y.wait_idle(timeout_s=60)
+            inst = await y.instances(T).find("slow", "k")
+            state, _ = await y.instances(T).state(inst.instance_id)
+    finally:
+        crash_points.hook = None
+    assert gated == ["sqlite_commit"]
+    assert state == {"count": 1}
+    assert runs == ([1, 2] if storage == "pg_sqlite" else [1])

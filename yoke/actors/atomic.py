@@ -101,13 +101,15 @@ class AtomicRun:
             else:
                 crash_points.reached("before_commit")
                 marker = {"event_id": self.row.event.get("id"), "records": self.records}
-                wrote, image = await self.db.commit_run(self.row.qid, marker)
-                marked = wrote and image is None
-                crash_points.reached("local_commit")  # S3: uploaded too
                 try:
+                    wrote, image = await self.db.commit_run(self.row.qid, marker)
+                    marked = wrote and image is None
+                    crash_points.reached("local_commit")  # S3: uploaded too
                     await self._store_commit(image)
                 except BaseException:
-                    if image is not None:  # the copy in memory is ahead of the store's
+                    # pg_sqlite: the copy in memory may be ahead of the store's
+                    # (a failure or cancellation even inside the local commit).
+                    if self.db.keeps_state_in_store:
                         await self.db.reload()
                     raise
             crash_points.reached("store_commit")

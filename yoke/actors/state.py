@@ -191,7 +191,15 @@ class InstanceDatabase:
                 )
                 return result, after
 
-            result, after = await loop.run_in_executor(self._owner.pool, work)
+            done = loop.run_in_executor(self._owner.pool, work)
+            try:
+                result, after = await asyncio.shield(done)
+            except asyncio.CancelledError:
+                # The thread goes on regardless: hold the lock until it ends,
+                # so nothing else (a reload, a rollback) runs on the
+                # connection meanwhile.
+                await _finish(done)
+                raise
             if after is not None:
                 await after()
             return result
@@ -355,11 +363,13 @@ class InstanceDatabase:
                 return False, None, None
             if storage.in_store:
                 conn.execute("COMMIT")
+                crash_points.reached("sqlite_commit")  # test only (on the pool thread)
                 return True, None, conn.serialize()
             conn.execute(APPLIED_SCHEMA)
             conn.executemany(f"DELETE FROM {APPLIED_TABLE} WHERE qid=?", [(q,) for q in done])
             conn.execute(f"INSERT INTO {APPLIED_TABLE} VALUES (?, ?, ?)", (qid, json_text(marker, "effects"), now_ms()))
             conn.execute("COMMIT")
+            crash_points.reached("sqlite_commit")  # test only (on the pool thread)
             return True, storage.durable(self.tenant, self.instance_id, conn), None
 
         try:
@@ -419,6 +429,17 @@ class InstanceDatabase:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+async def _finish(future: asyncio.Future[Any]) -> None:
+    """Wait for ``future`` to end, through any further cancellation."""
+    while not future.done():
+        try:
+            await asyncio.wait([future])
+        except asyncio.CancelledError:
+            pass
+    if not future.cancelled():
+        future.exception()  # retrieved: the caller is cancelled, nobody else will
 
 
 def _no_transaction_control(action: int, *_: Any) -> int:
