@@ -261,3 +261,33 @@ async def test_a_run_that_times_out_inside_its_local_commit_applies_once(
     assert gated == ["sqlite_commit"]
     assert state == {"count": 1}
     assert runs == ([1, 2] if storage == "pg_sqlite" else [1])
+
+
+@pytest.mark.parametrize("storage", ["file", "pg_sqlite"])
+async def test_an_eviction_during_a_run_leaves_nothing_of_it(fresh_url: str, tmp_path, storage: str) -> None:
+    """Peers evict this worker while a run holds its database
+    (StateDatabases.forget_all): the run's later ops must not write around
+    its transaction into a fresh copy; the run fails and its retry commits
+    once."""
+    app = App()
+    runtime: list[yoke.Runtime] = []
+
+    @app.actor("evicted", filter=Filter(types=["go"]), effects="atomic", max_attempts=3,
+               retry_base_s=0.01, retry_max_s=0.05)
+    async def evicted(ctx, event):
+        await ctx.state.update(lambda s: {"count": (s or {}).get("count", 0) + 1})
+        if ctx.attempt == 1:
+            runtime[0].state_databases().forget_all()  # what Executor._evicted does
+        await ctx.sqlite.exec("CREATE TABLE IF NOT EXISTS runs (attempt INTEGER)")
+        await ctx.sqlite.exec("INSERT INTO runs VALUES (?)", [ctx.attempt])
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), storage=storage) as y:
+        runtime.append(y)
+        await y.instances(T).create("evicted", key="k")
+        await y.stream("/", T).append({"type": "go"})
+        await y.wait_idle(timeout_s=60)
+        inst = await y.instances(T).find("evicted", "k")
+        state, _ = await y.instances(T).state(inst.instance_id)
+        rows = await y.instances(T).query(inst.instance_id, "SELECT attempt FROM runs")
+    assert state == {"count": 1}
+    assert rows.rows == [[2]]  # nothing of the first attempt

@@ -92,6 +92,8 @@ class OpHandler:
         return self._db().update_lock
 
     def _db(self):  # noqa: ANN202
+        if self.atomic is not None:  # the run's own, even when its owner forgot it
+            return self.atomic.db
         instance = self._need_instance()
         return self._runtime.state_databases().get(self.tenant, instance.instance_id)
 

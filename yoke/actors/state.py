@@ -24,6 +24,7 @@ import os
 import re
 import secrets
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -144,6 +145,11 @@ class PgSqliteStorage:
         return None
 
 
+class DatabaseClosed(Exception):
+    """The instance's database was closed under the operation (the instance
+    moved to another worker): an atomic run fails and its row runs again."""
+
+
 class InstanceDatabase:
     """One instance's database; every method is one locked operation."""
 
@@ -153,6 +159,11 @@ class InstanceDatabase:
         self.instance_id = instance_id
         self._conn: sqlite3.Connection | None = None
         self._lock = asyncio.Lock()
+        # Closed by its owner (forget, remove): no operation reopens it, so
+        # an atomic run holding it fails rather than write around its
+        # transaction. The thread lock keeps close() off a running operation.
+        self.closed = False
+        self._conn_guard = threading.Lock()
         # Serializes ctx.state.update calls of this process (the compare-and-
         # set still guards against every other writer): N concurrent
         # updaters then cost N round trips, not N squared.
@@ -174,6 +185,14 @@ class InstanceDatabase:
             loop = asyncio.get_running_loop()
 
             def work() -> tuple[T, Callable[[], Any] | None]:
+                with self._conn_guard:
+                    return locked_work()
+
+            def locked_work() -> tuple[T, Callable[[], Any] | None]:
+                if self.closed:
+                    raise DatabaseClosed(
+                        f"the database of instance {self.instance_id} was closed: it moved to another worker"
+                    )
                 if self._conn is None:
                     self._conn = self._owner.storage.open(self.tenant, self.instance_id)
                 before = self._conn.total_changes
@@ -403,6 +422,8 @@ class InstanceDatabase:
         try:
             if self._in_run:
                 await self._run(rollback, write=False)
+        except DatabaseClosed:
+            pass  # its transaction went with the connection
         finally:
             self._in_run = False
 
@@ -422,13 +443,16 @@ class InstanceDatabase:
             conn.close()
             self._conn = None
 
-        if self._conn is not None:
+        if self._conn is not None and not self.closed:  # closed: nothing to reload
             await self._run(drop, write=False)
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        """For good (on a pool thread, after any running operation)."""
+        self.closed = True
+        with self._conn_guard:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
 
 async def _finish(future: asyncio.Future[Any]) -> None:
@@ -513,12 +537,15 @@ class StateDatabases:
         """Drop the cached copy (the instance moved to another worker)."""
         db = self._open.pop((tenant, instance_id), None)
         if db is not None:
+            db.closed = True  # at once: an operation started from now on reopens nothing
             self.pool.submit(db.close)
 
     def remove(self, tenant: str, instance_id: str) -> None:
         """Drop the cached copy of a removed instance and, with file storage,
         its file (other storages keep no copy of their own here)."""
         db = self._open.pop((tenant, instance_id), None)
+        if db is not None:
+            db.closed = True
         storage = self.storage
 
         def drop() -> None:
