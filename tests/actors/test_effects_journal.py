@@ -9,6 +9,7 @@ import asyncio
 import sqlite3
 
 import asyncpg
+import pytest
 
 import yoke
 from yoke import App, Filter
@@ -156,3 +157,21 @@ async def test_a_retry_in_a_host_process_repeats_nothing(fresh_url: str, tmp_pat
         assert keys[0]["key"].startswith("yk_")
         workers = await y.instances(T).list(actor="worker")
         assert [w.instance_id for w in workers] == [keys[0]["child"]]
+
+
+def test_idempotency_key_needs_a_queue_row() -> None:
+    """A context without a queue row has no idempotency key: an error, not
+    one key shared by every row (Node's: tests/actors/test_node_host.py)."""
+    from yoke import errors
+    from yoke.actors.context import Context
+    from yoke.actors.journal import run_idempotency_key
+    from yoke.actors.ops import OpHandler
+    from yoke.store.actors import InstanceInfo
+
+    instance = InstanceInfo("i1", "acme", "a", "k")
+    event = None  # the key does not depend on it
+    ops = OpHandler(None, "acme", instance)  # type: ignore[arg-type]
+    assert Context(ops, instance, event, 1, 7).idempotency_key("pay") == run_idempotency_key("acme", "i1", 7, "pay")
+    with pytest.raises(errors.InvalidInput) as caught:
+        Context(ops, instance, event, 1).idempotency_key("pay")
+    assert caught.value.code == "invalid_input" and caught.value.details.get("field") == "queue_row"

@@ -8,6 +8,7 @@ import asyncio
 import os
 import shutil
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -294,3 +295,25 @@ async def main():
 
 asyncio.run(main())
 """
+
+
+def test_idempotency_key_without_a_queue_row_is_refused() -> None:
+    """A context without a queue row has no idempotency key: an error, not
+    one key shared by every row (Node's Context; Python's is in
+    tests/actors/test_effects_journal.py)."""
+    sdk = Path(yoke.__file__).parent / "hosts" / "node" / "yoke.js"
+    script = f"""
+import {{ Context }} from {orjson.dumps(sdk.as_uri()).decode()};
+const base = {{ tenant: "acme", instance: {{ instance_id: "i1" }}, event: {{}}, attempt: 1 }};
+const out = {{ key: new Context(null, null, {{ ...base, queueRow: 7 }}).idempotencyKey("pay") }};
+try {{ new Context(null, null, base).idempotencyKey("pay"); }}
+catch (e) {{ out.error = {{ name: e.name, code: e.code, field: e.details.field }}; }}
+console.log(JSON.stringify(out));
+"""
+    done = subprocess.run(["node", "--input-type=module", "-e", script], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    out = orjson.loads(done.stdout)
+    from yoke.actors.journal import run_idempotency_key
+
+    assert out["key"] == run_idempotency_key("acme", "i1", 7, "pay")
+    assert out["error"] == {"name": "YokeError", "code": "invalid_input", "field": "queue_row"}

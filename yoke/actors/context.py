@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
+from .. import errors
 from ..events import Event
 from ..store.actors import InstanceInfo
 from .journal import run_idempotency_key
@@ -178,18 +179,24 @@ class Context(BaseContext):
     """The context of one ``process()`` call."""
 
     def __init__(
-        self, ops: OpHandler, instance: InstanceInfo, event: Event, attempt: int, queue_row: int = 0
+        self, ops: OpHandler, instance: InstanceInfo, event: Event, attempt: int, queue_row: int | None = None
     ) -> None:
         super().__init__(ops)
         self.instance = instance
         self.event = event
         self.attempt = attempt
-        self.queue_row = queue_row  # the queue row's id: the same on every retry
+        self.queue_row = queue_row  # the queue row's id: the same on every retry (None: no row)
 
     def idempotency_key(self, name: str = "") -> str:
         """A key for a call to the outside world (a payment, an e-mail): the
         same on every retry and redrive of this event's queue row, different
-        for every other row and ``name`` (docs/effects.md)."""
+        for every other row and ``name`` (docs/effects.md). Without a queue
+        row there is no such key: InvalidInput (rather than one key shared
+        by every row)."""
+        if self.queue_row is None:
+            raise errors.InvalidInput(
+                "ctx.idempotency_key needs the run's queue row, and this context has none", field="queue_row"
+            )
         return run_idempotency_key(self.tenant, self.instance.instance_id, self.queue_row, name)
 
     @cached_property

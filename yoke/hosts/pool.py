@@ -256,7 +256,7 @@ class HostPool:
             params = {
                 "run": run, "actor": instance.actor, "tenant": ops.tenant,
                 "instance": instance_dict(instance), "event": event.to_dict(), "attempt": attempt,
-                "queue_row": 0 if ops.journal is None else ops.journal.qid,
+                "queue_row": None if ops.journal is None else ops.journal.qid,
             }
             try:
                 await host.call("actor.process", params)

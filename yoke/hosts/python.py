@@ -179,7 +179,7 @@ class Host:
         instance = InstanceInfo(**params["instance"])
         event = Event(**params["event"])
         ops = RemoteOps(self.connection, params["run"], instance.tenant, self.locks, instance.instance_id)
-        ctx = Context(ops, instance, event, params["attempt"], params.get("queue_row") or 0)  # type: ignore[arg-type]
+        ctx = Context(ops, instance, event, params["attempt"], params.get("queue_row"))  # type: ignore[arg-type]
         await handler(ctx, event)
 
 

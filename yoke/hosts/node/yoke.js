@@ -85,7 +85,7 @@ export class Context {
     this.instance = instance;
     this.event = event;
     this.attempt = attempt;
-    this.queueRow = queueRow ?? 0;
+    this.queueRow = queueRow ?? null; // null: no queue row, no idempotency key
     this.state = new State(ops, lock);
     this.sqlite = new Sqlite(ops);
     Object.freeze(this);
@@ -101,6 +101,11 @@ export class Context {
    * redrive of this event's queue row (docs/effects.md); Python's
    * ctx.idempotency_key(name) gives the same key. */
   idempotencyKey(name = "") {
+    if (this.queueRow === null) {
+      throw new YokeError(
+        "ctx.idempotencyKey needs the run's queue row, and this context has none", "invalid_input",
+        { field: "queue_row" });
+    }
     const text = [this.tenant, this.instance.instance_id, String(this.queueRow), name].join("\x1f");
     return "yk_" + createHash("sha256").update(text, "utf8").digest("hex").slice(0, 32);
   }
