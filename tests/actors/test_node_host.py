@@ -240,6 +240,7 @@ async def test_the_node_host_speaks_the_protocol() -> None:
         event = {"offset": 3, "type": "go", "payload": {}}
         host.writer.write(p.encode(p.request(5, "actor.process", {
             "run": 17, "actor": "js", "tenant": "t", "instance": instance, "event": event, "attempt": 1,
+            "queue_row": 42,
         })))
         get = orjson.loads(await host.reader.readline())
         assert (get["method"], get["params"], get["run"]) == ("state_get", {}, 17)
