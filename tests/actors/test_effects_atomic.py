@@ -291,3 +291,27 @@ async def test_an_eviction_during_a_run_leaves_nothing_of_it(fresh_url: str, tmp
         rows = await y.instances(T).query(inst.instance_id, "SELECT attempt FROM runs")
     assert state == {"count": 1}
     assert rows.rows == [[2]]  # nothing of the first attempt
+
+
+async def test_an_operation_on_a_forgotten_database_is_refused_with_a_code(fresh_url: str, tmp_path) -> None:
+    """A read queued on an instance's database when the instance moves to
+    another worker fails with a stable code (503 over HTTP); the next read
+    opens the database afresh."""
+    app = App()
+
+    @app.actor("kept", filter=Filter(types=["go"]))
+    async def kept(ctx, event):
+        await ctx.state.set({"seen": True})
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        inst = await y.instances(T).create("kept", key="k")
+        await y.stream("/", T).append({"type": "go"})
+        await y.wait_idle(timeout_s=60)
+        databases = y.state_databases()
+        moved = databases.get(T, inst.instance_id)
+        databases.forget(T, inst.instance_id)
+        with pytest.raises(errors.YokeError) as refused:
+            await moved.state_get()
+        assert (refused.value.code, refused.value.http_status) == ("instance_moved", 503)
+        state, _ = await y.instances(T).state(inst.instance_id)
+    assert state == {"seen": True}

@@ -145,9 +145,13 @@ class PgSqliteStorage:
         return None
 
 
-class DatabaseClosed(Exception):
+class DatabaseClosed(errors.YokeError):
     """The instance's database was closed under the operation (the instance
-    moved to another worker): an atomic run fails and its row runs again."""
+    moved to another worker): an atomic run fails and its row runs again; a
+    read through the API is answered 503 and may be retried."""
+
+    code = "instance_moved"
+    http_status = 503
 
 
 class InstanceDatabase:
