@@ -41,7 +41,7 @@ async def orders(ctx, event):
 @app.actor("answers", filter=Filter(types=["answer"], streams=["/runs/*/answer"]), max_attempts=1)
 async def answers(ctx, event):
     if poisoned(event.payload):
-        raise ValueError("poisoned answer")
+        raise ValueError(f"poisoned answer for {event.payload.get('user')}")  # quotes the event
 
 
 @app.receiver("rec")

@@ -186,7 +186,9 @@ def test_a_pinned_streams_events_stay_out_of_the_generic_routes(served: Served, 
     assert admin.post(f"{base}/answer/records", json=record).status_code == 201
     [f] = wait_for(lambda: failures(admin), lambda fs: len(fs) == 1)
     assert f["path"] == f"/runs/{run}/answer" and f["event"] is None  # the email stays out
-    assert admin.get(f"/v1/failures/{f['id']}").json()["event"] is None
+    shown = admin.get(f"/v1/failures/{f['id']}").json()
+    assert shown["event"] is None and shown["attempt_count"] == 1
+    assert "a@b.c" not in admin.get("/v1/failures").text + str(shown)  # nor in an error text
     for r in (admin.post(f"/v1/failures/{f['id']}/replay", json={"event": {"payload": {}}}),
               admin.post("/v1/failures/replay", json={"filter": {}, "event": {"payload": {}}})):
         assert (r.status_code, r.json()["error"]["code"]) == (403, "data_handling_pinned"), r.text

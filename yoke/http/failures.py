@@ -42,7 +42,7 @@ def failures_of(request: Request, principal: Principal) -> Failures:
 
 
 async def shown(request: Request, principal: Principal, failures: list[FailureRecord]) -> list[dict[str, Any]]:
-    """The failures as JSON, the events of pinned streams left out."""
+    """The failures as JSON, the events (and error texts) of pinned streams left out."""
     runtime, pinned = runtime_of(request), {}
     out = []
     for f in failures:
@@ -55,7 +55,9 @@ async def shown(request: Request, principal: Principal, failures: list[FailureRe
                 except errors.DataHandlingPinned:
                     pinned[f.path] = True
             if pinned[f.path]:
-                d["event"] = None
+                # Error texts and tracebacks often quote the event: left out with it.
+                d["event"] = d["error"] = d["traceback"] = None
+                d["attempts"] = [{**a, "error": None} for a in d["attempts"]]
         out.append(d)
     return out
 
