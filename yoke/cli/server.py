@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from .. import heap
 from .common import DB_OPTION, JSON_OPTION, SettingsCommand, command, emit, fail
 
 if TYPE_CHECKING:
@@ -282,6 +283,7 @@ async def _work(settings: Settings, app: Any, app_spec: str, as_json: bool) -> N
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     async with open_runtime(settings=settings, app=app) as runtime:
+        heap.settle()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         if as_json:

@@ -29,6 +29,7 @@ from typing import Any
 
 import uvicorn
 
+from .. import heap
 from .. import runtime as runtime_module
 from .. import tokenfile
 from ..actors.app import App
@@ -141,6 +142,7 @@ def serve(
     @asynccontextmanager
     async def open_runtime() -> AsyncIterator[Runtime]:
         async with runtime_module.open(settings=settings, app=app, executor=executor) as runtime:
+            heap.settle()
             if not announce:
                 yield runtime
                 return

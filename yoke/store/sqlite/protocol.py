@@ -19,6 +19,13 @@ if TYPE_CHECKING:
     from .store import SqliteStore
 
 BY_PATH = PROTOCOL_STREAM_SELECT + " WHERE s.tenant_id=? AND s.path=?"
+# A guarded commit's stream row, with its protocol settings (p_sid is NULL
+# for a stream made through Yoke's own API).
+GUARDED_SELECT = (
+    "SELECT s.*, p.sid AS p_sid, p.stream_seq AS p_stream_seq, p.closed_by AS p_closed_by"
+    " FROM streams s LEFT JOIN protocol_streams p ON p.tenant_id = s.tenant_id AND p.sid = s.sid"
+    " WHERE s.tenant_id=? AND s.path=?"
+)
 
 
 class SqliteProtocolStore:
@@ -119,13 +126,11 @@ class SqliteProtocolStore:
     ) -> CommitResult:
         """``Store.commit`` with guards, inside the writer's transaction."""
         store = self._store
-        s = store._stream_row(conn, tenant, path)
+        s = conn.execute(GUARDED_SELECT, (tenant, path)).fetchone()
         if s is None:  # protocol appends check that the stream exists first
             raise errors.StreamNotFound(f"stream {path} does not exist", path=path)
         sid = s["sid"]
-        p = conn.execute(
-            "SELECT stream_seq, closed_by FROM protocol_streams WHERE tenant_id=? AND sid=?", (tenant, sid)
-        ).fetchone()
+        p = s if s["p_sid"] is not None else None
         ids = sorted({g.producer[0] for g in guards if g is not None and g.producer is not None})
         producers: dict[str, tuple[int, int]] = {}
         for start in range(0, len(ids), 500):
@@ -137,11 +142,11 @@ class SqliteProtocolStore:
             ):
                 producers[pid] = (epoch, seq)
         book = GuardBook(
-            closed=bool(s["closed"]), closed_by=p["closed_by"] if p else None,
-            stream_seq=p["stream_seq"] if p else None, producers=producers,
+            closed=bool(s["closed"]), closed_by=p["p_closed_by"] if p else None,
+            stream_seq=p["p_stream_seq"] if p else None, producers=producers,
         )
         decided, admitted, admitted_batch = decide_batches(book, events, batch_of, guards)
-        result = store._commit_in(conn, tenant, path, admitted, admitted_batch, now, new_stream_id)
+        result = store._commit_in(conn, tenant, path, admitted, admitted_batch, now, new_stream_id, stream=s)
         head = result.head
         if book.changed:
             conn.executemany(

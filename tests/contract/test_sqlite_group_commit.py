@@ -1,0 +1,95 @@
+"""SQLite's writer thread: the commits that wait together share one
+transaction, and their event rows go in together at its end. What a
+commit sees and what reads return must not show that the rows waited."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import yoke
+from yoke.events import now_ms, prepare
+
+from tests.faults.common import wait_until
+
+TENANT = "group"
+
+
+async def queued_together(store: Any, starts: list[Callable[[], Awaitable[Any]]]) -> list[Any]:
+    """Run ``starts`` as commits queued while the writer is busy, so that
+    they go into one group, and return their results."""
+    gate = threading.Event()
+    holding = asyncio.ensure_future(store._write(gate.wait))
+    try:
+        tasks = [asyncio.ensure_future(start()) for start in starts]
+        await wait_until(lambda: len(store._commits) == len(starts), 10, "the commits queued")
+    finally:
+        gate.set()
+    await holding
+    return await asyncio.gather(*tasks)
+
+
+async def test_a_key_committed_earlier_in_the_group_is_a_duplicate(tmp_path) -> None:
+    """Two commits on one stream with the same idempotency key, in one
+    group: the second finds the first's row (held back until the group's
+    end otherwise) and gets its offset; one event is stored."""
+    async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
+        store = y.store
+
+        def keyed(extra: dict[str, Any]) -> Callable[[], Awaitable[Any]]:
+            event = prepare({"type": "e", "idempotency_key": "k", **extra})
+            return lambda: store.commit(TENANT, "/keys", [event], [0], now_ms(), "s1")
+
+        plain = prepare({"type": "before"})
+        first, second, third = await queued_together(store, [
+            lambda: store.commit(TENANT, "/keys", [plain], [0], now_ms(), "s1"),
+            keyed({}),
+            keyed({}),
+        ])
+        assert first.outcomes[0].offset == 1
+        assert (second.outcomes[0].status, second.outcomes[0].offset) == ("ok", 2)
+        assert (third.outcomes[0].status, third.outcomes[0].offset) == ("duplicate", 2)
+        assert third.outcomes[0].id == second.outcomes[0].id
+        assert [e.type for e in await y.stream("/keys", tenant=TENANT).read()] == ["before", "e"]
+
+        conflicting = await queued_together(store, [keyed({"payload": {"other": True}})])
+        assert conflicting[0].outcomes[0].status == "conflict"
+
+
+async def test_rows_of_many_commits_read_back_as_appended(tmp_path) -> None:
+    """Commits on several streams, some events with every optional field
+    and some with none (the insert leaves all-NULL columns out of its
+    parameters), in one group: each stream reads back its events exactly,
+    offsets from 1."""
+    async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
+        store = y.store
+        full = {
+            "type": "full", "payload": {"n": 1}, "source": {"app": "a"}, "correlation": "c",
+            "group_id": "g", "metadata": {"m": 1}, "priority": 3,
+        }
+        shapes: dict[str, list[dict[str, Any]]] = {
+            "/plain": [{"type": "plain", "payload": i} for i in range(300)],
+            "/full": [{**full, "idempotency_key": f"k{i}"} for i in range(5)],
+            "/mixed": [full if i % 2 else {"type": "plain", "payload": i} for i in range(7)],
+        }
+
+        def commit(path: str, raws: list[dict[str, Any]]) -> Callable[[], Awaitable[Any]]:
+            events = [prepare(r) for r in raws]
+            return lambda: store.commit(TENANT, path, events, [0] * len(events), now_ms(), f"s-{path}")
+
+        results = await queued_together(store, [commit(p, raws) for p, raws in shapes.items()])
+        for (path, raws), result in zip(shapes.items(), results):
+            assert [o.offset for o in result.outcomes] == list(range(1, len(raws) + 1))
+            stored = await y.stream(path, tenant=TENANT).read(limit=1000)
+            assert [e.offset for e in stored] == list(range(1, len(raws) + 1))
+            for event, raw in zip(stored, raws):
+                assert event.type == raw["type"]
+                assert event.payload == raw.get("payload")
+                assert event.source == raw.get("source")
+                assert event.correlation == raw.get("correlation")
+                assert event.group_id == raw.get("group_id")
+                assert event.metadata == raw.get("metadata", {})
+                assert event.priority == raw.get("priority", 0)
+                assert event.idempotency_key == raw.get("idempotency_key")
