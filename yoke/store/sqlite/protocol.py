@@ -166,5 +166,6 @@ class SqliteProtocolStore:
             )
             if book.closed and not s["closed"]:
                 conn.execute("UPDATE streams SET closed=1 WHERE tenant_id=? AND sid=?", (tenant, sid))
+                store._stream_row_changed(tenant, path)
                 store._fact(conn, tenant, stream_fact(STREAM_CLOSED, path, s["stream_id"]), now)
         return assemble(events, batch_of, decided, result, head, now)
