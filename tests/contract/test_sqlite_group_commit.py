@@ -9,6 +9,8 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+
 import yoke
 from yoke.events import now_ms, prepare
 
@@ -93,3 +95,48 @@ async def test_rows_of_many_commits_read_back_as_appended(tmp_path) -> None:
                 assert event.metadata == raw.get("metadata", {})
                 assert event.priority == raw.get("priority", 0)
                 assert event.idempotency_key == raw.get("idempotency_key")
+
+
+async def test_commits_see_stream_changes_made_between_them(tmp_path) -> None:
+    """The writer keeps copies of the stream rows its commits read. A
+    change made by anything else (closing the stream, its limits, a
+    delete and recreate, another connection's commit) is what the next
+    commit sees."""
+    import sqlite3
+
+    from yoke import errors
+    from yoke.store.contract import Limits
+
+    async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
+        closing = y.stream("/closing", tenant=TENANT)
+        await closing.append({"type": "e"})
+        await closing.append({"type": "e"})  # its row is read (and copied) now
+        await closing.close()
+        with pytest.raises(errors.StreamClosed):
+            await closing.append({"type": "e"})
+
+        limited = y.stream("/limited", tenant=TENANT)
+        await limited.append({"type": "e"})
+        await limited.set_limits(Limits(max_total_events=2))
+        await limited.append({"type": "e"})
+        with pytest.raises(errors.YokeError) as refused:
+            await limited.append({"type": "e"})
+        assert refused.value.code == "quota_exhausted"
+
+        again = y.stream("/again", tenant=TENANT)
+        await again.append_many([{"type": "e"}] * 3)
+        await again.append({"type": "e"})
+        await again.delete()
+        assert (await again.append({"type": "new"})).offset == 1
+
+        other = y.stream("/other", tenant=TENANT)
+        assert (await other.append({"type": "e"})).offset == 1
+        assert (await other.append({"type": "e"})).offset == 2
+        outside = sqlite3.connect(tmp_path / "yoke.db", isolation_level=None)
+        try:
+            outside.execute("UPDATE streams SET closed=1 WHERE tenant_id=? AND path=?", (TENANT, "/other"))
+        finally:
+            outside.close()
+        with pytest.raises(errors.StreamClosed):
+            await other.append({"type": "e"})
+        assert [e.type for e in await other.read()] == ["e", "e"]
