@@ -126,6 +126,7 @@ class SqliteProtocolStore:
     ) -> CommitResult:
         """``Store.commit`` with guards, inside the writer's transaction."""
         store = self._store
+        store._write_held(conn)  # the row must show the advances held back
         s = conn.execute(GUARDED_SELECT, (tenant, path)).fetchone()
         if s is None:  # protocol appends check that the stream exists first
             raise errors.StreamNotFound(f"stream {path} does not exist", path=path)

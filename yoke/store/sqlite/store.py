@@ -10,10 +10,7 @@ makes every commit durable before ``commit`` returns.
 from __future__ import annotations
 
 import asyncio
-import functools
-import itertools
 import logging
-import operator
 import os
 import sqlite3
 import threading
@@ -65,6 +62,7 @@ from ..rows import (
 from ..faults import log_retried, retry_reads, unavailable
 from ..schema import Migration, Recorded, check_recorded, read_migrations
 from .actors import SqliteActorStore
+from .group_writes import GroupWrites, insert_events
 from ..protocol import Guard
 from .outbox import SqliteOutboxStore
 from .protocol import SqliteProtocolStore
@@ -73,46 +71,8 @@ from .subscriptions import SqliteSubscriptionStore
 T = TypeVar("T")
 log = logging.getLogger("yoke.store.sqlite")
 
-INSERT_COLUMNS = (
-    "tenant_id", "sid", "seq", "id", "at", "type", "payload", "metadata", "source",
-    "correlation", "priority", "group_id", "idempotency_key", "fingerprint", "size", "data",
-)
-# The columns most events leave NULL: a chunk whose rows all do says NULL in
-# the statement instead of binding None, which the sqlite3 module adapts
-# through a slow lookup (about a fifth of the writer's time in batch appends).
-_NULLABLE = tuple(i for i, c in enumerate(INSERT_COLUMNS) if c in {
-    "source", "correlation", "group_id", "idempotency_key", "fingerprint", "data"})
-_nullable_of = operator.itemgetter(*_NULLABLE)
-# Rows go in as multi-row INSERTs of power-of-two sizes up to this many
-# (1024 x 16 parameters, well under SQLite's 32766): one statement steps once,
-# where executemany steps a row at a time and hands the GIL back after each
-# step, so a busy event loop made the writer wait for it row by row (100
-# rows beside a spinning thread: 465 ms stepped, 30 ms this way).
-INSERT_CHUNK = 1024
 # How many stream rows the writer keeps copies of (see SqliteStore._stream_rows).
 STREAM_ROWS_KEPT = 4096
-
-
-@functools.lru_cache(maxsize=64)
-def _insert_sql(n: int, nulls: frozenset[int]) -> tuple[str, Callable[[Any], Any]]:
-    """The INSERT of ``n`` rows whose columns ``nulls`` are all NULL, and the
-    getter of the other columns' values from a row."""
-    values = "(" + ",".join("NULL" if i in nulls else "?" for i in range(len(INSERT_COLUMNS))) + ")"
-    sql = f"INSERT INTO events ({', '.join(INSERT_COLUMNS)}) VALUES " + ",".join([values] * n)
-    return sql, operator.itemgetter(*(i for i in range(len(INSERT_COLUMNS)) if i not in nulls))
-
-
-def insert_events(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
-    start = 0
-    while start < len(rows):
-        n = min(INSERT_CHUNK, 1 << ((len(rows) - start).bit_length() - 1))
-        chunk = rows[start : start + n]
-        nulls = frozenset(
-            i for i, column in zip(_NULLABLE, zip(*map(_nullable_of, chunk))) if column.count(None) == n
-        )
-        sql, values_of = _insert_sql(n, nulls)
-        conn.execute(sql, list(itertools.chain.from_iterable(map(values_of, chunk))))
-        start += n
 
 
 # An object's row by stream path, with its stream's sid and closed flag.
@@ -239,9 +199,9 @@ class SqliteStore:
         # _commit_waiting job is queued to take them.
         self._commits: list[tuple[asyncio.Future[CommitResult], tuple[Any, ...]]] = []
         self._commits_queued = False
-        # The event rows of a group run without savepoints, inserted together
-        # when the group ends (the writer thread's alone; None otherwise).
-        self._deferred_rows: list[tuple[Any, ...]] | None = None
+        # What a group run without savepoints holds back to its end (the
+        # writer thread's alone; None otherwise).
+        self._held: GroupWrites | None = None
         # The writer's copies of the stream rows that plain commits read, by
         # (tenant, path): kept up to date by those commits, used only in
         # groups without savepoints, emptied by anything else the writer runs
@@ -414,6 +374,7 @@ class SqliteStore:
             cached = self._stream_rows.get((tenant, path))
             if cached is not None:
                 return cached, False  # type: ignore[return-value]  # read like a row
+        self._write_held(conn)  # the row must show the advances held back
         row = self._stream_row(conn, tenant, path)
         if row is not None:
             if self._using_stream_rows:
@@ -520,10 +481,7 @@ class SqliteStore:
     ) -> list[tuple[bool, Any]]:
         outcomes: list[tuple[bool, Any]] = []
         conn.execute("BEGIN IMMEDIATE")
-        # Without savepoints, the group's event rows go in at its end, in as
-        # few statements as their count allows: each statement hands the GIL
-        # back twice, and the event loop's thread is quick to take it.
-        self._deferred_rows = None if isolated else []
+        self._held = None if isolated else GroupWrites()
         version = conn.execute("PRAGMA data_version").fetchone()[0]  # under the write lock
         if isolated or version != self._stream_rows_version or len(self._stream_rows) > STREAM_ROWS_KEPT:
             self._stream_rows.clear()
@@ -547,7 +505,7 @@ class SqliteStore:
                     outcomes.append((False, exc))
                 if isolated:
                     conn.execute("RELEASE yoke_commit")
-            self._insert_deferred(conn)
+            self._write_held(conn)
             conn.execute("COMMIT")
         except BaseException:
             self._stream_rows.clear()
@@ -555,19 +513,17 @@ class SqliteStore:
                 conn.execute("ROLLBACK")
             raise
         finally:
-            self._deferred_rows = None
+            self._held = None
             self._using_stream_rows = False
         return outcomes
 
-    def _insert_deferred(self, conn: sqlite3.Connection) -> None:
-        """Insert the event rows deferred so far (before a statement that
-        reads events, and at the group's end)."""
-        rows = self._deferred_rows
-        if not rows:
+    def _write_held(self, conn: sqlite3.Connection) -> None:
+        """Write what the group held back so far: at its end, and before a
+        statement that reads events or stream rows."""
+        if self._held is None:
             return
-        self._deferred_rows = []
         try:
-            insert_events(conn, rows)
+            self._held.write(conn)
         except Exception as exc:
             if not conn.in_transaction:
                 raise
@@ -612,7 +568,7 @@ class SqliteStore:
         prior: dict[str, tuple[int, str, int, str]] = {}
         keys = [e.idempotency_key for e in events if e.idempotency_key is not None]
         if keys:
-            self._insert_deferred(conn)  # a key may be in a row this group holds back
+            self._write_held(conn)  # a key may be in a row this group holds back
         for start in range(0, len(keys), 500):
             chunk = keys[start : start + 500]
             marks = ",".join("?" * len(chunk))
@@ -699,18 +655,19 @@ class SqliteStore:
                         " WHERE tenant_id=? AND sid=? AND object_id=? AND state='uploaded'",
                         (head, tenant, sid, e.object_id),
                     )
-        if rows:
-            if self._deferred_rows is not None:
-                self._deferred_rows += rows
-            else:
-                insert_events(conn, rows)
         unread = 0 if s["min_ack"] is None else 1
-        conn.execute(
-            "UPDATE streams SET head=?, durable_events=durable_events+?,"
-            " durable_bytes=durable_bytes+?, unread_events=unread_events+?,"
-            " unread_bytes=unread_bytes+? WHERE tenant_id=? AND sid=?",
-            (head, added_events, added_bytes, added_events * unread, added_bytes * unread, tenant, sid),
-        )
+        if self._held is not None:
+            self._held.rows += rows
+            self._held.advance(tenant, sid, head, added_events, added_bytes, bool(unread))
+        else:
+            if rows:
+                insert_events(conn, rows)
+            conn.execute(
+                "UPDATE streams SET head=?, durable_events=durable_events+?,"
+                " durable_bytes=durable_bytes+?, unread_events=unread_events+?,"
+                " unread_bytes=unread_bytes+? WHERE tenant_id=? AND sid=?",
+                (head, added_events, added_bytes, added_events * unread, added_bytes * unread, tenant, sid),
+            )
         cached = self._stream_rows.get((tenant, path)) if self._using_stream_rows else None
         if cached is not None:  # s is the row as it was before this commit
             cached.update(
