@@ -25,8 +25,8 @@ class PgProtocolStore:
         self._store = store
 
     async def stream(self, tenant: str, path: str) -> ProtocolStream | None:
-        async with self._store._tx(tenant) as conn:
-            row = await conn.fetchrow(BY_PATH, tenant, path)
+        # One statement (the function sets the tenant): every protocol request starts here.
+        row = await self._store._fetchrow("SELECT * FROM yoke_protocol_stream($1, $2)", tenant, path)
         return protocol_stream_from_row(row) if row else None
 
     async def touch(self, tenant: str, sid: int, now: int) -> None:
