@@ -140,3 +140,74 @@ async def test_commits_see_stream_changes_made_between_them(tmp_path) -> None:
         with pytest.raises(errors.StreamClosed):
             await other.append({"type": "e"})
         assert [e.type for e in await other.read()] == ["e", "e"]
+
+
+async def test_a_guarded_commit_sees_what_the_group_held_back(tmp_path) -> None:
+    """An ephemeral event takes an offset but writes no row, so only the
+    stream's held-back head says it was taken: a guarded (protocol) commit
+    later in the same group reads the stream row after that head is
+    written, and takes the next offset, not the same one."""
+    from yoke.store.protocol import Guard
+
+    async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
+        store = y.store
+        stream = y.stream("/p", tenant=TENANT)
+        await stream.append({"type": "first"})
+        await stream.append({"type": "second"})  # the writer copies the row now
+        fleeting = prepare({"type": "fleeting", "ephemeral": True})
+        guarded = prepare({"type": "guarded"})
+        first, second = await queued_together(store, [
+            lambda: store.commit(TENANT, "/p", [fleeting], [0], now_ms(), "s"),
+            lambda: store.commit(TENANT, "/p", [guarded], [0], now_ms(), "s", [Guard()]),
+        ])
+        assert first.outcomes[0].offset == 3
+        assert second.outcomes[0].offset == 4
+        assert [(e.offset, e.type) for e in await stream.read()] == [(1, "first"), (2, "second"), (4, "guarded")]
+        assert (await stream.info()).head == 4
+
+
+async def test_a_guarded_close_reaches_the_next_plain_commit(tmp_path) -> None:
+    """A protocol close (a guarded commit) changes the stream row other than
+    by appending: the writer's copy of it is dropped, so the next plain
+    append through Yoke's own API finds the stream closed."""
+    from yoke import errors
+    from yoke.store.protocol import Guard
+
+    async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
+        store = y.store
+        stream = y.stream("/c", tenant=TENANT)
+        await stream.append({"type": "e"})
+        await stream.append({"type": "e"})  # the writer copies the row now
+        closed = await store.commit(TENANT, "/c", [], [], now_ms(), "s", [Guard(close=True)])
+        assert closed.guards is not None and closed.guards[0].status == "ok"
+        with pytest.raises(errors.StreamClosed):
+            await stream.append({"type": "late"})
+        assert [e.type for e in await stream.read()] == ["e", "e"]
+
+
+async def test_a_group_keeps_each_streams_counters(tmp_path) -> None:
+    """Held-back advances of several commits on one stream and on others
+    add up: heads, durable events and bytes, and unread counts for a stream
+    with a consumer."""
+    async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
+        store = y.store
+        read = y.stream("/counted", tenant=TENANT)
+        await read.append({"type": "e", "payload": "x"})
+        await read.ack("c", 1)  # a consumer: unread counts are kept from now on
+        before = await read.info()
+        batches = {"/counted": 3, "/other": 2}
+        events = {path: [prepare({"type": "e", "payload": "y" * 10}) for _ in range(4)] for path in batches}
+        starts = [
+            (lambda p=path: store.commit(TENANT, p, events[p], [0] * 4, now_ms(), f"s-{p}"))
+            for path, times in batches.items() for _ in range(times)
+        ]
+        await queued_together(store, starts)
+        size = events["/counted"][0].size
+        after = await read.info()
+        assert after.head == before.head + 12
+        assert after.usage.durable_events == before.usage.durable_events + 12
+        assert after.usage.durable_bytes == before.usage.durable_bytes + 12 * size
+        assert after.usage.unread_events == before.usage.unread_events + 12
+        assert after.usage.unread_bytes == before.usage.unread_bytes + 12 * size
+        other = await y.stream("/other", tenant=TENANT).info()
+        assert (other.head, other.usage.durable_events, other.usage.durable_bytes) == (8, 8, 8 * size)

@@ -46,7 +46,7 @@ def _chunks(items: Sequence[Any], cap: int) -> Iterator[Sequence[Any]]:
         start += n
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=256)  # chunk sizes x NULL patterns met, like the statement cache
 def _insert_sql(n: int, nulls: frozenset[int]) -> tuple[str, Callable[[Any], Any]]:
     """The INSERT of ``n`` rows whose columns ``nulls`` are all NULL, and the
     getter of the other columns' values from a row."""

@@ -47,7 +47,8 @@ class SqliteProtocolStore:
                     (now, tenant, sid),
                 )
 
-        await self._store._write(run)
+        # Every request to a stream with a TTL touches it: keep the writer's stream row copies.
+        await self._store._write(run, streams_unchanged=True)
 
     async def forks(self, tenant: str, path: str) -> int:
         def run() -> int:

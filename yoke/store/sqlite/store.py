@@ -10,6 +10,7 @@ makes every commit durable before ``commit`` returns.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import sqlite3
@@ -315,11 +316,14 @@ class SqliteStore:
 
         await self._read(check)
 
-    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _write(self, fn: Callable[..., T], *args: Any, streams_unchanged: bool = False) -> T:
+        """``fn(*args)`` on the writer thread. ``streams_unchanged``: fn
+        writes no ``streams`` row, so the writer's copies stay."""
         if self._writer is None:
             raise errors.RuntimeClosed("the store is closed")
+        run = fn if streams_unchanged else functools.partial(self._write_other, fn)
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._writer, self._write_other, fn, *args)
+            return await asyncio.get_running_loop().run_in_executor(self._writer, run, *args)
         except sqlite3.Error as exc:
             raise _fault(exc) or exc
 
@@ -481,13 +485,13 @@ class SqliteStore:
     ) -> list[tuple[bool, Any]]:
         outcomes: list[tuple[bool, Any]] = []
         conn.execute("BEGIN IMMEDIATE")
-        self._held = None if isolated else GroupWrites()
-        version = conn.execute("PRAGMA data_version").fetchone()[0]  # under the write lock
-        if isolated or version != self._stream_rows_version or len(self._stream_rows) > STREAM_ROWS_KEPT:
-            self._stream_rows.clear()
-        self._stream_rows_version = version
-        self._using_stream_rows = not isolated
         try:
+            version = conn.execute("PRAGMA data_version").fetchone()[0]  # under the write lock
+            if isolated or version != self._stream_rows_version or len(self._stream_rows) > STREAM_ROWS_KEPT:
+                self._stream_rows.clear()
+            self._stream_rows_version = version
+            self._held = None if isolated else GroupWrites()
+            self._using_stream_rows = not isolated
             for future, args in jobs:
                 if future.done():  # its caller was cancelled before the writer got to it
                     outcomes.append((False, None))
