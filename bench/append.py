@@ -28,7 +28,7 @@ PostgreSQL runs in a scratch database created through ``YOKE_BENCH_PG_URL``
 end; SQLite runs in a temporary directory, removed at the end. The last line
 printed is one JSON object with every figure.
 
-    python bench/append.py [--backend all|postgres|sqlite] [--quick]
+    python bench/append.py [--backend all|postgres|sqlite] [--quick] [--keyed]
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -108,6 +109,7 @@ class Counts:
     single: int  # (c) 1 producer: appends timed
     producers: int  # (c) concurrent producers
     per_producer: int  # (c) appends per concurrent producer
+    keyed: bool = False  # (c) every event carries a new idempotency key
 
 
 FULL = Counts(raw=100_000, naive=2000, warmup=200, single=2000, producers=64, per_producer=300)
@@ -117,11 +119,14 @@ QUICK = Counts(raw=10_000, naive=300, warmup=50, single=300, producers=64, per_p
 # --- the event --------------------------------------------------------------
 
 
-def new_event(i: int) -> dict[str, Any]:
-    return {
+def new_event(i: int, keyed: bool = False) -> dict[str, Any]:
+    event: dict[str, Any] = {
         "type": "order.placed",
         "payload": {"order_id": i, "sku": "ABC-123", "qty": 2, "note": "x" * 64},
     }
+    if keyed:  # as every append an actor run journals does (docs/effects.md)
+        event["idempotency_key"] = f"k-{uuid.uuid4().hex}"
+    return event
 
 
 def event_row(seq: int) -> tuple[Any, ...]:
@@ -144,11 +149,12 @@ async def yoke_single(y: yoke.Runtime, counts: Counts) -> tuple[float, float]:
     """1 producer, sequential single-event appends: (p50 ms, p99 ms)."""
     stream = y.stream("/bench/single")
     for i in range(counts.warmup):
-        await stream.append(new_event(i))
+        await stream.append(new_event(i, counts.keyed))
     latencies = []
     for i in range(counts.single):
+        event = new_event(i, counts.keyed)
         start = time.perf_counter()
-        await stream.append(new_event(i))
+        await stream.append(event)
         latencies.append((time.perf_counter() - start) * 1000)
     cuts = statistics.quantiles(latencies, n=100)
     return cuts[49], cuts[98]
@@ -157,11 +163,11 @@ async def yoke_single(y: yoke.Runtime, counts: Counts) -> tuple[float, float]:
 async def yoke_concurrent(y: yoke.Runtime, counts: Counts) -> float:
     """``counts.producers`` tasks appending single events to one stream: events/s."""
     stream = y.stream("/bench/concurrent")
-    await stream.append(new_event(0))  # create the stream outside the timing
+    await stream.append(new_event(0, counts.keyed))  # create the stream outside the timing
 
     async def producer(p: int) -> None:
         for i in range(counts.per_producer):
-            await stream.append(new_event(p * counts.per_producer + i))
+            await stream.append(new_event(p * counts.per_producer + i, counts.keyed))
 
     start = time.perf_counter()
     await asyncio.gather(*(producer(p) for p in range(counts.producers)))
@@ -334,8 +340,10 @@ async def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("all", "postgres", "sqlite"), default="all")
     parser.add_argument("--quick", action="store_true", help="smaller counts, for a smoke run")
+    parser.add_argument("--keyed", action="store_true",
+                        help="(c) appends carry a new idempotency key each, as journaled actor appends do")
     args = parser.parse_args(argv)
-    counts = QUICK if args.quick else FULL
+    counts = replace(QUICK if args.quick else FULL, keyed=args.keyed)
 
     results: dict[str, dict[str, float]] = {}
     if args.backend in ("all", "postgres"):
