@@ -185,6 +185,13 @@ def test_a_pinned_streams_events_stay_out_of_the_generic_routes(served: Served, 
               "metadata": {"content_class": "model_output"}}
     assert admin.post(f"{base}/answer/records", json=record).status_code == 201
     [f] = wait_for(lambda: failures(admin), lambda fs: len(fs) == 1)
+    # The actor's own queue listings leave the event and its errors out too.
+    instance = f"/v1/instances/{f['instance_id']}"
+    for listing in (admin.get(f"{instance}/dlq"), admin.get(f"{instance}/queue", params={"status": "dead"})):
+        assert listing.status_code == 200, listing.text
+        [row] = listing.json()["rows"]
+        assert (row["path"], row["event"], row["last_error"], row["last_traceback"]) == (f["path"], None, None, None)
+        assert "a@b.c" not in listing.text
     assert f["path"] == f"/runs/{run}/answer" and f["event"] is None  # the email stays out
     shown = admin.get(f"/v1/failures/{f['id']}").json()
     assert shown["event"] is None and shown["attempt_count"] == 1

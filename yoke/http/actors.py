@@ -19,6 +19,7 @@ from ..actors.ops import instance_dict
 from ..events import check_text, json_text
 from ..store.actors import InstanceInfo, QueueRow, Schedule
 from .auth import ADMIN, READ, Principal, runtime_of
+from .pinned import PinnedPaths
 from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_response, parse_json
 from .schemas import (
     DeadRows, Dropped, Instance, InstanceCreated, InstanceDetail, InstanceList, InstanceRequest, QueueRows, Redriven,
@@ -67,6 +68,19 @@ def queue_row_json(row: QueueRow) -> dict[str, Any]:
         "enqueued_at": row.enqueued_at,
         "started_at": row.started_at,
     }
+
+
+async def queue_rows_json(request: Request, principal: Principal, rows: list[QueueRow]) -> list[dict[str, Any]]:
+    """Queue rows as JSON; a row from a stream that pins its data handling
+    without its event and error texts (as /v1/failures shows it)."""
+    pins = PinnedPaths(runtime_of(request), principal.tenant)
+    out = []
+    for row in rows:
+        d = queue_row_json(row)
+        if await pins.pinned(row.path):
+            d["event"] = d["last_error"] = d["last_traceback"] = None
+        out.append(d)
+    return out
 
 
 def schedule_json(schedule: Schedule) -> dict[str, Any]:
@@ -171,7 +185,7 @@ async def queue(
     principal: Principal = READ,
 ) -> Response:
     rows = await instances_of(request, principal).queue(instance_id_of(instance_id), status=status, limit=limit)
-    return json_response({"rows": [queue_row_json(r) for r in rows]})
+    return json_response({"rows": await queue_rows_json(request, principal, rows)})
 
 
 @router.get(
@@ -208,7 +222,7 @@ async def dead_letters(
     principal: Principal = READ,
 ) -> Response:
     rows = await instances_of(request, principal).dead(instance_id_of(instance_id), limit=limit)
-    return json_response({"rows": [queue_row_json(r) for r in rows]})
+    return json_response({"rows": await queue_rows_json(request, principal, rows)})
 
 
 @router.post(

@@ -17,13 +17,12 @@ from typing import Any
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
-from .. import errors
 from ..failures import Failure as FailureRecord
 from ..failures import Failures
 from ..failures.model import check_limit
 from .actors import optional_json_body
 from .auth import ADMIN, READ, Principal, runtime_of
-from .pinned import WORKFLOW_PREFIX, refuse_pinned
+from .pinned import PinnedPaths, refuse_pinned
 from .responses import ERROR_RESPONSES, json_body, json_response
 from .schemas import (
     BulkDiscardRequest, BulkReplayRequest, BulkResult, DiscardRequest, Failure, FailureList, ReplayRequest,
@@ -43,21 +42,14 @@ def failures_of(request: Request, principal: Principal) -> Failures:
 
 async def shown(request: Request, principal: Principal, failures: list[FailureRecord]) -> list[dict[str, Any]]:
     """The failures as JSON, the events (and error texts) of pinned streams left out."""
-    runtime, pinned = runtime_of(request), {}
+    pins = PinnedPaths(runtime_of(request), principal.tenant)
     out = []
     for f in failures:
         d = f.to_dict()
-        if f.path is not None and f.path.startswith(WORKFLOW_PREFIX):
-            if f.path not in pinned:
-                try:
-                    await refuse_pinned(runtime, principal.tenant, f.path)
-                    pinned[f.path] = False
-                except errors.DataHandlingPinned:
-                    pinned[f.path] = True
-            if pinned[f.path]:
-                # Error texts and tracebacks often quote the event: left out with it.
-                d["event"] = d["error"] = d["traceback"] = None
-                d["attempts"] = [{**a, "error": None} for a in d["attempts"]]
+        if await pins.pinned(f.path):
+            # Error texts and tracebacks often quote the event: left out with it.
+            d["event"] = d["error"] = d["traceback"] = None
+            d["attempts"] = [{**a, "error": None} for a in d["attempts"]]
         out.append(d)
     return out
 

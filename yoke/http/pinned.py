@@ -75,6 +75,27 @@ async def refuse_pinned(runtime: Runtime, tenant: str, path: str) -> None:
         )
 
 
+class PinnedPaths:
+    """Which streams pin data handling, each looked up once: for listings
+    that show events from many streams (failures, actor queues), which
+    leave a pinned stream's events out."""
+
+    def __init__(self, runtime: Runtime, tenant: str) -> None:
+        self._runtime, self._tenant = runtime, tenant
+        self._known: dict[str, bool] = {}
+
+    async def pinned(self, path: str | None) -> bool:
+        if path is None or not path.startswith(WORKFLOW_PREFIX):
+            return False
+        if path not in self._known:
+            try:
+                await refuse_pinned(self._runtime, self._tenant, path)
+                self._known[path] = False
+            except errors.DataHandlingPinned:
+                self._known[path] = True
+        return self._known[path]
+
+
 async def generic_routes_guard(request: Request) -> None:
     """Router dependency of the generic stream routes (``refuse_pinned``).
     The route's own dependency checks the token's scope; this one only
