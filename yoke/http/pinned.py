@@ -64,12 +64,17 @@ async def guard(request: Request, principal: Principal, stream: Stream, action: 
     return Guarded(stream, pins, principal)
 
 
+async def pins_data_handling(runtime: Runtime, tenant: str, path: str) -> bool:
+    """Whether the stream at ``path`` pins its data handling (only workflow streams can)."""
+    if not path.startswith(WORKFLOW_PREFIX):
+        return False
+    info = await runtime.store.info(tenant, path)
+    return info is not None and info.data_handling is not None
+
+
 async def refuse_pinned(runtime: Runtime, tenant: str, path: str) -> None:
     """A generic route on a stream that pins data handling: 403."""
-    if not path.startswith(WORKFLOW_PREFIX):
-        return
-    info = await runtime.store.info(tenant, path)
-    if info is not None and info.data_handling is not None:
+    if await pins_data_handling(runtime, tenant, path):
         raise errors.DataHandlingPinned(
             f"stream {path} pins its data handling: use /api/workflow-streams", path=path
         )
@@ -85,14 +90,10 @@ class PinnedPaths:
         self._known: dict[str, bool] = {}
 
     async def pinned(self, path: str | None) -> bool:
-        if path is None or not path.startswith(WORKFLOW_PREFIX):
+        if path is None:
             return False
         if path not in self._known:
-            try:
-                await refuse_pinned(self._runtime, self._tenant, path)
-                self._known[path] = False
-            except errors.DataHandlingPinned:
-                self._known[path] = True
+            self._known[path] = await pins_data_handling(self._runtime, self._tenant, path)
         return self._known[path]
 
 

@@ -63,7 +63,7 @@ from ..rows import (
 from ..faults import log_retried, retry_reads, unavailable
 from ..schema import Migration, Recorded, check_recorded, read_migrations
 from .actors import SqliteActorStore
-from .group_writes import GroupWrites, insert_events
+from .group_writes import GroupWrites
 from ..protocol import Guard
 from .outbox import SqliteOutboxStore
 from .protocol import SqliteProtocolStore
@@ -205,12 +205,11 @@ class SqliteStore:
         self._held: GroupWrites | None = None
         # The writer's copies of the stream rows that plain commits read, by
         # (tenant, path): kept up to date by those commits, used only in
-        # groups without savepoints, emptied by anything else the writer runs
+        # groups without savepoints (while _held is set), emptied by anything else the writer runs
         # and when another connection has committed (PRAGMA data_version).
         # Reading a row costs three GIL hand-backs; most groups need none.
         self._stream_rows: dict[tuple[str, str], dict[str, Any]] = {}
         self._stream_rows_version: int | None = None
-        self._using_stream_rows = False
         self._reader_pool: ThreadPoolExecutor | None = None
         self._local = threading.local()
         self._reader_conns: list[sqlite3.Connection] = []
@@ -374,14 +373,14 @@ class SqliteStore:
         self, conn: sqlite3.Connection, tenant: str, path: str, stream_id: str, now: int,
         settings: StreamSettings | None = None,
     ) -> tuple[sqlite3.Row, bool]:
-        if self._using_stream_rows:
+        if self._held is not None:
             cached = self._stream_rows.get((tenant, path))
             if cached is not None:
                 return cached, False  # type: ignore[return-value]  # read like a row
         self._write_held(conn)  # the row must show the advances held back
         row = self._stream_row(conn, tenant, path)
         if row is not None:
-            if self._using_stream_rows:
+            if self._held is not None:
                 self._stream_rows[(tenant, path)] = dict(row)
             return row, False
         sid = conn.execute("SELECT coalesce(max(sid), 0) + 1 FROM streams").fetchone()[0]
@@ -491,7 +490,6 @@ class SqliteStore:
                 self._stream_rows.clear()
             self._stream_rows_version = version
             self._held = None if isolated else GroupWrites()
-            self._using_stream_rows = not isolated
             for future, args in jobs:
                 if future.done():  # its caller was cancelled before the writer got to it
                     outcomes.append((False, None))
@@ -518,7 +516,6 @@ class SqliteStore:
             raise
         finally:
             self._held = None
-            self._using_stream_rows = False
         return outcomes
 
     def _write_held(self, conn: sqlite3.Connection) -> None:
@@ -660,19 +657,12 @@ class SqliteStore:
                         (head, tenant, sid, e.object_id),
                     )
         unread = 0 if s["min_ack"] is None else 1
-        if self._held is not None:
-            self._held.rows += rows
-            self._held.advance(tenant, sid, head, added_events, added_bytes, bool(unread))
-        else:
-            if rows:
-                insert_events(conn, rows)
-            conn.execute(
-                "UPDATE streams SET head=?, durable_events=durable_events+?,"
-                " durable_bytes=durable_bytes+?, unread_events=unread_events+?,"
-                " unread_bytes=unread_bytes+? WHERE tenant_id=? AND sid=?",
-                (head, added_events, added_bytes, added_events * unread, added_bytes * unread, tenant, sid),
-            )
-        cached = self._stream_rows.get((tenant, path)) if self._using_stream_rows else None
+        held = self._held if self._held is not None else GroupWrites()
+        held.rows += rows
+        held.advance(tenant, sid, head, added_events, added_bytes, bool(unread))
+        if self._held is None:
+            held.write(conn)  # in a savepoint or a transaction of its own: now
+        cached = self._stream_rows.get((tenant, path)) if self._held is not None else None
         if cached is not None:  # s is the row as it was before this commit
             cached.update(
                 head=head, durable_events=s["durable_events"] + added_events,
