@@ -211,3 +211,48 @@ async def test_a_group_keeps_each_streams_counters(tmp_path) -> None:
         assert after.usage.unread_bytes == before.usage.unread_bytes + 12 * size
         other = await y.stream("/other", tenant=TENANT).info()
         assert (other.head, other.usage.durable_events, other.usage.durable_bytes) == (8, 8, 8 * size)
+
+
+async def test_a_new_file_gets_8k_pages_and_an_old_file_keeps_its_own(tmp_path) -> None:
+    """The page size applies to a new database file only: a file made with
+    SQLite's default 4 KiB pages opens, takes appends and reads them back."""
+    import sqlite3
+
+    from yoke.store.sqlite.store import PAGE_SIZE
+
+    async with yoke.open(f"sqlite:///{tmp_path}/new.db", executor=False) as y:
+        await y.stream("/p").append({"type": "e"})
+    with sqlite3.connect(tmp_path / "new.db") as conn:
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE == 8192
+
+    with sqlite3.connect(tmp_path / "old.db") as conn:
+        conn.execute("PRAGMA journal_mode=WAL")  # the file now exists with 4 KiB pages
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096
+    async with yoke.open(f"sqlite:///{tmp_path}/old.db", executor=False) as y:
+        await y.stream("/p").append_many([{"type": "e", "payload": {"n": n}} for n in range(500)])
+        assert [e.payload["n"] for e in await y.stream("/p").read(limit=1000)] == list(range(500))
+    with sqlite3.connect(tmp_path / "old.db") as conn:
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096
+
+
+async def test_a_commit_that_takes_every_event_answers_them_all(tmp_path) -> None:
+    """A commit whose events are all new gives their outcomes as a sequence
+    made on demand: every index, slice and iteration says what a list would,
+    ephemeral events included (they take offsets but store no row)."""
+    async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
+        store = y.store
+        events = [prepare({"type": "e", "payload": {"n": n}, "ephemeral": n == 2}) for n in range(5)]
+        await store.commit(TENANT, "/all", [prepare({"type": "first"})], [0], now_ms(), "s1")
+        result = await store.commit(TENANT, "/all", events, [0] * 5, 1234, "s1")
+        expected = [("ok", 2 + i, e.id, 1234) for i, e in enumerate(events)]
+        assert [tuple(o) for o in result.outcomes] == expected
+        assert [tuple(result.outcomes[i]) for i in range(-5, 5)] == expected + expected
+        assert [tuple(o) for o in result.outcomes[1:4]] == expected[1:4]
+        assert [tuple(o) for o in result.outcomes[3:][1:]] == expected[4:]
+        assert [tuple(o) for o in result.outcomes[::2]] == expected[::2]
+        assert len(result.outcomes) == 5 and result.head == 6
+        for beyond in (5, -6):
+            with pytest.raises(IndexError):
+                result.outcomes[beyond]
+        stored = await y.stream("/all", tenant=TENANT).read()
+        assert [e.offset for e in stored] == [1, 2, 3, 5, 6]  # offset 4 was ephemeral

@@ -7,7 +7,7 @@ and pass the same contract suite (``tests/contract``). Nothing outside
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
@@ -152,9 +152,42 @@ class Outcome(NamedTuple):
     at: int
 
 
+class Admitted(Sequence[Outcome]):
+    """The outcomes of a commit that took every event, at consecutive
+    offsets from ``first``: each is made when asked for, on the caller's
+    side rather than on the store's writer (a protocol append asks for its
+    last only)."""
+
+    __slots__ = ("first", "events", "at")
+
+    def __init__(self, first: int, events: Sequence[PreparedEvent], at: int) -> None:
+        self.first = first
+        self.events = events
+        self.at = at
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            start, _, step = index.indices(len(self.events))
+            if step != 1:
+                return list(self)[index]
+            return Admitted(self.first + start, self.events[index], self.at)
+        n = len(self.events)
+        if not -n <= index < n:
+            raise IndexError("outcome index out of range")
+        index %= n
+        return Outcome("ok", self.first + index, self.events[index].id, self.at)
+
+    def __iter__(self) -> Iterator[Outcome]:
+        at = self.at
+        return (Outcome("ok", offset, e.id, at) for offset, e in enumerate(self.events, self.first))
+
+
 @dataclass(frozen=True, slots=True)
 class CommitResult:
-    outcomes: list[Outcome]  # one per submitted event, in order
+    outcomes: Sequence[Outcome]  # one per submitted event, in order (Admitted: all taken)
     head: int
     # With guards (store/protocol.py): one decision per caller batch; the
     # events of a batch its guard refused have the outcome status "guarded".

@@ -31,7 +31,7 @@ from typing import Any
 from .. import errors, metrics
 from ..events import AppendResult, PreparedEvent, now_ms
 from ..lifecycle import new_stream_id  # noqa: F401 - where the rest of Yoke imports it from
-from ..store.contract import CommitResult, Store
+from ..store.contract import Admitted, CommitResult, Outcome, Store
 from ..store.faults import Backoff, nothing_written
 from ..store.protocol import Guard, GuardOutcome
 from .ephemeral import EphemeralBuffer, EphemeralBuffers
@@ -60,6 +60,16 @@ class GuardedAppend:
 
 # Outcome statuses that refuse a caller's whole batch.
 REFUSALS = ("conflict", "object", "closed", "unread_full", "quota")
+
+
+def first_refusal(outcomes: Sequence[Outcome]) -> str | None:
+    """The status of the first refused event, if any (none when the store
+    says it took them all, without making their outcomes)."""
+    if isinstance(outcomes, Admitted):
+        return None
+    return next((o.status for o in outcomes if o.status in REFUSALS), None)
+
+
 # A producer blocked on credit rechecks at least this often (acks made by
 # other processes on SQLite arrive without a wake-up).
 CREDIT_RECHECK_S = 0.25
@@ -263,7 +273,7 @@ class Appender:
                 elif not request.future.done():
                     request.future.set_result(GuardedAppend([], decision, result.head))
                 continue
-            refusal = next((o.status for o in outcomes if o.status in REFUSALS), None)
+            refusal = first_refusal(outcomes)
             if refusal is not None:
                 _fail(request, refusal_error(refusal, self.path, prepared))
                 continue

@@ -22,7 +22,7 @@ from ..events import (
 from ..routing.filters import Filter
 from ..store.contract import MAX_GAPS, ConsumerInfo, GapEvidence, Limits, ReadPage, Retention, StreamInfo, StreamSettings
 from ..lifecycle import GLOBAL
-from .append import REFUSALS, new_stream_id, refusal_error
+from .append import first_refusal, new_stream_id, refusal_error
 from ..subscriptions.operator import HISTORY_SCAN, History, Subscribed, Subscriptions, SubscriptionStatus
 from ..subscriptions.receivers import Receiver, copy_to_stream
 from .connections import Connection
@@ -107,7 +107,7 @@ class Stream:
         result = await self.runtime.store.outbox.append_input(
             self.tenant, self.path, prepared, now_ms(), new_stream_id(), wake
         )
-        refusal = next((o.status for o in result.outcomes if o.status in REFUSALS), None)
+        refusal = first_refusal(result.outcomes)
         if refusal is not None:
             raise refusal_error(refusal, self.path, prepared)
         self.runtime.hub.wake(self.tenant, self.path)

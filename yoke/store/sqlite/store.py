@@ -28,6 +28,7 @@ from ... import errors
 from ...events import PreparedEvent, now_ms
 from ...lifecycle import GLOBAL, STREAM_CLOSED, STREAM_CREATED, STREAM_DELETED, new_stream_id, stream_fact
 from ..contract import (
+    Admitted,
     CommitResult,
     ConsumerInfo,
     Limits,
@@ -63,7 +64,7 @@ from ..rows import (
 from ..faults import log_retried, retry_reads, unavailable
 from ..schema import Migration, Recorded, check_recorded, read_migrations
 from .actors import SqliteActorStore
-from .group_writes import GroupWrites
+from .group_writes import GroupWrites, event_row
 from ..protocol import Guard
 from .outbox import SqliteOutboxStore
 from .protocol import SqliteProtocolStore
@@ -72,6 +73,11 @@ from .subscriptions import SqliteSubscriptionStore
 T = TypeVar("T")
 log = logging.getLogger("yoke.store.sqlite")
 
+# The page size of a new database file. Event rows are a few hundred bytes
+# in a WITHOUT ROWID table, whose interior pages hold whole rows: 8 KiB pages
+# keep its tree shallower and halve the WAL frames (one write call each) a
+# commit writes; batch appends took 8-10% less CPU, single appends the same.
+PAGE_SIZE = 8192
 # How many stream rows the writer keeps copies of (see SqliteStore._stream_rows).
 STREAM_ROWS_KEPT = 4096
 
@@ -191,6 +197,15 @@ class _OneCommitRaised(Exception):
     """A commit of a group run without savepoints raised: run the group again, isolated."""
 
 
+def _bind_object(conn: sqlite3.Connection, tenant: str, sid: int, object_id: str, seq: int) -> None:
+    """The uploaded object is committed by the record at ``seq``."""
+    conn.execute(
+        "UPDATE objects SET state='committed', committed_seq=?"
+        " WHERE tenant_id=? AND sid=? AND object_id=? AND state='uploaded'",
+        (seq, tenant, sid, object_id),
+    )
+
+
 class SqliteStore:
     def __init__(self, url: str, *, readers: int = 2) -> None:
         self.path = path_from_url(url)
@@ -225,6 +240,7 @@ class SqliteStore:
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, cached_statements=256)
         conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file only; an existing one keeps its own
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA busy_timeout=10000")
@@ -631,31 +647,30 @@ class SqliteStore:
             added_bytes += n_bytes
 
         # 4. Number the admitted new events, insert the durable ones, bind objects.
-        outcomes: list[Outcome] = []
-        rows = []
-        for i, e in enumerate(events):
-            if batch_of[i] in refused:
-                outcomes.append(Outcome(refused[batch_of[i]], None, e.id, now))  # type: ignore[arg-type]
-            elif e.idempotency_key in prior:
-                seq, eid, at, _ = prior[e.idempotency_key]
-                outcomes.append(Outcome("duplicate", seq, eid, at))
-            else:
-                head += 1
-                outcomes.append(Outcome("ok", head, e.id, now))
-                if not e.ephemeral:
-                    rows.append(
-                        (
-                            tenant, sid, head, e.id, now, e.type, e.payload_json,
-                            e.metadata_json, e.source_json, e.correlation, e.priority,
-                            e.group_id, e.idempotency_key, e.fingerprint, e.size, e.data,
-                        )
-                    )
+        outcomes: Sequence[Outcome]
+        if not refused and not prior:  # the common case: every event taken, in one pass
+            outcomes = Admitted(head + 1, events, now)
+            rows = [event_row(tenant, sid, seq, e, now) for seq, e in enumerate(events, head + 1) if not e.ephemeral]
+            for seq, e in enumerate(events, head + 1):
                 if e.object_id is not None:
-                    conn.execute(
-                        "UPDATE objects SET state='committed', committed_seq=?"
-                        " WHERE tenant_id=? AND sid=? AND object_id=? AND state='uploaded'",
-                        (head, tenant, sid, e.object_id),
-                    )
+                    _bind_object(conn, tenant, sid, e.object_id, seq)
+            head += len(events)
+        else:
+            outcomes = []
+            rows = []
+            for i, e in enumerate(events):
+                if batch_of[i] in refused:
+                    outcomes.append(Outcome(refused[batch_of[i]], None, e.id, now))  # type: ignore[arg-type]
+                elif e.idempotency_key in prior:
+                    seq, eid, at, _ = prior[e.idempotency_key]
+                    outcomes.append(Outcome("duplicate", seq, eid, at))
+                else:
+                    head += 1
+                    outcomes.append(Outcome("ok", head, e.id, now))
+                    if not e.ephemeral:
+                        rows.append(event_row(tenant, sid, head, e, now))
+                    if e.object_id is not None:
+                        _bind_object(conn, tenant, sid, e.object_id, head)
         unread = 0 if s["min_ack"] is None else 1
         held = self._held if self._held is not None else GroupWrites()
         held.rows += rows

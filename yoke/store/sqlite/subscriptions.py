@@ -193,7 +193,8 @@ class SqliteSubscriptionStore:
                 ).fetchall()
             return [subscription_from_row(r) for r in rows]
 
-        return await self._store._write(run)
+        # Every engine polls: keep the writer's stream row copies (only leases change).
+        return await self._store._write(run, streams_unchanged=True)
 
     async def release(self, owner: str) -> None:
         def run() -> None:
@@ -203,7 +204,7 @@ class SqliteSubscriptionStore:
                     (owner,),
                 )
 
-        await self._store._write(run)
+        await self._store._write(run, streams_unchanged=True)
 
     async def ack(
         self, tenant: str, path: str, name: str, generation: int, through: int, delivered: int,
