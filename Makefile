@@ -75,6 +75,8 @@ run: $(RUN_STAMP)
 
 bench: $(DEV_STAMP) npm
 	$(PY) bench/append.py
+	$(PY) bench/append_batches.py
+	$(PY) bench/append_batches.py --protocol
 	$(PY) bench/http_api.py
 	$(PY) bench/actors.py
 	$(PY) bench/subscriptions.py
