@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
+import os
 import random
 import re
 import time
@@ -57,16 +58,28 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+# The ids' own generator (seeded from the OS, again in a forked child):
+# application code seeding the random module cannot make ids repeat.
+_ids = random.Random()
+os.register_at_fork(after_in_child=_ids.seed)
+
+
+def random_bits(n: int) -> int:
+    """``n`` random bits for ids that must be unique, not secret: a fast
+    PRNG rather than a system call each."""
+    return _ids.getrandbits(n)
+
+
 def new_event_id() -> str:
     """A 32-hex-char id that sorts by creation time (48-bit ms + 80 random
     bits). Ids are unique, not secret: a fast PRNG avoids a syscall per event."""
-    return f"{now_ms():012x}{random.getrandbits(80):020x}"
+    return f"{now_ms():012x}{random_bits(80):020x}"
 
 
 def new_event_ids(n: int) -> list[str]:
     """``n`` ids as new_event_id makes them, drawn at once (a batch's)."""
     prefix = f"{now_ms():012x}"
-    digits = f"{random.getrandbits(80 * n):0{20 * n}x}"
+    digits = f"{random_bits(80 * n):0{20 * n}x}"
     return [prefix + digits[i : i + 20] for i in range(0, 20 * n, 20)]
 
 

@@ -16,10 +16,9 @@ otherwise feed itself); a filter that names them (``yoke.instance.created``,
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
-from .events import PreparedEvent, prepare
+from .events import PreparedEvent, prepare, random_bits
 
 GLOBAL = "/"
 
@@ -41,7 +40,7 @@ def new_stream_id() -> str:
     """A stream's random lifetime id. Every commit makes one (a commit may
     create its stream): unique, not secret, so the fast PRNG event ids use
     rather than a system call each."""
-    return f"str_{random.getrandbits(96):024x}"
+    return f"str_{random_bits(96):024x}"
 
 
 def is_lifecycle(event_type: str) -> bool:

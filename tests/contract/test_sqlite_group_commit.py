@@ -13,6 +13,7 @@ import pytest
 
 import yoke
 from yoke.events import now_ms, prepare
+from yoke.store.contract import Admitted
 
 from tests.faults.common import wait_until
 
@@ -226,6 +227,7 @@ async def test_a_new_file_gets_8k_pages_and_an_old_file_keeps_its_own(tmp_path) 
         assert conn.execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE == 8192
 
     with sqlite3.connect(tmp_path / "old.db") as conn:
+        conn.execute("PRAGMA page_size=4096")  # as files made before PAGE_SIZE
         conn.execute("PRAGMA journal_mode=WAL")  # the file now exists with 4 KiB pages
         assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096
     async with yoke.open(f"sqlite:///{tmp_path}/old.db", executor=False) as y:
@@ -244,6 +246,7 @@ async def test_a_commit_that_takes_every_event_answers_them_all(tmp_path) -> Non
         events = [prepare({"type": "e", "payload": {"n": n}, "ephemeral": n == 2}) for n in range(5)]
         await store.commit(TENANT, "/all", [prepare({"type": "first"})], [0], now_ms(), "s1")
         result = await store.commit(TENANT, "/all", events, [0] * 5, 1234, "s1")
+        assert isinstance(result.outcomes, Admitted)  # made on demand, not a list
         expected = [("ok", 2 + i, e.id, 1234) for i, e in enumerate(events)]
         assert [tuple(o) for o in result.outcomes] == expected
         assert [tuple(result.outcomes[i]) for i in range(-5, 5)] == expected + expected

@@ -155,8 +155,8 @@ class Outcome(NamedTuple):
 class Admitted(Sequence[Outcome]):
     """The outcomes of a commit that took every event, at consecutive
     offsets from ``first``: each is made when asked for, on the caller's
-    side rather than on the store's writer (a protocol append asks for its
-    last only)."""
+    side rather than on the store's writer (an unguarded protocol append
+    asks for its last only)."""
 
     __slots__ = ("first", "events", "at")
 
@@ -179,6 +179,9 @@ class Admitted(Sequence[Outcome]):
             raise IndexError("outcome index out of range")
         index %= n
         return Outcome("ok", self.first + index, self.events[index].id, self.at)
+
+    def __repr__(self) -> str:
+        return f"Admitted(first={self.first}, count={len(self.events)}, at={self.at})"
 
     def __iter__(self) -> Iterator[Outcome]:
         at = self.at

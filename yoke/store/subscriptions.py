@@ -189,7 +189,7 @@ class SubscriptionStore(Protocol):
     async def control(
         self, tenant: str, path: str, name: str, decide: Decide, now: int, new_stream_id: str,
         *, copies_into: str | None = None, probe: Probe | None = None,
-    ) -> tuple[Change, list[Outcome]]:
+    ) -> tuple[Change, Sequence[Outcome]]:
         """One transaction: create the source stream if missing, lock its row,
         read the subscription row, call ``decide``, append its events (all
         must be accepted, else nothing is written and the outcomes say why)

@@ -105,7 +105,7 @@ class PgSubscriptionStore:
     async def control(
         self, tenant: str, path: str, name: str, decide: Decide, now: int, new_stream_id: str,
         *, copies_into: str | None = None, probe: Probe | None = None,
-    ) -> tuple[Change, list[Outcome]]:
+    ) -> tuple[Change, Sequence[Outcome]]:
         try:
             async with self._tx(tenant) as conn:
                 s = await self._lock_stream(conn, tenant, path, now, new_stream_id)

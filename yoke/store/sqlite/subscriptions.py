@@ -76,7 +76,7 @@ UPSERT = (
 
 
 class _Refused(Exception):
-    def __init__(self, outcomes: list[Outcome]) -> None:
+    def __init__(self, outcomes: Sequence[Outcome]) -> None:
         self.outcomes = outcomes
 
 
@@ -90,10 +90,10 @@ class SqliteSubscriptionStore:
     async def control(
         self, tenant: str, path: str, name: str, decide: Decide, now: int, new_stream_id: str,
         *, copies_into: str | None = None, probe: Probe | None = None,
-    ) -> tuple[Change, list[Outcome]]:
+    ) -> tuple[Change, Sequence[Outcome]]:
         store = self._store
 
-        def run() -> tuple[Change, list[Outcome]]:
+        def run() -> tuple[Change, Sequence[Outcome]]:
             try:
                 with store._transaction() as conn:
                     s, _ = store._ensure_stream(conn, tenant, path, new_stream_id, now)
@@ -118,7 +118,7 @@ class SqliteSubscriptionStore:
                     ).fetchone()
                     current = None if found is None else subscription_from_row(found, s["head"])
                     change = decide(current, source)
-                    outcomes: list[Outcome] = []
+                    outcomes: Sequence[Outcome] = []
                     if change.events:
                         result = store._commit_in(
                             conn, tenant, path, change.events, [0] * len(change.events), now,
