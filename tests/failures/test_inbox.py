@@ -111,6 +111,16 @@ async def test_dead_letters_in_bulk_by_filter(fresh_url: str, tmp_path) -> None:
         await y.stream("/b", T).append_many([{"type": "order", "payload": {"n": n, "poison": True}} for n in (3, 4)])
         await y.wait_idle(timeout_s=10)
         assert len(await inbox.list()) == 4
+        checked: list = []
+
+        async def refuse(failures: list) -> None:
+            checked.extend(f.id for f in failures)
+            raise errors.DataHandlingPinned("refused", path="/b")
+
+        with pytest.raises(errors.DataHandlingPinned):  # what check raises refuses them all
+            await inbox.replay_all(stream="/b", event={"payload": {"n": 0}}, check=refuse)
+        b_failures = [f.id for f in await inbox.list(stream="/b")]
+        assert checked == b_failures and len(b_failures) == 2  # the very failures it would replay
         bulk = await inbox.replay_all(stream="/a", event={"payload": {"n": 0}})
         assert len(bulk.done) == 2 and bulk.failed == []
         await y.wait_idle(timeout_s=10)

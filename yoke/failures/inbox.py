@@ -10,7 +10,7 @@ failures``), the console and the metrics use these methods.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -161,25 +161,35 @@ class Failures:
         return Resolution(failure.id, "discarded", failure.path, offset)
 
     async def replay_all(
-        self, *, event: dict[str, Any] | None = None, limit: int = BULK_LIMIT, **selection: Any
+        self, *, event: dict[str, Any] | None = None, limit: int = BULK_LIMIT,
+        check: Callable[[list[Failure]], Awaitable[None]] | None = None, **selection: Any,
     ) -> Bulk:
         """``replay`` every failure the selection (``list``'s filters)
         covers, up to ``limit``, oldest first; a failure that cannot be
-        replayed is reported and left open."""
-        return await self._each(selection, limit, lambda f: self.replay(f.id, event))
+        replayed is reported and left open. ``check`` is called with the
+        failures selected before any is replayed: what it raises refuses
+        them all (the HTTP API refuses corrections on streams that pin their
+        data handling; one selection, so none can slip in between)."""
+        return await self._each(selection, limit, lambda f: self.replay(f.id, event), check)
 
     async def discard_all(self, reason: str, *, limit: int = BULK_LIMIT, **selection: Any) -> Bulk:
         check_reason(reason)
         return await self._each(selection, limit, lambda f: self.discard(f.id, reason))
 
-    async def _each(self, selection: dict[str, Any], limit: int, act: Any) -> Bulk:
+    async def _each(
+        self, selection: dict[str, Any], limit: int, act: Any,
+        check: Callable[[list[Failure]], Awaitable[None]] | None = None,
+    ) -> Bulk:
         check_limit(limit)
         unknown = set(selection) - set(Selection.__dataclass_fields__)
         if unknown:
             raise errors.InvalidInput(f"no failure filter named {', '.join(sorted(unknown))}", field="selection")
         done: list[Resolution] = []
         failed: list[tuple[str, errors.YokeError]] = []
-        for failure in await self.select(Selection(**selection), limit):
+        chosen = await self.select(Selection(**selection), limit)
+        if check is not None:
+            await check(chosen)
+        for failure in chosen:
             try:
                 done.append(await act(failure))
             except errors.YokeError as exc:

@@ -12,6 +12,7 @@ the workflow surface is the way in).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -19,7 +20,6 @@ from starlette.responses import Response
 
 from ..failures import Failure as FailureRecord
 from ..failures import Failures
-from ..failures.model import check_limit
 from .actors import optional_json_body
 from .auth import ADMIN, READ, Principal, runtime_of
 from .pinned import PinnedPaths, refuse_pinned
@@ -97,12 +97,9 @@ async def bulk_of(request: Request, field: str) -> tuple[dict[str, Any], dict[st
 )
 async def replay_all(request: Request, principal: Principal = ADMIN) -> Response:
     body, chosen = await bulk_of(request, "event")
-    inbox = failures_of(request, principal)
-    if body.get("event") is not None:
-        limit = chosen.pop("limit")
-        await refuse_corrections_of_pinned(request, principal, await inbox.list(limit=check_limit(limit), **chosen))
-        chosen["limit"] = limit
-    return json_response((await inbox.replay_all(event=body.get("event"), **chosen)).to_dict())
+    event = body.get("event")
+    check = None if event is None else functools.partial(refuse_corrections_of_pinned, request, principal)
+    return json_response((await failures_of(request, principal).replay_all(event=event, check=check, **chosen)).to_dict())
 
 
 @router.post(
