@@ -15,6 +15,12 @@ from .contract import ConsumerInfo, Limits, ObjectInfo, Retention, StoredEvent, 
 from .protocol import NATIVE_CONTENT_TYPE, ProtocolStream
 from .subscriptions import Checkpoint, InboundRecord, SubscriptionRow
 
+# A page of events read as one value (a JSON array: SQLite's long pages,
+# PostgreSQL's read_stored) only under a byte cap this small, far below
+# either database's string limit (SQLite 1e9, PostgreSQL 1 GiB; JSON
+# quoting can double a text).
+ONE_ROW_MAX_BYTES = 64 * 1024 * 1024
+
 # Column order of every event SELECT in both backends.
 EVENT_COLUMNS = (
     "seq, id, at, type, payload, metadata, source, correlation, priority, group_id, idempotency_key"

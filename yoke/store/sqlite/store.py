@@ -46,6 +46,7 @@ from ..contract import (
     WakeupCallback,
 )
 from ..rows import (
+    ONE_ROW_MAX_BYTES,
     EVENT_COLUMNS,
     OBJECT_COLUMNS,
     STREAM_COLUMNS,
@@ -110,10 +111,8 @@ READ_STREAM = (
 # read_stored takes these of EVENT_COLUMNS's positions (the rest: NULL).
 STORED_COLUMNS = "seq, NULL, NULL, type, payload, NULL, NULL, NULL, NULL, NULL, NULL"
 # Pages longer than this are read in one row (SqliteStore._read_range), when
-# a byte cap keeps the row's text far below SQLite's string limit (1e9; JSON
-# quoting can double a text).
+# a byte cap keeps the row's text small (rows.ONE_ROW_MAX_BYTES).
 STEPPED_ROWS = 32
-ONE_ROW_MAX_BYTES = 64 * 1024 * 1024
 # A page in one row: how many events the limit takes, and those the byte cap
 # keeps (the first always; then while the running total of sizes stays
 # within the cap) as one JSON array of [EVENT_COLUMNS (or STORED_COLUMNS)...,
