@@ -74,6 +74,15 @@ class Guard:
     producer: tuple[str, int, int] | None = None  # (Producer-Id, epoch, seq)
     stream_seq: str | None = None
     close: bool = False
+    # The lifetime (``stream_id``) the append was decided for, from a lookup
+    # the route made earlier (or remembered): another lifetime at the path,
+    # or this one soft-deleted, refuses the batch as "gone".
+    stream_id: str | None = None
+
+    @property
+    def lifetime_only(self) -> bool:
+        """Whether the guard checks the stream's lifetime and nothing else."""
+        return self.producer is None and self.stream_seq is None and not self.close
 
     def closing_tuple(self) -> str | None:
         if self.producer is None:
@@ -82,7 +91,7 @@ class Guard:
         return f"{epoch}|{seq}|{pid}"
 
 
-GuardStatus = Literal["ok", "duplicate", "stale_epoch", "epoch_seq", "seq_gap", "stream_seq", "closed"]
+GuardStatus = Literal["ok", "duplicate", "stale_epoch", "epoch_seq", "seq_gap", "stream_seq", "closed", "gone"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +114,14 @@ class GuardBook:
     closed_by: str | None
     stream_seq: str | None
     producers: dict[str, tuple[int, int]]  # producer id -> (epoch, last seq)
+    stream_id: str | None = None  # the stream's lifetime
+    deleted: bool = False  # soft-deleted
     changed: dict[str, tuple[int, int]] = field(default_factory=dict)
     stream_changed: bool = False
 
     def decide(self, guard: Guard | None, events: int) -> GuardOutcome:
+        if guard is not None and guard.stream_id is not None and (guard.stream_id != self.stream_id or self.deleted):
+            return GuardOutcome("gone")
         if self.closed:
             if guard is not None and guard.producer is not None and guard.closing_tuple() == self.closed_by:
                 return GuardOutcome("duplicate", epoch=guard.producer[1], last_seq=guard.producer[2], closed=True)
@@ -186,6 +199,13 @@ def assemble(
 
 
 class ProtocolStore(Protocol):
+    # Whether the protocol routes keep the streams they looked up in memory
+    # (http/durable_streams/known.py) and send every append with its
+    # lifetime guard: on SQLite's one writer a lifetime-only guard costs one
+    # read in the group's transaction; on PostgreSQL any guard takes the
+    # commit off its one-statement path, for more than the lookup it saves.
+    remembers_streams: bool
+
     async def stream(self, tenant: str, path: str) -> ProtocolStream | None:
         """The stream with its protocol settings; None when it does not exist."""
 

@@ -20,13 +20,14 @@ from urllib.parse import parse_qs
 import orjson
 
 from ... import errors
-from ...events import now_ms, validate_path
+from ...events import PreparedEvent, now_ms, validate_path
 from ...store.protocol import CreateSpec, Guard, ProtocolStream
 from ...store.protocol_forks import base_type
 from ...streams.append import GuardedAppend, new_stream_id
 from ..auth import Principal, authorize, bearer_token
 from ..hotpath import read_body
 from . import offsets
+from .known import KnownStreams
 from .live import sse
 from .messages import events_of, is_json, render
 
@@ -120,6 +121,7 @@ class DurableStreams:
     def __init__(self, app: ASGIApp, state: Any) -> None:
         self.app = app
         self.state = state
+        self.known = KnownStreams()
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(PREFIX):
@@ -201,6 +203,7 @@ class DurableStreams:
         protocol = self.runtime.store.protocol
         current: ProtocolStream | None = stream
         while current is not None:
+            self.known.forget(tenant, current.path)
             if await protocol.forks(tenant, current.path):
                 await protocol.soft_delete(tenant, current.sid)
                 self.runtime.hub.wake(tenant, current.path)
@@ -322,24 +325,52 @@ class DurableStreams:
         close = request.flag("stream-closed")
         stream_seq = h.get("stream-seq")
         body = await read_body(request.receive, self.limit)
-        stream = await self.live_stream(principal.tenant, request.path)
-        if not body and not close:
-            raise errors.InvalidInput("an append needs a body (or Stream-Closed: true)", field="body")
-        if body:
-            if stream.closed and producer is None:
-                return _closed(stream.head)
-            if "content-type" not in h:
-                raise errors.InvalidInput("Content-Type is required", field="Content-Type")
-            if not stream.closed and base_type(h["content-type"]) != base_type(stream.content_type):
-                raise errors.StreamExists(f"this stream's content type is {stream.content_type}")
-        events = events_of(body, stream.content_type) if body else []
-        guard = Guard(producer, stream_seq, close) if (producer or stream_seq is not None or close) else None
-        try:
-            answer = await self.runtime.appends.append_protocol(principal.tenant, request.path, events, guard)
-        except errors.StreamClosed:
-            return _closed(stream.head)
-        if not isinstance(answer, GuardedAppend):
-            return Answer(204, {"stream-next-offset": offsets.token(answer[-1].offset)})
+        tenant = principal.tenant
+        remembered = self.runtime.store.protocol.remembers_streams
+        stream = self.known.get(tenant, request.path) if remembered else None
+        for _ in range(3):  # a remembered stream may be out of date: look again
+            fresh = stream is None
+            if stream is None:
+                stream = await self.live_stream(tenant, request.path)
+                if remembered:
+                    self.known.remember(tenant, stream)
+            try:
+                events = _events_to_append(stream, h, body, close, producer is not None)
+            except errors.YokeError:
+                if fresh:
+                    raise
+                self.known.forget(tenant, request.path)  # answered from the stream as it is now
+                stream = None
+                continue
+            if isinstance(events, Answer):
+                return events
+            # With the lifetime the route looked up: a DELETE and a PUT in
+            # between refuse the append as "gone" rather than take it into
+            # the new stream.
+            lifetime = stream.stream_id if remembered else None
+            guard = (
+                Guard(producer, stream_seq, close, lifetime)
+                if (producer or stream_seq is not None or close or lifetime) else None
+            )
+            try:
+                answer = await self.runtime.appends.append_protocol(tenant, request.path, events, guard)
+            except errors.StreamClosed:
+                self.known.forget(tenant, request.path)
+                current = await self.runtime.store.protocol.stream(tenant, request.path)
+                return _closed(current.head if current is not None else stream.head)
+            except errors.StreamNotFound:
+                self.known.forget(tenant, request.path)
+                raise
+            if not isinstance(answer, GuardedAppend):
+                return Answer(204, {"stream-next-offset": offsets.token(answer[-1].offset)})
+            if answer.outcome.status != "gone":
+                break
+            self.known.forget(tenant, request.path)
+            stream = None
+        else:
+            raise errors.StreamNotFound(f"stream {request.path} does not exist", path=request.path)
+        if close:
+            self.known.forget(tenant, request.path)
         outcome = answer.outcome
         head = answer.results[-1].offset if answer.results else answer.head
         headers = {"stream-next-offset": offsets.token(head)}
@@ -512,6 +543,23 @@ def _checked(after: int, stream: ProtocolStream) -> int:
             earliest=stream.pruned_through + 1, latest=stream.head, reason="retention",
         )
     return after
+
+
+def _events_to_append(
+    stream: ProtocolStream, h: Any, body: bytes, close: bool, produced: bool
+) -> list[PreparedEvent] | Answer:
+    """The events a POST appends to ``stream``, or the answer refusing it."""
+    if not body and not close:
+        raise errors.InvalidInput("an append needs a body (or Stream-Closed: true)", field="body")
+    if not body:
+        return []
+    if stream.closed and not produced:
+        return _closed(stream.head)
+    if "content-type" not in h:
+        raise errors.InvalidInput("Content-Type is required", field="Content-Type")
+    if not stream.closed and base_type(h["content-type"]) != base_type(stream.content_type):
+        raise errors.StreamExists(f"this stream's content type is {stream.content_type}")
+    return events_of(body, stream.content_type)
 
 
 def _closed(head: int) -> Answer:

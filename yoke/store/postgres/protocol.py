@@ -21,6 +21,8 @@ BY_PATH = PROTOCOL_STREAM_SELECT + " WHERE s.tenant_id=$1 AND s.path=$2"
 
 
 class PgProtocolStore:
+    remembers_streams = False
+
     def __init__(self, store: PostgresStore) -> None:
         self._store = store
 
@@ -109,13 +111,14 @@ class PgProtocolStore:
 
         async with self._store._tx(tenant) as conn:
             s = await conn.fetchrow(
-                "SELECT sid, closed FROM streams WHERE tenant_id=$1 AND path=$2 FOR UPDATE", tenant, path
+                "SELECT sid, stream_id, closed FROM streams WHERE tenant_id=$1 AND path=$2 FOR UPDATE", tenant, path
             )
             if s is None:
                 raise errors.StreamNotFound(f"stream {path} does not exist", path=path)
             sid = s["sid"]
             p = await conn.fetchrow(
-                "SELECT stream_seq, closed_by FROM protocol_streams WHERE tenant_id=$1 AND sid=$2", tenant, sid
+                "SELECT stream_seq, closed_by, deleted FROM protocol_streams WHERE tenant_id=$1 AND sid=$2",
+                tenant, sid,
             )
             ids = sorted({g.producer[0] for g in guards if g is not None and g.producer is not None})
             producers: dict[str, tuple[int, int]] = {}
@@ -129,6 +132,7 @@ class PgProtocolStore:
             book = GuardBook(
                 closed=s["closed"], closed_by=p["closed_by"] if p else None,
                 stream_seq=p["stream_seq"] if p else None, producers=producers,
+                stream_id=s["stream_id"], deleted=bool(p and p["deleted"]),
             )
             decided, admitted, admitted_batch = decide_batches(book, events, batch_of, guards)
             if admitted:

@@ -11,7 +11,7 @@ from ... import errors
 from ...lifecycle import STREAM_CLOSED, stream_fact
 from ...events import PreparedEvent
 from ..contract import CommitResult, StreamSettings
-from ..protocol import CreateSpec, Guard, GuardBook, ProtocolStream, assemble, decide_batches
+from ..protocol import CreateSpec, Guard, GuardBook, GuardOutcome, ProtocolStream, assemble, decide_batches
 from ..rows import PROTOCOL_FORK_COPY, PROTOCOL_STREAM_SELECT, protocol_stream_from_row
 from ..protocol_forks import check_fork, sub_offset_prefix
 
@@ -22,13 +22,23 @@ BY_PATH = PROTOCOL_STREAM_SELECT + " WHERE s.tenant_id=? AND s.path=?"
 # A guarded commit's stream row, with its protocol settings (p_sid is NULL
 # for a stream made through Yoke's own API).
 GUARDED_SELECT = (
-    "SELECT s.*, p.sid AS p_sid, p.stream_seq AS p_stream_seq, p.closed_by AS p_closed_by"
+    "SELECT s.*, p.sid AS p_sid, p.stream_seq AS p_stream_seq, p.closed_by AS p_closed_by,"
+    " p.deleted AS p_deleted"
     " FROM streams s LEFT JOIN protocol_streams p ON p.tenant_id = s.tenant_id AND p.sid = s.sid"
     " WHERE s.tenant_id=? AND s.path=?"
 )
+# What a guard that checks only the lifetime needs: nothing the group holds back.
+LIFETIME_SELECT = (
+    "SELECT s.stream_id, coalesce(p.deleted, 0) FROM streams s"
+    " LEFT JOIN protocol_streams p ON p.tenant_id = s.tenant_id AND p.sid = s.sid"
+    " WHERE s.tenant_id=? AND s.path=?"
+)
+OK = GuardOutcome("ok")
 
 
 class SqliteProtocolStore:
+    remembers_streams = True
+
     def __init__(self, store: SqliteStore) -> None:
         self._store = store
 
@@ -121,12 +131,35 @@ class SqliteProtocolStore:
             row = conn.execute(BY_PATH, (tenant, path)).fetchone()
             return protocol_stream_from_row(row), True
 
+    def _lifetime(self, conn: sqlite3.Connection, tenant: str, path: str) -> tuple[str, bool]:
+        """The stream's lifetime id and whether it is soft-deleted: from the
+        writer's copy of its row when the group's commits noted it there
+        (anything that could soft-delete or delete drops the copies), else read."""
+        store = self._store
+        kept = store._stream_rows.get((tenant, path)) if store._held is not None else None
+        if kept is not None and "p_deleted" in kept:
+            return kept["stream_id"], kept["p_deleted"]
+        row = conn.execute(LIFETIME_SELECT, (tenant, path)).fetchone()
+        if row is None:
+            raise errors.StreamNotFound(f"stream {path} does not exist", path=path)
+        return row[0], bool(row[1])
+
     def commit_guarded(
         self, conn: sqlite3.Connection, tenant: str, path: str, events: Sequence[PreparedEvent],
         batch_of: Sequence[int], now: int, new_stream_id: str, guards: Sequence[Guard | None],
     ) -> CommitResult:
         """``Store.commit`` with guards, inside the writer's transaction."""
         store = self._store
+        if all(g is None or g.lifetime_only for g in guards):
+            # Every protocol append carries its stream's lifetime: when that
+            # is all it checks, the rows stay held back for the group's end.
+            stream_id, deleted = self._lifetime(conn, tenant, path)
+            if not any(g is not None and (g.stream_id != stream_id or deleted) for g in guards):
+                result = store._commit_in(conn, tenant, path, events, batch_of, now, new_stream_id)
+                kept = store._stream_rows.get((tenant, path)) if store._held is not None else None
+                if kept is not None:
+                    kept["p_deleted"] = deleted
+                return CommitResult(outcomes=result.outcomes, head=result.head, guards=[OK] * len(guards))
         store._write_held(conn)  # the row must show the advances held back
         s = conn.execute(GUARDED_SELECT, (tenant, path)).fetchone()
         if s is None:  # protocol appends check that the stream exists first
@@ -146,6 +179,7 @@ class SqliteProtocolStore:
         book = GuardBook(
             closed=bool(s["closed"]), closed_by=p["p_closed_by"] if p else None,
             stream_seq=p["p_stream_seq"] if p else None, producers=producers,
+            stream_id=s["stream_id"], deleted=bool(p and p["p_deleted"]),
         )
         decided, admitted, admitted_batch = decide_batches(book, events, batch_of, guards)
         result = store._commit_in(conn, tenant, path, admitted, admitted_batch, now, new_stream_id, stream=s)

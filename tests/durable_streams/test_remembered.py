@@ -1,0 +1,76 @@
+"""Appends to a stream the protocol route remembers (http/durable_streams/
+known.py), after the stream was changed where the route does not see it:
+through Yoke's own API (as another process would). Each append is answered
+from the stream as it is now. Both backends (PostgreSQL's route looks the
+stream up every time: the same answers)."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+
+from tests.http.conftest import Server
+
+JSON = {"Content-Type": "application/json"}
+TEXT = {"Content-Type": "text/plain"}
+
+
+def _name() -> str:
+    return "known-" + uuid.uuid4().hex[:8]
+
+
+def test_an_append_after_a_delete_elsewhere_is_not_found_and_creates_nothing(dev_server: Server) -> None:
+    name = _name()
+    url = f"{dev_server.url}/v1/stream/{name}"
+    assert httpx.put(url, headers=JSON).status_code == 201
+    assert httpx.post(url, headers=JSON, content=b'{"n":1}').status_code == 204  # remembered now
+    with dev_server.client() as client:
+        assert client.delete(f"/v1/streams/{name}").status_code == 200
+        assert httpx.post(url, headers=JSON, content=b'{"n":2}').status_code == 404
+        assert client.get(f"/v1/streams/{name}").status_code == 404
+
+
+def test_an_append_goes_to_the_stream_created_again_with_its_content_type(dev_server: Server) -> None:
+    name = _name()
+    url = f"{dev_server.url}/v1/stream/{name}"
+    assert httpx.put(url, headers=JSON).status_code == 201
+    assert httpx.post(url, headers=JSON, content=b'{"n":1}').status_code == 204
+    with dev_server.client() as client:
+        assert client.delete(f"/v1/streams/{name}").status_code == 200
+    assert httpx.put(url, headers=TEXT).status_code == 201
+    # The remembered stream took JSON; the one at the path now does not.
+    assert httpx.post(url, headers=JSON, content=b'{"n":2}').status_code == 409
+    assert httpx.post(url, headers=TEXT, content=b"hello").status_code == 204
+    assert httpx.get(url, params={"offset": "-1"}).text == "hello"
+
+
+def test_an_append_goes_to_the_stream_created_again_not_the_old_one(dev_server: Server) -> None:
+    name = _name()
+    url = f"{dev_server.url}/v1/stream/{name}"
+    assert httpx.put(url, headers=JSON).status_code == 201
+    for n in range(3):
+        assert httpx.post(url, headers=JSON, content=b'{"old":%d}' % n).status_code == 204
+    with dev_server.client() as client:
+        assert client.delete(f"/v1/streams/{name}").status_code == 200
+    created = httpx.put(url, headers=JSON)
+    assert created.status_code == 201
+    answer = httpx.post(url, headers=JSON, content=b'{"new":1}')
+    assert answer.status_code == 204
+    assert answer.headers["stream-next-offset"] > created.headers["stream-next-offset"]
+    assert httpx.get(url, params={"offset": "-1"}).json() == [{"new": 1}]
+
+
+def test_an_append_after_a_close_elsewhere_is_refused_with_the_current_offset(dev_server: Server) -> None:
+    name = _name()
+    url = f"{dev_server.url}/v1/stream/{name}"
+    assert httpx.put(url, headers=JSON).status_code == 201
+    assert httpx.post(url, headers=JSON, content=b'[{"n":1},{"n":2}]').status_code == 204
+    with dev_server.client() as client:
+        assert client.post(f"/v1/streams/{name}/-/events", json={"type": "other"}).status_code == 201
+        assert client.post(f"/v1/streams/{name}/-/close").status_code == 200
+    refused = httpx.post(url, headers=JSON, content=b'{"n":3}')
+    assert refused.status_code == 409
+    assert refused.headers["stream-closed"] == "true"
+    assert refused.headers["stream-next-offset"] == httpx.head(url).headers["stream-next-offset"]
+    assert len(httpx.get(url, params={"offset": "-1"}).json()) == 3
