@@ -78,9 +78,12 @@ def new_event_id() -> str:
 
 def new_event_ids(n: int) -> list[str]:
     """``n`` ids as new_event_id makes them, drawn at once (a batch's)."""
+    if n <= 0:
+        return []
     prefix = f"{now_ms():012x}"
-    digits = f"{random_bits(80 * n):0{20 * n}x}"
-    return [prefix + digits[i : i + 20] for i in range(0, 20 * n, 20)]
+    # 10 random bytes an id, as hex in groups of 20 digits split by ":"
+    # (C speed; slicing them out one by one took twice as long).
+    return (prefix + _ids.randbytes(10 * n).hex(":", -10).replace(":", ":" + prefix)).split(":")
 
 
 def validate_tenant(tenant: str) -> str:
@@ -291,10 +294,12 @@ def _dumps(value: Any, what: str) -> bytes:
     return text
 
 
-def json_texts(values: list[Any], what: str) -> list[str]:
+def json_texts(values: list[Any], what: str, *, finite: bool = False) -> list[str]:
     """json_text of each value, checked in one pass over all of them: when
     nothing in the whole list is suspect, each value's text is a plain
-    dump. Otherwise each goes through json_text, whose error names it."""
+    dump. Otherwise each goes through json_text, whose error names it.
+    ``finite``: orjson read the values from JSON text, which cannot hold NaN
+    or an infinity, so a null in the dump is a null (its scan is skipped)."""
     padded: Any = values
     for _ in range(_DEPTH_PADDING - 1):  # the list is one level: its values may nest MAX_DEPTH
         padded = [padded]
@@ -302,7 +307,11 @@ def json_texts(values: list[Any], what: str) -> list[str]:
         whole = orjson.dumps(padded, option=_DUMPS_STRICT)
     except (TypeError, orjson.JSONEncodeError):
         whole = None
-    if whole is None or (b"null" in whole and orjson.loads(whole) != padded) or b"\\u0000" in whole:
+    if (
+        whole is None
+        or (not finite and b"null" in whole and orjson.loads(whole) != padded)
+        or (b"\\" in whole and b"\\u0000" in whole)  # a backslash is found at memchr's speed
+    ):
         return [json_text(v, what) for v in values]
     return [orjson.dumps(v, option=_DUMPS_STRICT).decode() for v in values]
 

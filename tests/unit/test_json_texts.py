@@ -75,3 +75,40 @@ def test_a_message_size_counts_utf8_bytes():
     (event,) = events_of('{"text": "größe €"}'.encode(), "application/json")
     assert event.size == len(event.payload_json.encode()) + MESSAGE_OVERHEAD
     assert event.size > len(event.payload_json) + MESSAGE_OVERHEAD
+
+
+def test_batch_ids_of_every_size():
+    assert new_event_ids(0) == []
+    for n in (1, 2, 7):
+        ids = new_event_ids(n)
+        assert len(ids) == n and len(set(ids)) == n
+        assert all(len(i) == 32 and i == i.lower() and int(i, 16) >= 0 for i in ids)
+
+
+TEXT_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def body_texts(body: bytes) -> list[str] | str:
+    try:
+        return [e.payload_json for e in events_of(body, "application/json")]
+    except errors.YokeError as exc:
+        return exc.message
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(TEXT_JSON, min_size=1, max_size=6), st.sampled_from(["", "1e400", "-1e999", '"\\u0000"']))
+def test_a_protocol_batch_gives_the_texts_and_errors_of_one_value_at_a_time(values, extra):
+    """A POST body read by orjson skips the NaN check (JSON text has none);
+    one orjson cannot read (a number beyond a double) goes the careful way."""
+    import json
+
+    body = json.dumps(values).encode()
+    if extra:
+        body = body[:-1] + b"," + extra.encode() + b"]"
+    expected = one_by_one(json.loads(body, parse_constant=lambda c: float(c)))
+    assert body_texts(body) == expected

@@ -214,15 +214,21 @@ _DIGIT_RUN = b"0" * 19
 
 
 def parse_json(body: bytes) -> Any:
+    return read_json(body)[0]
+
+
+def read_json(body: bytes) -> tuple[Any, bool]:
+    """parse_json's value, and whether orjson read it (then it holds no NaN
+    or infinity: orjson refuses a number that overflows a double)."""
     if not body:
         raise errors.InvalidInput("a JSON body is required", field="body")
     if _DIGIT_RUN not in body.translate(_DIGITS_AS_ZERO) or _LONG_DIGITS.search(body) is None:
         try:
-            return orjson.loads(body)
+            return orjson.loads(body), True
         except orjson.JSONDecodeError:
             pass
     try:
-        return json.loads(body, parse_constant=_no_constant)
+        return json.loads(body, parse_constant=_no_constant), False
     except (ValueError, RecursionError) as exc:
         raise errors.InvalidInput(f"the body is not valid JSON: {exc}", field="body") from None
 

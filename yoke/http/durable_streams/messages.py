@@ -20,7 +20,7 @@ from ... import errors
 from ...events import PreparedEvent, json_text, json_texts, new_event_id, new_event_ids, utf8_len
 from ...store.contract import StoredEvent
 from ...store.protocol_forks import BYTES_TYPE, JSON, base_type, bytes_event
-from ..responses import parse_json
+from ..responses import read_json
 
 MESSAGE_TYPE = "ds.message"
 # What a message costs besides its JSON (the envelope a read sends with it).
@@ -47,14 +47,17 @@ def events_of(body: bytes, content_type: str, *, creating: bool = False) -> list
     """The events a POST (or PUT) body appends to a stream of ``content_type``."""
     if not is_json(content_type):
         return [bytes_event(body)] if body else []
-    value = parse_json(body)  # integers beyond 64 bits exactly, to refuse them below
+    value, finite = read_json(body)  # integers beyond 64 bits exactly, to refuse them below
     if not isinstance(value, list):
         return [message_event(json_text(value, "message"))]
     if not value and not creating:
         raise errors.InvalidEvent("an empty JSON array appends nothing")
-    texts = json_texts(value, "message")
-    return [
-        message_event(text, event_id)
+    texts = json_texts(value, "message", finite=finite)
+    return [  # message_event's, made in line: a call per message is a fifth of this
+        PreparedEvent(
+            event_id, MESSAGE_TYPE, text, "{}", None, None, 0, None, None, False, None,
+            (len(text) if text.isascii() else len(text.encode())) + MESSAGE_OVERHEAD,
+        )
         for text, event_id in zip(texts, new_event_ids(len(texts)))
     ]
 
