@@ -8,13 +8,15 @@ store persists prepared events and hands back ``Event`` objects on read.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import math
+import operator
 import os
 import random
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,6 +203,31 @@ class PreparedEvent:
             ephemeral=self.ephemeral,
             data=self.data,
         )
+
+
+# A batch's fields at C speed (map over the batch rather than a Python loop
+# a field: batches of hundreds of events pass several such checks).
+_ephemeral_of = operator.attrgetter("ephemeral")
+_key_of = operator.attrgetter("idempotency_key")
+_object_of = operator.attrgetter("object_id")
+_is_set = functools.partial(operator.is_not, None)
+
+
+def any_ephemeral(events: Sequence[PreparedEvent]) -> bool:
+    return any(map(_ephemeral_of, events))
+
+
+def idempotency_keys(events: Sequence[PreparedEvent]) -> list[str]:
+    """The batch's idempotency keys, in order."""
+    return list(filter(_is_set, map(_key_of, events)))
+
+
+def any_object(events: Sequence[PreparedEvent]) -> bool:
+    return any(map(_is_set, map(_object_of, events)))
+
+
+def total_size(events: Sequence[PreparedEvent]) -> int:
+    return sum(map(operator.attrgetter("size"), events))
 
 
 # JSON text holding a NUL character (an unescaped backslash, then u0000):

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import errors, metrics
-from ..events import AppendResult, PreparedEvent, now_ms
+from ..events import AppendResult, PreparedEvent, any_ephemeral, idempotency_keys, now_ms, total_size
 from ..lifecycle import new_stream_id  # noqa: F401 - where the rest of Yoke imports it from
 from ..store.contract import Admitted, CommitResult, Outcome, Store
 from ..store.faults import Backoff, nothing_written
@@ -167,10 +167,10 @@ class Appender:
         count = 0
         while self._queue:
             request = self._queue[0]
-            has_ephemeral = any(e.ephemeral for e in request.events)
+            has_ephemeral = any_ephemeral(request.events)
             if has_ephemeral and not allow_ephemeral:
                 break
-            request_keys = {e.idempotency_key for e in request.events if e.idempotency_key}
+            request_keys = set(idempotency_keys(request.events))
             if group and (count + len(request.events) > limit or keys & request_keys):
                 break
             self._queue.popleft()
@@ -190,7 +190,7 @@ class Appender:
             for index, request in enumerate(group):
                 events.extend(request.events)
                 batch_of.extend([index] * len(request.events))
-            has_ephemeral = any(e.ephemeral for e in events)
+            has_ephemeral = any_ephemeral(events)
             buffer = service.buffers.ensure(self.tenant, self.path) if has_ephemeral else None
             if buffer is not None:
                 buffer.begin_commit()
@@ -283,7 +283,7 @@ class Appender:
                         assert o.offset is not None
                         buffer.add(e, o.offset, now)
             appended += len(prepared)
-            appended_bytes += sum([e.size for e in prepared])
+            appended_bytes += total_size(prepared)
             if not request.future.done():
                 mine = outcomes[-1:] if request.last_only else outcomes
                 results = [AppendResult(o.offset, o.id, o.at) for o in mine]  # type: ignore[arg-type]

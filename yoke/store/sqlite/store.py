@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
+import operator
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import replace
@@ -25,7 +27,7 @@ from typing import Any, TypeVar
 import orjson
 
 from ... import errors
-from ...events import PreparedEvent, now_ms
+from ...events import PreparedEvent, any_ephemeral, any_object, idempotency_keys, now_ms
 from ...lifecycle import GLOBAL, STREAM_CLOSED, STREAM_CREATED, STREAM_DELETED, new_stream_id, stream_fact
 from ..contract import (
     Admitted,
@@ -203,6 +205,37 @@ def _bind_object(conn: sqlite3.Connection, tenant: str, sid: int, object_id: str
         " WHERE tenant_id=? AND sid=? AND object_id=? AND state='uploaded'",
         (seq, tenant, sid, object_id),
     )
+
+
+_batch_of_pair = operator.itemgetter(0)
+_size_of_pair = operator.itemgetter(1)
+_size_of = operator.attrgetter("size")
+
+
+def batch_counts(
+    events: Sequence[PreparedEvent], batch_of: Sequence[int], prior: Mapping[str, Any]
+) -> dict[int, list[int]]:
+    """Per caller batch: [durable events, their bytes, events that take an
+    offset] (an event whose idempotency key is stored takes none)."""
+    per_batch: dict[int, list[int]] = {}
+    if not prior and not any_ephemeral(events):
+        # Most commits: every event new and durable, each batch's events
+        # side by side: counted a batch at a time, the events at C speed.
+        for b, members in itertools.groupby(zip(batch_of, map(_size_of, events)), _batch_of_pair):
+            pairs = list(members)
+            counts = per_batch.setdefault(b, [0, 0, 0])
+            counts[0] += len(pairs)
+            counts[1] += sum(map(_size_of_pair, pairs))
+            counts[2] += len(pairs)
+        return per_batch
+    for i, e in enumerate(events):
+        counts = per_batch.setdefault(batch_of[i], [0, 0, 0])
+        if e.idempotency_key not in prior:
+            counts[2] += 1  # takes an offset
+            if not e.ephemeral:
+                counts[0] += 1
+                counts[1] += e.size
+    return per_batch
 
 
 class SqliteStore:
@@ -582,7 +615,7 @@ class SqliteStore:
 
         # 1. Idempotency keys, under the write lock.
         prior: dict[str, tuple[int, str, int, str]] = {}
-        keys = [e.idempotency_key for e in events if e.idempotency_key is not None]
+        keys = idempotency_keys(events)
         if keys:
             self._write_held(conn)  # a key may be in a row this group holds back
         for start in range(0, len(keys), 500):
@@ -603,7 +636,7 @@ class SqliteStore:
         # 2. Object bindings: a new record may only reference an uploaded
         # object that has not expired; a duplicate counts only when its
         # object was committed by the record the key found.
-        for i, e in enumerate(events):
+        for i, e in enumerate(events if any_object(events) else ()):
             if e.object_id is None:
                 continue
             obj = conn.execute(
@@ -619,14 +652,7 @@ class SqliteStore:
                 refused.setdefault(batch_of[i], "object")
 
         # 3. Producer credit, batch by batch, from the durable counters.
-        per_batch: dict[int, list[int]] = {}
-        for i, e in enumerate(events):
-            counts = per_batch.setdefault(batch_of[i], [0, 0, 0])
-            if e.idempotency_key not in prior:
-                counts[2] += 1  # takes an offset
-                if not e.ephemeral:
-                    counts[0] += 1
-                    counts[1] += e.size
+        per_batch = batch_counts(events, batch_of, prior)
         added_events = added_bytes = 0
         lack: str | None = None
         for batch, (n_events, n_bytes, n_fresh) in sorted(per_batch.items()):
@@ -650,7 +676,7 @@ class SqliteStore:
         if not refused and not prior:  # the common case: every event taken, in one pass
             outcomes = Admitted(head + 1, events, now)
             rows = [event_row(tenant, sid, seq, e, now) for seq, e in enumerate(events, head + 1) if not e.ephemeral]
-            for seq, e in enumerate(events, head + 1):
+            for seq, e in enumerate(events if any_object(events) else (), head + 1):
                 if e.object_id is not None:
                     _bind_object(conn, tenant, sid, e.object_id, seq)
             head += len(events)
