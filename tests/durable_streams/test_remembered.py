@@ -16,15 +16,18 @@ JSON = {"Content-Type": "application/json"}
 TEXT = {"Content-Type": "text/plain"}
 
 
-def _name() -> str:
-    return "known-" + uuid.uuid4().hex[:8]
+def _remembered(server: Server, *bodies: bytes) -> tuple[str, str]:
+    """A new JSON stream's name and URL, after appends the route remembers it by."""
+    name = "known-" + uuid.uuid4().hex[:8]
+    url = f"{server.url}/v1/stream/{name}"
+    assert httpx.put(url, headers=JSON).status_code == 201
+    for body in bodies:
+        assert httpx.post(url, headers=JSON, content=body).status_code == 204
+    return name, url
 
 
 def test_an_append_after_a_delete_elsewhere_is_not_found_and_creates_nothing(dev_server: Server) -> None:
-    name = _name()
-    url = f"{dev_server.url}/v1/stream/{name}"
-    assert httpx.put(url, headers=JSON).status_code == 201
-    assert httpx.post(url, headers=JSON, content=b'{"n":1}').status_code == 204  # remembered now
+    name, url = _remembered(dev_server, b'{"n":1}')
     with dev_server.client() as client:
         assert client.delete(f"/v1/streams/{name}").status_code == 200
         assert httpx.post(url, headers=JSON, content=b'{"n":2}').status_code == 404
@@ -32,10 +35,7 @@ def test_an_append_after_a_delete_elsewhere_is_not_found_and_creates_nothing(dev
 
 
 def test_an_append_goes_to_the_stream_created_again_with_its_content_type(dev_server: Server) -> None:
-    name = _name()
-    url = f"{dev_server.url}/v1/stream/{name}"
-    assert httpx.put(url, headers=JSON).status_code == 201
-    assert httpx.post(url, headers=JSON, content=b'{"n":1}').status_code == 204
+    name, url = _remembered(dev_server, b'{"n":1}')
     with dev_server.client() as client:
         assert client.delete(f"/v1/streams/{name}").status_code == 200
     assert httpx.put(url, headers=TEXT).status_code == 201
@@ -46,11 +46,7 @@ def test_an_append_goes_to_the_stream_created_again_with_its_content_type(dev_se
 
 
 def test_an_append_goes_to_the_stream_created_again_not_the_old_one(dev_server: Server) -> None:
-    name = _name()
-    url = f"{dev_server.url}/v1/stream/{name}"
-    assert httpx.put(url, headers=JSON).status_code == 201
-    for n in range(3):
-        assert httpx.post(url, headers=JSON, content=b'{"old":%d}' % n).status_code == 204
+    name, url = _remembered(dev_server, *(b'{"old":%d}' % n for n in range(3)))
     with dev_server.client() as client:
         assert client.delete(f"/v1/streams/{name}").status_code == 200
     created = httpx.put(url, headers=JSON)
@@ -62,10 +58,7 @@ def test_an_append_goes_to_the_stream_created_again_not_the_old_one(dev_server: 
 
 
 def test_an_append_after_a_close_elsewhere_is_refused_with_the_current_offset(dev_server: Server) -> None:
-    name = _name()
-    url = f"{dev_server.url}/v1/stream/{name}"
-    assert httpx.put(url, headers=JSON).status_code == 201
-    assert httpx.post(url, headers=JSON, content=b'[{"n":1},{"n":2}]').status_code == 204
+    name, url = _remembered(dev_server, b'[{"n":1},{"n":2}]')
     with dev_server.client() as client:
         assert client.post(f"/v1/streams/{name}/-/events", json={"type": "other"}).status_code == 201
         assert client.post(f"/v1/streams/{name}/-/close").status_code == 200
