@@ -252,3 +252,45 @@ async def test_sqlite_files_from_before_the_record_are_taken_as_applied(tmp_path
         assert rows == [(m.version, m.name, m.checksum) for m in _migrations()]
     finally:
         db.close()
+
+
+async def test_sqlite_events_move_to_a_rowid_table_unchanged(tmp_path, monkeypatch):
+    """Migration 0013 rebuilds the events table (a rowid table with its key
+    as an index): every event of a file migrated before it reads back the
+    same, stored idempotency keys still answer, offsets go on."""
+    import yoke
+    from yoke.store.sqlite import store as sqlite_store
+
+    path = tmp_path / "yoke.db"
+    files = sqlite_store._migrations()
+    cut = next(i for i, m in enumerate(files) if m.name == "0013_events_rowid.sql")
+    monkeypatch.setattr(sqlite_store, "_migrations", lambda: files[:cut])
+    shapes = [
+        {"type": "plain", "payload": {"n": 1}},
+        {"type": "full", "payload": [1, "two"], "source": {"app": "a"}, "correlation": "c", "group_id": "g",
+         "metadata": {"m": 1}, "priority": 3, "idempotency_key": "k1"},
+    ]
+    async with yoke.open(f"sqlite:///{path}", executor=False) as y:
+        s = y.stream("/kept", tenant="t")
+        first = await s.append_many(shapes + [{"type": "e", "payload": i} for i in range(40)])
+        before = await s.read(limit=1000)
+    db = _sqlite(path)
+    try:
+        assert "WITHOUT ROWID" in db.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()[0]
+    finally:
+        db.close()
+    monkeypatch.undo()
+    async with yoke.open(f"sqlite:///{path}", executor=False) as y:
+        s = y.stream("/kept", tenant="t")
+        assert await s.read(limit=1000) == before
+        again = await s.append(shapes[1])  # the stored key answers with the original offset
+        assert (again.offset, again.id) == (first[1].offset, first[1].id)
+        assert (await s.append({"type": "next"})).offset == before[-1].offset + 1
+    db = _sqlite(path)
+    try:
+        assert "WITHOUT ROWID" not in db.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()[0]
+        indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events'")}
+        assert {"events_offsets", "events_idempotency"} <= indexes
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        db.close()

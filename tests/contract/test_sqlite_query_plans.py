@@ -1,0 +1,62 @@
+"""Every statement the SQLite store runs on the events table finds its rows
+through an index, never by scanning the table: the table is a rowid table
+(migration 0013) whose key columns (tenant_id, sid, seq) are an index, so a
+query the index does not serve would read every event of every stream.
+
+The statements are the ones the store really runs (traced on each of its
+connections) through appends, idempotent repeats, reads short and long,
+acks, retention, the Durable Streams routes' store calls and a delete."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+
+import yoke
+from yoke.events import now_ms
+from yoke.http.durable_streams.messages import events_of
+from yoke.store.protocol import CreateSpec, Guard
+from yoke.store.sqlite import store as sqlite_store
+
+ON_EVENTS = re.compile(r"\b(FROM|JOIN|UPDATE|INTO)\s+events\b", re.IGNORECASE)
+
+
+async def test_statements_on_events_use_an_index(tmp_path, monkeypatch) -> None:
+    statements: list[str] = []
+    connect = sqlite_store.SqliteStore._connect
+
+    def traced(self: sqlite_store.SqliteStore) -> sqlite3.Connection:
+        conn = connect(self)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(sqlite_store.SqliteStore, "_connect", traced)
+    path = tmp_path / "yoke.db"
+    async with yoke.open(f"sqlite:///{path}", executor=False) as y:
+        s = y.stream("/planned")
+        await s.append_many([{"type": "e", "payload": i} for i in range(50)])
+        await s.append({"type": "keyed", "idempotency_key": "k"})
+        await s.append({"type": "keyed", "idempotency_key": "k"})  # the stored key answers
+        await s.read(limit=5)
+        await s.read(after=3, limit=100)
+        await s.ack("reader", 10)
+        await s.set_retention(max_events=20)
+        await y.store.prune(now_ms())
+        store = y.store
+        created, _ = await store.protocol.create(
+            "default", "/ds", "ds-1", now_ms(), CreateSpec(content_type="application/json")
+        )
+        events = events_of(b'[{"a":1},{"a":2}]', "application/json")
+        await store.commit("default", "/ds", events, [0, 0], now_ms(), "x", [Guard(stream_id=created.stream_id)])
+        await store.read_stored("default", "/ds", 0, 100, 1 << 20)
+        await s.delete()
+
+    on_events = [sql for sql in statements if ON_EVENTS.search(sql) and not sql.lstrip().upper().startswith("INSERT")]
+    assert len(on_events) >= 8, on_events  # the workload above reached the events table
+    check = sqlite3.connect(path)
+    scans = {}
+    for sql in on_events:
+        plan = [row[3] for row in check.execute("EXPLAIN QUERY PLAN " + sql)]
+        if any(re.match(r"SCAN events\b", step) for step in plan):
+            scans[sql] = plan
+    assert not scans, scans
