@@ -67,7 +67,7 @@ from ..rows import (
 from ..faults import log_retried, retry_reads, unavailable
 from ..schema import Migration, Recorded, check_recorded, read_migrations
 from .actors import SqliteActorStore
-from .group_writes import GroupWrites, event_row
+from .group_writes import Block, GroupWrites
 from ..protocol import Guard
 from .outbox import SqliteOutboxStore
 from .protocol import SqliteProtocolStore
@@ -675,14 +675,18 @@ class SqliteStore:
         outcomes: Sequence[Outcome]
         if not refused and not prior:  # the common case: every event taken, in one pass
             outcomes = Admitted(head + 1, events, now)
-            rows = [event_row(tenant, sid, seq, e, now) for seq, e in enumerate(events, head + 1) if not e.ephemeral]
+            seqs: Sequence[int] = range(head + 1, head + 1 + len(events))
+            durable: Sequence[PreparedEvent] = events
+            if any_ephemeral(events):  # they take offsets, not rows
+                kept = [(seq, e) for seq, e in zip(seqs, events) if not e.ephemeral]
+                seqs, durable = [seq for seq, _ in kept], [e for _, e in kept]
             for seq, e in enumerate(events if any_object(events) else (), head + 1):
                 if e.object_id is not None:
                     _bind_object(conn, tenant, sid, e.object_id, seq)
             head += len(events)
         else:
             outcomes = []
-            rows = []
+            seqs, durable = [], []
             for i, e in enumerate(events):
                 if batch_of[i] in refused:
                     outcomes.append(Outcome(refused[batch_of[i]], None, e.id, now))  # type: ignore[arg-type]
@@ -693,12 +697,14 @@ class SqliteStore:
                     head += 1
                     outcomes.append(Outcome("ok", head, e.id, now))
                     if not e.ephemeral:
-                        rows.append(event_row(tenant, sid, head, e, now))
+                        seqs.append(head)
+                        durable.append(e)
                     if e.object_id is not None:
                         _bind_object(conn, tenant, sid, e.object_id, head)
         unread = 0 if s["min_ack"] is None else 1
         held = self._held if self._held is not None else GroupWrites()
-        held.rows += rows
+        if seqs:
+            held.blocks.append(Block(tenant, sid, now, seqs, durable))
         held.advance(tenant, sid, head, added_events, added_bytes, bool(unread))
         if self._held is None:
             held.write(conn)  # in a savepoint or a transaction of its own: now
