@@ -24,11 +24,11 @@ INSERT_COLUMNS = (
     "tenant_id", "sid", "seq", "id", "at", "type", "payload", "metadata", "source",
     "correlation", "priority", "group_id", "idempotency_key", "fingerprint", "size", "data",
 )
+# PreparedEvent's name of each column that differs from the column's.
+_FIELD_NAMES = {"payload": "payload_json", "metadata": "metadata_json", "source": "source_json"}
 # The columns most events leave NULL: a chunk whose rows all do says NULL in
 # the statement instead of binding None, which the sqlite3 module adapts
 # through a slow lookup (about a fifth of the writer's time in batch appends).
-# PreparedEvent's name of each column that differs from the column's.
-_FIELD_NAMES = {"payload": "payload_json", "metadata": "metadata_json", "source": "source_json"}
 _NULLABLE = tuple(i for i, c in enumerate(INSERT_COLUMNS) if c in {
     "source", "correlation", "group_id", "idempotency_key", "fingerprint", "data"})
 _nullable_of = operator.attrgetter(*(_FIELD_NAMES.get(INSERT_COLUMNS[i], INSERT_COLUMNS[i]) for i in _NULLABLE))
