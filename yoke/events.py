@@ -211,6 +211,7 @@ _ephemeral_of = operator.attrgetter("ephemeral")
 _key_of = operator.attrgetter("idempotency_key")
 _object_of = operator.attrgetter("object_id")
 _is_set = functools.partial(operator.is_not, None)
+size_of = operator.attrgetter("size")
 
 
 def any_ephemeral(events: Sequence[PreparedEvent]) -> bool:
@@ -227,7 +228,7 @@ def any_object(events: Sequence[PreparedEvent]) -> bool:
 
 
 def total_size(events: Sequence[PreparedEvent]) -> int:
-    return sum(map(operator.attrgetter("size"), events))
+    return sum(map(size_of, events))
 
 
 # JSON text holding a NUL character (an unescaped backslash, then u0000):

@@ -79,6 +79,11 @@ class Guard:
     # or this one soft-deleted, refuses the batch as "gone".
     stream_id: str | None = None
 
+    def gone(self, stream_id: str | None, deleted: bool) -> bool:
+        """Whether this guard's lifetime rules out the stream at the path
+        (``stream_id``; ``deleted``: soft-deleted)."""
+        return self.stream_id is not None and (self.stream_id != stream_id or deleted)
+
     @property
     def lifetime_only(self) -> bool:
         """Whether the guard checks the stream's lifetime and nothing else."""
@@ -120,7 +125,7 @@ class GuardBook:
     stream_changed: bool = False
 
     def decide(self, guard: Guard | None, events: int) -> GuardOutcome:
-        if guard is not None and guard.stream_id is not None and (guard.stream_id != self.stream_id or self.deleted):
+        if guard is not None and guard.gone(self.stream_id, self.deleted):
             return GuardOutcome("gone")
         if self.closed:
             if guard is not None and guard.producer is not None and guard.closing_tuple() == self.closed_by:

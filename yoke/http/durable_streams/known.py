@@ -35,6 +35,3 @@ class KnownStreams:
 
     def forget(self, tenant: str, path: str) -> None:
         self._streams.pop((tenant, path), None)
-
-    def __len__(self) -> int:
-        return len(self._streams)

@@ -36,11 +36,20 @@ def is_text(content_type: str) -> bool:
     return kind == JSON or kind.startswith("text/")
 
 
+def message_events(payloads_json: Sequence[str], event_ids: Sequence[str]) -> list[PreparedEvent]:
+    """The ``ds.message`` events of these JSON texts: one list comprehension
+    (a call per message was a fifth of a batch's conversion)."""
+    return [
+        PreparedEvent(
+            event_id, MESSAGE_TYPE, text, "{}", None, None, 0, None, None, False, None,
+            utf8_len(text) + MESSAGE_OVERHEAD,  # UTF-8 bytes, as every event's size
+        )
+        for text, event_id in zip(payloads_json, event_ids)
+    ]
+
+
 def message_event(payload_json: str, event_id: str | None = None) -> PreparedEvent:
-    return PreparedEvent(
-        event_id or new_event_id(), MESSAGE_TYPE, payload_json, "{}", None, None, 0, None, None,
-        False, None, utf8_len(payload_json) + MESSAGE_OVERHEAD,  # UTF-8 bytes, as every event's size
-    )
+    return message_events([payload_json], [event_id or new_event_id()])[0]
 
 
 def events_of(body: bytes, content_type: str, *, creating: bool = False) -> list[PreparedEvent]:
@@ -53,13 +62,7 @@ def events_of(body: bytes, content_type: str, *, creating: bool = False) -> list
     if not value and not creating:
         raise errors.InvalidEvent("an empty JSON array appends nothing")
     texts = json_texts(value, "message", finite=finite)
-    return [  # message_event's, made in line: a call per message is a fifth of this
-        PreparedEvent(
-            event_id, MESSAGE_TYPE, text, "{}", None, None, 0, None, None, False, None,
-            (len(text) if text.isascii() else len(text.encode())) + MESSAGE_OVERHEAD,
-        )
-        for text, event_id in zip(texts, new_event_ids(len(texts)))
-    ]
+    return message_events(texts, new_event_ids(len(texts)))
 
 
 def _message_json(event: StoredEvent) -> str:

@@ -154,7 +154,7 @@ class SqliteProtocolStore:
             # Every protocol append carries its stream's lifetime: when that
             # is all it checks, the rows stay held back for the group's end.
             stream_id, deleted = self._lifetime(conn, tenant, path)
-            if not any(g is not None and (g.stream_id != stream_id or deleted) for g in guards):
+            if not any(g is not None and g.gone(stream_id, deleted) for g in guards):
                 result = store._commit_in(conn, tenant, path, events, batch_of, now, new_stream_id)
                 kept = store._stream_rows.get((tenant, path)) if store._held is not None else None
                 if kept is not None:

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import orjson
 
 from ... import errors
-from ...events import PreparedEvent, any_ephemeral, any_object, idempotency_keys, now_ms
+from ...events import PreparedEvent, any_ephemeral, any_object, idempotency_keys, now_ms, size_of
 from ...lifecycle import GLOBAL, STREAM_CLOSED, STREAM_CREATED, STREAM_DELETED, new_stream_id, stream_fact
 from ..contract import (
     Admitted,
@@ -209,7 +209,6 @@ def _bind_object(conn: sqlite3.Connection, tenant: str, sid: int, object_id: str
 
 _batch_of_pair = operator.itemgetter(0)
 _size_of_pair = operator.itemgetter(1)
-_size_of = operator.attrgetter("size")
 
 
 def batch_counts(
@@ -221,7 +220,7 @@ def batch_counts(
     if not prior and not any_ephemeral(events):
         # Most commits: every event new and durable, each batch's events
         # side by side: counted a batch at a time, the events at C speed.
-        for b, members in itertools.groupby(zip(batch_of, map(_size_of, events)), _batch_of_pair):
+        for b, members in itertools.groupby(zip(batch_of, map(size_of, events)), _batch_of_pair):
             pairs = list(members)
             counts = per_batch.setdefault(b, [0, 0, 0])
             counts[0] += len(pairs)
@@ -636,7 +635,8 @@ class SqliteStore:
         # 2. Object bindings: a new record may only reference an uploaded
         # object that has not expired; a duplicate counts only when its
         # object was committed by the record the key found.
-        for i, e in enumerate(events if any_object(events) else ()):
+        has_objects = any_object(events)
+        for i, e in enumerate(events if has_objects else ()):
             if e.object_id is None:
                 continue
             obj = conn.execute(
@@ -680,7 +680,7 @@ class SqliteStore:
             if any_ephemeral(events):  # they take offsets, not rows
                 kept = [(seq, e) for seq, e in zip(seqs, events) if not e.ephemeral]
                 seqs, durable = [seq for seq, _ in kept], [e for _, e in kept]
-            for seq, e in enumerate(events if any_object(events) else (), head + 1):
+            for seq, e in enumerate(events if has_objects else (), head + 1):
                 if e.object_id is not None:
                     _bind_object(conn, tenant, sid, e.object_id, seq)
             head += len(events)
