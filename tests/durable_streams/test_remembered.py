@@ -6,9 +6,13 @@ stream up every time: the same answers)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 
+import asyncpg
 import httpx
+import pytest
 
 from tests.http.conftest import Server
 
@@ -67,3 +71,41 @@ def test_an_append_after_a_close_elsewhere_is_refused_with_the_current_offset(de
     assert refused.headers["stream-closed"] == "true"
     assert refused.headers["stream-next-offset"] == httpx.head(url).headers["stream-next-offset"]
     assert len(httpx.get(url, params={"offset": "-1"}).json()) == 3
+
+
+def test_a_post_racing_a_delete_gets_404_and_creates_nothing(dev_server: Server) -> None:
+    """PostgreSQL: a DELETE commits between the POST's lookup of the stream
+    and its append. The append must not create the path again."""
+    if not dev_server.db_url.startswith("postgresql"):
+        pytest.skip("SQLite's route remembers streams: the tests above cover it")
+    name, url = _remembered(dev_server, b'{"n":1}')
+
+    async def race() -> httpx.Response:
+        conn = await asyncpg.connect(dev_server.db_url)  # the admin role: no row-level security
+        try:
+            tx = conn.transaction()
+            await tx.start()
+            # A delete in progress: the stream row locked and removed, not yet committed.
+            sid = await conn.fetchval(
+                "SELECT sid FROM streams WHERE tenant_id='default' AND path=$1 FOR UPDATE", "/" + name
+            )
+            for table in ("events", "protocol_streams", "streams"):
+                await conn.execute(f"DELETE FROM {table} WHERE tenant_id='default' AND sid=$1", sid)
+            post = asyncio.ensure_future(asyncio.to_thread(httpx.post, url, headers=JSON, content=b'{"n":2}'))
+            # The POST has looked the stream up (still there for it) once its
+            # append waits for the row lock.
+            deadline = time.monotonic() + 10
+            while not await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ):
+                assert not post.done() and time.monotonic() < deadline, "the append never waited for the lock"
+                await asyncio.sleep(0.01)
+            await tx.commit()
+            answer = await post
+            assert await conn.fetchval("SELECT count(*) FROM streams WHERE path=$1", "/" + name) == 0
+            return answer
+        finally:
+            await conn.close()
+
+    assert asyncio.run(race()).status_code == 404
+    assert httpx.get(url, params={"offset": "-1"}).status_code == 404

@@ -171,6 +171,16 @@ class GuardBook:
                             last_seq=None if guard.producer is None else guard.producer[2], closed=self.closed)
 
 
+OK = GuardOutcome("ok")
+
+
+def one_lifetime(guards: Sequence[Guard | None]) -> str | None:
+    """The lifetime the guarded batches were all decided for, when that is
+    all their guards check; None when any checks more or they disagree."""
+    lifetimes = {g.stream_id if g.lifetime_only else None for g in guards if g is not None}
+    return lifetimes.pop() if len(lifetimes) == 1 else None
+
+
 def decide_batches(
     book: GuardBook, events: Sequence[PreparedEvent], batch_of: Sequence[int], guards: Sequence[Guard | None]
 ) -> tuple[list[GuardOutcome], list[PreparedEvent], list[int]]:
@@ -207,8 +217,9 @@ class ProtocolStore(Protocol):
     # Whether the protocol routes keep the streams they looked up in memory
     # (http/durable_streams/known.py) and send every append with its
     # lifetime guard: on SQLite's one writer a lifetime-only guard costs one
-    # read in the group's transaction; on PostgreSQL any guard takes the
-    # commit off its one-statement path, for more than the lookup it saves.
+    # read in the group's transaction. On PostgreSQL the routes look the
+    # stream up every time (other processes change it) and send the append
+    # with the lifetime they found.
     remembers_streams: bool
 
     async def stream(self, tenant: str, path: str) -> ProtocolStream | None:

@@ -347,11 +347,7 @@ class DurableStreams:
             # With the lifetime the route looked up: a DELETE and a PUT in
             # between refuse the append as "gone" rather than take it into
             # the new stream.
-            lifetime = stream.stream_id if remembered else None
-            guard = (
-                Guard(producer, stream_seq, close, lifetime)
-                if (producer or stream_seq is not None or close or lifetime) else None
-            )
+            guard = Guard(producer, stream_seq, close, stream.stream_id)
             try:
                 answer = await self.runtime.appends.append_protocol(tenant, request.path, events, guard)
             except errors.StreamClosed:
@@ -361,8 +357,7 @@ class DurableStreams:
             except errors.StreamNotFound:
                 self.known.forget(tenant, request.path)
                 raise
-            if not isinstance(answer, GuardedAppend):
-                return Answer(204, {"stream-next-offset": offsets.token(answer[-1].offset)})
+            assert isinstance(answer, GuardedAppend)  # a guarded append's answer
             if answer.outcome.status != "gone":
                 break
             self.known.forget(tenant, request.path)

@@ -60,7 +60,7 @@ from ..rows import (
 )
 from .actors import PgActorStore
 from .faults import connection_lost, is_closed, refused_before_send, rolled_back
-from ..protocol import Guard
+from ..protocol import OK, Guard, one_lifetime
 from .outbox import PgOutboxStore
 from .protocol import PgProtocolStore
 from .subscriptions import PgSubscriptionStore
@@ -127,6 +127,12 @@ APPEND = "SELECT * FROM yoke_append($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$
 # channel (relay.py, migration 0008).
 APPEND_RELAY = (
     "SELECT * FROM yoke_append_relay($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,"
+    "$19,$20,$21)"
+)
+# yoke_append into the lifetime ($21) a protocol append was decided for, or
+# no row when the path no longer holds it (migration 0022).
+APPEND_IN_LIFETIME = (
+    "SELECT * FROM yoke_append_in_lifetime($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,"
     "$19,$20,$21)"
 )
 
@@ -446,9 +452,17 @@ class PostgresStore:
         new_stream_id: str,
         guards: Sequence[Guard | None] | None = None,
     ) -> CommitResult:
-        if guards is not None:
-            return await self.protocol.commit_guarded(tenant, path, events, batch_of, now, new_stream_id, guards)
         args = _append_args(tenant, path, events, batch_of, now, new_stream_id)
+        if guards is not None:
+            lifetime = one_lifetime(guards)
+            if lifetime is not None:  # the common case: one statement still
+                rows = await self._fetch(APPEND_IN_LIFETIME, *args, lifetime)
+                if rows:
+                    result = _commit_result(rows, events)
+                    return CommitResult(outcomes=result.outcomes, head=result.head, guards=[OK] * len(guards))
+            # Checks of producers, Stream-Seq or a close, or a lifetime no
+            # longer at the path: decided batch by batch.
+            return await self.protocol.commit_guarded(tenant, path, events, batch_of, now, new_stream_id, guards)
         if any(e.ephemeral for e in events):
             # yoke_append_relay: the first 18 (no p_kernel, no p_data: ephemeral events carry no bytes)
             owners, chunks = encode_relayed(tenant, path, now, events)

@@ -11,7 +11,7 @@ from ... import errors
 from ...lifecycle import STREAM_CLOSED, stream_fact
 from ...events import PreparedEvent
 from ..contract import CommitResult, StreamSettings
-from ..protocol import CreateSpec, Guard, GuardBook, GuardOutcome, ProtocolStream, assemble, decide_batches
+from ..protocol import OK, CreateSpec, Guard, GuardBook, ProtocolStream, assemble, decide_batches
 from ..rows import PROTOCOL_FORK_COPY, PROTOCOL_STREAM_SELECT, protocol_stream_from_row
 from ..protocol_forks import check_fork, sub_offset_prefix
 
@@ -33,7 +33,6 @@ LIFETIME_SELECT = (
     " LEFT JOIN protocol_streams p ON p.tenant_id = s.tenant_id AND p.sid = s.sid"
     " WHERE s.tenant_id=? AND s.path=?"
 )
-OK = GuardOutcome("ok")
 
 
 class SqliteProtocolStore:
