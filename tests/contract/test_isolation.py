@@ -50,6 +50,7 @@ async def test_row_level_security_hides_other_tenants(db_url, tenant):
                     await conn.fetch("SELECT * FROM yoke_read($1, '/b', 0, 100, 10, NULL)", tenant + "-b")
             # Each in a transaction of its own (a refused call ends one).
             for call in ("SELECT * FROM yoke_read_stored($1, '/b', 0, 10, 1000)",
+                         "SELECT * FROM yoke_read_payloads($1, '/b', 0, 10, 'ds.message')",
                          "SELECT * FROM yoke_protocol_stream($1, '/b')",
                          "SELECT * FROM yoke_append_in_lifetime($1, '/b', 'y', 0, '{}', '{}', '{}', '{}', '{}',"
                          " NULL, NULL, '{}', NULL, NULL, NULL, '{}', '{}', NULL, false, NULL, 'x')"):

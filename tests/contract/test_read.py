@@ -212,6 +212,51 @@ async def test_read_stored_is_read_undecoded(y, tenant):
     assert (missing.exists, missing.events) == (False, [])
 
 
+async def test_read_payloads_joins_the_page_read_stored_would_return(y, tenant):
+    # A protocol read of a JSON stream: the page's payload texts as stored,
+    # joined into one JSON array by the database, the same page as
+    # read_stored's (limit, offsets after ephemeral ones, head, closed).
+    from yoke.http.durable_streams.messages import MESSAGE_TYPE, message_event, render
+
+    path = "/joined"
+    texts = ['{"n":1}', '{"b":[1,2.5,null,true],"a":"\u00e9\u2028","n":-9223372036854775808}', '"x"', "[]"]
+    await y.appends.append_protocol(tenant, path, [message_event(t) for t in texts[:2]], None)
+    await y.stream(path, tenant=tenant).append({"type": MESSAGE_TYPE, "payload": 5, "ephemeral": True})
+    await y.appends.append_protocol(tenant, path, [message_event(t) for t in texts[2:]], None)
+    for after, limit in ((0, 100), (0, 2), (1, 2), (2, 100), (3, 1), (5, 100)):
+        stored = await y.store.read_stored(tenant, path, after, limit, 1 << 20)
+        joined = await y.store.read_payloads(tenant, path, after, limit, 1 << 20, MESSAGE_TYPE)
+        assert joined is not None, (after, limit)
+        assert joined.body == render(stored.events, "application/json"), (after, limit)
+        assert joined.last == (stored.events[-1].offset if stored.events else None), (after, limit)
+        assert (joined.head, joined.closed) == (stored.head, stored.closed) == (5, False)
+    whole = await y.store.read_payloads(tenant, path, 0, 100, 1 << 20, MESSAGE_TYPE)
+    assert whole.body == ("[" + ",".join(texts) + "]").encode()  # the texts as they were stored
+    assert whole.last == 5  # offset 3 was the ephemeral event's
+    assert (await y.store.read_payloads(tenant, path, 5, 100, 1 << 20, MESSAGE_TYPE)) == (5, False, None, b"[]")
+    await y.stream(path, tenant=tenant).close()
+    assert (await y.store.read_payloads(tenant, path, 0, 100, 1 << 20, MESSAGE_TYPE)).closed
+
+
+async def test_read_payloads_leaves_other_pages_to_read_stored(y, tenant):
+    from yoke.http.durable_streams.messages import MESSAGE_TYPE, message_event
+    from yoke.store.protocol_forks import bytes_event
+
+    path = "/mixed"
+    messages = [message_event('{"pad":"%s"}' % ("x" * 50)) for _ in range(3)]
+    await y.appends.append_protocol(tenant, path, messages, None)
+    size = sum(e.size for e in messages)
+    # Within the byte cap exactly, and one byte short of it.
+    assert (await y.store.read_payloads(tenant, path, 0, 100, size, MESSAGE_TYPE)).last == 3
+    assert await y.store.read_payloads(tenant, path, 0, 100, size - 1, MESSAGE_TYPE) is None
+    await y.stream(path, tenant=tenant).append({"type": "other", "payload": 1})
+    assert await y.store.read_payloads(tenant, path, 0, 100, 1 << 20, MESSAGE_TYPE) is None  # another type
+    assert (await y.store.read_payloads(tenant, path, 0, 3, 1 << 20, MESSAGE_TYPE)).last == 3  # not in the page
+    await y.appends.append_protocol(tenant, path, [bytes_event(b"raw")], None)
+    assert await y.store.read_payloads(tenant, path, 4, 100, 1 << 20, "ds.bytes") is None  # bytes
+    assert await y.store.read_payloads(tenant, "/never", 0, 100, 1 << 20, MESSAGE_TYPE) is None
+
+
 async def test_pages_long_and_short_follow_the_cap_rule(y, tenant):
     # Byte caps, limits and byte messages, on pages long and short (SQLite
     # builds a long page in one statement and steps a short one): read and

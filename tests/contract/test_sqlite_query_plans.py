@@ -49,6 +49,7 @@ async def test_statements_on_events_use_an_index(tmp_path, monkeypatch) -> None:
         events = events_of(b'[{"a":1},{"a":2}]', "application/json")
         await store.commit("default", "/ds", events, [0, 0], now_ms(), "x", [Guard(stream_id=created.stream_id)])
         await store.read_stored("default", "/ds", 0, 100, 1 << 20)
+        assert await store.read_payloads("default", "/ds", 0, 100, 1 << 20, "ds.message") is not None
         await s.delete()
 
     on_events = [sql for sql in statements if ON_EVENTS.search(sql) and not sql.lstrip().upper().startswith("INSERT")]

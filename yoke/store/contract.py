@@ -227,6 +227,18 @@ class ReadPage:
     created_at: int = 0
 
 
+class PayloadPage(NamedTuple):
+    """``read_payloads``'s page: the stream's head and closed flag, read with
+    it, the page's last offset (None when no event follows ``after``), and
+    the JSON array of its events' payload texts as stored, in offset order,
+    as UTF-8 bytes."""
+
+    head: int
+    closed: bool
+    last: int | None
+    body: bytes
+
+
 @dataclass(frozen=True, slots=True)
 class GapEvidence:
     """Events a tail found that no wake-up had announced (streams/gaps.py)."""
@@ -313,6 +325,16 @@ class Store(Protocol):
         """``read``, with each event as a ``StoredEvent``: its offset, type,
         payload JSON text as stored and bytes, nothing decoded (the Durable
         Streams protocol serves the stored text as it is)."""
+
+    async def read_payloads(
+        self, tenant: str, path: str, after: int, limit: int, max_bytes: int, type: str
+    ) -> PayloadPage | None:
+        """The page ``read_stored`` would return, as the JSON array of its
+        events' payload texts, joined by the database (no event is decoded,
+        nor made an object): when the stream exists and each of those events
+        has type ``type`` and no bytes, and together they fit ``max_bytes``.
+        None otherwise: the caller reads with ``read_stored``. (A Durable
+        Streams read of a JSON stream written through the protocol.)"""
 
     async def read_one(self, tenant: str, path: str, offset: int) -> ReadPage: ...
 

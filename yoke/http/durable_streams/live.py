@@ -18,14 +18,12 @@ import orjson
 
 from ...store.protocol import ProtocolStream
 from . import offsets
-from .messages import is_text, render
+from .messages import is_text, read_page
 
 if TYPE_CHECKING:
     from .routes import DurableStreams, Request
 
 LINE_BREAK = re.compile(rb"\r\n|\r|\n")
-PAGE_EVENTS = 1000
-PAGE_BYTES = 1024 * 1024
 
 
 def frame(kind: bytes, data: bytes) -> bytes:
@@ -68,14 +66,13 @@ async def sse(
         idle_since = time.monotonic()
         first = True
         while not gone.is_set():
-            page = await runtime.store.read_stored(tenant, stream.path, after, PAGE_EVENTS, PAGE_BYTES)
+            page = await read_page(runtime.store, tenant, stream.path, after, stream.content_type)
             if not page.exists:
                 return
             out = bytearray()
-            if page.events:
-                body = render(page.events, stream.content_type)
-                out += frame(b"data", base64.b64encode(body) if encode else body)
-                after = page.events[-1].offset
+            if page.last is not None:
+                out += frame(b"data", base64.b64encode(page.body) if encode else page.body)
+                after = page.last
             up_to_date = after >= page.head
             control: dict[str, Any] = {"streamNextOffset": offsets.token(after)}
             if up_to_date and page.closed:
@@ -86,7 +83,7 @@ async def sse(
                 if up_to_date:
                     control["upToDate"] = True
             now = time.monotonic()
-            if page.events or "streamClosed" in control or first \
+            if page.last is not None or "streamClosed" in control or first \
                     or now - idle_since >= settings.protocol_long_poll_s:
                 out += frame(b"control", orjson.dumps(control))
                 idle_since = now

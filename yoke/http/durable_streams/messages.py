@@ -13,18 +13,23 @@ byte stream, that object's JSON text).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import orjson
 
 from ... import errors
 from ...events import PreparedEvent, json_text, json_texts, new_event_id, new_event_ids, utf8_len
-from ...store.contract import StoredEvent
+from ...store.contract import Store, StoredEvent
 from ...store.protocol_forks import BYTES_TYPE, JSON, base_type, bytes_event
 from ..responses import read_json
 
 MESSAGE_TYPE = "ds.message"
 # What a message costs besides its JSON (the envelope a read sends with it).
 MESSAGE_OVERHEAD = 16
+# A read's page: at most this many events, and this many bytes of them
+# (the first event whatever its size).
+PAGE_EVENTS = 1000
+PAGE_BYTES = 1024 * 1024
 
 
 def is_json(content_type: str) -> bool:
@@ -88,4 +93,29 @@ def render(events: Sequence[StoredEvent], content_type: str) -> bytes:
     return b"".join([_message_bytes(e) for e in events])
 
 
-__all__ = ["BYTES_TYPE", "MESSAGE_TYPE", "events_of", "render", "is_json", "is_text"]
+class Page(NamedTuple):
+    """A protocol read's page: whether the stream exists, its head and closed
+    flag read with the page, the page's last offset (None: no message after
+    the read's offset), and the response body (``render``'s)."""
+
+    exists: bool
+    head: int
+    closed: bool
+    last: int | None
+    body: bytes
+
+
+async def read_page(store: Store, tenant: str, path: str, after: int, content_type: str) -> Page:
+    """The messages after offset ``after``. A page of a JSON stream holding
+    only ``ds.message`` events comes joined by the database, as it is
+    stored; any other page is read event by event and rendered."""
+    if is_json(content_type):
+        joined = await store.read_payloads(tenant, path, after, PAGE_EVENTS, PAGE_BYTES, MESSAGE_TYPE)
+        if joined is not None:
+            return Page(True, joined.head, joined.closed, joined.last, joined.body)
+    page = await store.read_stored(tenant, path, after, PAGE_EVENTS, PAGE_BYTES)
+    last = page.events[-1].offset if page.events else None
+    return Page(page.exists, page.head, page.closed, last, render(page.events, content_type))
+
+
+__all__ = ["BYTES_TYPE", "MESSAGE_TYPE", "Page", "events_of", "read_page", "render", "is_json", "is_text"]

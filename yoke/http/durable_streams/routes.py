@@ -29,7 +29,7 @@ from ..hotpath import read_body
 from . import offsets
 from .known import KnownStreams
 from .live import sse
-from .messages import events_of, is_json, render
+from .messages import Page, events_of, is_json, read_page
 
 log = logging.getLogger("yoke.http.durable_streams")
 
@@ -37,8 +37,6 @@ Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]]], Awaitable[None]]
 
 PREFIX = "/v1/stream/"
-PAGE_EVENTS = 1000
-PAGE_BYTES = 1024 * 1024
 
 ALLOW_HEADERS = (
     "content-type, authorization, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Closed, Producer-Id,"
@@ -448,17 +446,14 @@ class DurableStreams:
         after = _checked(stream.head if offset == "now" else (offset or 0), stream)
         if live == "long-poll":
             return await self._long_poll(tenant, path, stream, after, client_cursor)
-        page = await self.runtime.store.read_stored(tenant, path, after, PAGE_EVENTS, PAGE_BYTES)
+        page = await read_page(self.runtime.store, tenant, path, after, stream.content_type)
         return self._page_answer(request, stream, after, page, None)
 
     def _page_answer(
-        self, request: Request, stream: ProtocolStream, after: int, page: Any, client_cursor: str | None,
+        self, request: Request, stream: ProtocolStream, after: int, page: Page, client_cursor: str | None,
         live: bool = False,
     ) -> Answer:
-        if page.events:
-            end = page.events[-1].offset
-        else:
-            end = max(after, page.head)
+        end = page.last if page.last is not None else max(after, page.head)
         up_to_date = end >= page.head
         at_end = up_to_date and page.closed
         headers = {
@@ -475,7 +470,7 @@ class DurableStreams:
             headers["stream-cursor"] = offsets.cursor(client_cursor)
         if request.headers.get("if-none-match") == headers["etag"]:
             return Answer(304, {"etag": headers["etag"]})
-        return Answer(200, headers, render(page.events, stream.content_type))
+        return Answer(200, headers, page.body)
 
     async def _long_poll(
         self, tenant: str, path: str, stream: ProtocolStream, after: int, client_cursor: str | None,
@@ -485,10 +480,10 @@ class DurableStreams:
         try:
             deadline = time.monotonic() + runtime.settings.protocol_long_poll_s
             while True:
-                page = await runtime.store.read_stored(tenant, path, after, PAGE_EVENTS, PAGE_BYTES)
+                page = await read_page(runtime.store, tenant, path, after, stream.content_type)
                 if not page.exists:
                     raise errors.StreamNotFound(f"stream {path} does not exist", path=path)
-                if page.events:
+                if page.last is not None:
                     return self._page_answer(_NO_REQUEST, stream, after, page, client_cursor, live=True)
                 remaining = deadline - time.monotonic()
                 if page.closed or remaining <= 0:

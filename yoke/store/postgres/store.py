@@ -31,6 +31,7 @@ from ..contract import (
     Limits,
     ObjectInfo,
     Outcome,
+    PayloadPage,
     ReadPage,
     Retention,
     StoredEvent,
@@ -948,6 +949,20 @@ class PostgresStore:
             events=[StoredEvent(i[0], i[1], i[2], None if i[4] is None else bytes.fromhex(i[4])) for i in items],
             sizes=[i[3] for i in items], capped=len(items) < counted, stream_id=stream_id, created_at=created_at,
         )
+
+    @retry_reads
+    async def read_payloads(
+        self, tenant: str, path: str, after: int, limit: int, max_bytes: int, type: str
+    ) -> PayloadPage | None:
+        row = await self._fetchrow(
+            "SELECT * FROM yoke_read_payloads($1, $2, $3, $4, $5)", tenant, path, after, limit, type
+        )
+        if row is None:
+            return None
+        head, closed, _, total, others, last, body = row
+        if others or total > max_bytes:
+            return None
+        return PayloadPage(head, closed, last, body)
 
     @retry_reads
     async def read_one(self, tenant: str, path: str, offset: int) -> ReadPage:

@@ -36,6 +36,7 @@ from ..contract import (
     Limits,
     ObjectInfo,
     Outcome,
+    PayloadPage,
     ReadPage,
     Retention,
     StreamInfo,
@@ -132,6 +133,17 @@ SELECT (SELECT count(*) FROM w),
         FROM (SELECT {columns}, size, CASE WHEN data IS NULL THEN NULL ELSE hex(data) END AS data
               FROM kept k JOIN events e ON e.tenant_id=? AND e.sid=? AND e.seq=k.seq ORDER BY e.seq) e)
 """
+# read_payloads: of the events the limit takes, how many, their total size,
+# how many are of another type or carry bytes, their offsets, and their
+# payload texts as one JSON array (bytes: no decoding in the sqlite3
+# module). Before 3.44 SQLite does not promise group_concat's order (it
+# keeps the subquery's in practice): the offsets say whether it did.
+PAYLOAD_PAGE = (
+    "SELECT count(*), coalesce(sum(size), 0), count(*) FILTER (WHERE type <> ? OR data IS NOT NULL),"
+    " group_concat(seq), CAST('[' || coalesce(group_concat(payload, ','), '') || ']' AS BLOB)"
+    " FROM (SELECT seq, size, type, payload, data FROM events"
+    "       WHERE tenant_id=? AND sid=? AND seq > ? ORDER BY seq LIMIT ?)"
+)
 EVENT_PAGE = PAGE_IN_ONE_ROW.format(columns=EVENT_COLUMNS.replace("seq,", "e.seq,", 1))
 STORED_PAGE = PAGE_IN_ONE_ROW.format(columns=STORED_COLUMNS.replace("seq,", "e.seq,", 1))
 
@@ -1229,6 +1241,29 @@ class SqliteStore:
         return await self._read(self._read_range, tenant, path, after, limit, max_bytes, True)
 
     @retry_reads
+    async def read_payloads(
+        self, tenant: str, path: str, after: int, limit: int, max_bytes: int, type: str
+    ) -> PayloadPage | None:
+        return await self._read(self._read_payloads, tenant, path, after, limit, max_bytes, type)
+
+    def _read_payloads(
+        self, tenant: str, path: str, after: int, limit: int, max_bytes: int, type: str
+    ) -> PayloadPage | None:
+        def joined(conn: sqlite3.Connection, stream: tuple[Any, ...]) -> PayloadPage | None:
+            sid, head, _, closed = stream[:4]
+            count, size, others, seqs, body = conn.execute(
+                PAYLOAD_PAGE, (type, tenant, sid, after, limit)
+            ).fetchone()
+            if others or size > max_bytes:
+                return None
+            offsets = list(map(int, seqs.split(","))) if count else []
+            if any(a >= b for a, b in zip(offsets, offsets[1:])):
+                return None
+            return PayloadPage(head, bool(closed), offsets[-1] if offsets else None, body)
+
+        return self._in_snapshot(tenant, path, joined)
+
+    @retry_reads
     async def read_one(self, tenant: str, path: str, offset: int) -> ReadPage:
         def take(conn: sqlite3.Connection, sid: int, head: int) -> tuple[list[Any], list[int], bool]:
             return self._stepped(conn, tenant, path, sid, "seq = ?", (offset,), None, event_from_row, EVENT_COLUMNS)
@@ -1263,25 +1298,35 @@ class SqliteStore:
 
         return self._read_snapshot(tenant, path, take)
 
+    def _in_snapshot(
+        self, tenant: str, path: str, fn: Callable[[sqlite3.Connection, tuple[Any, ...]], T]
+    ) -> T | None:
+        """``fn(conn, stream)`` in one read transaction, ``stream`` the
+        stream's READ_STREAM row; None when there is no stream at the path."""
+        conn = self._rconn()
+        conn.execute("BEGIN")
+        try:
+            row = conn.execute(READ_STREAM, (tenant, path)).fetchone()
+            return None if row is None else fn(conn, row)
+        finally:
+            conn.execute("COMMIT")
+
     def _read_snapshot(
         self, tenant: str, path: str,
         take: Callable[[sqlite3.Connection, int, int], tuple[list[Any], list[int], bool]],
     ) -> ReadPage:
         """The stream row and the events ``take(conn, sid, head)`` reads, in one read transaction."""
-        conn = self._rconn()
-        conn.execute("BEGIN")
-        try:
-            row = conn.execute(READ_STREAM, (tenant, path)).fetchone()
-            if row is None:
-                return ReadPage(exists=False, head=0, pruned_through=0, events=[])
-            sid, head, pruned_through, closed, stream_id, created_at = row
+
+        def page(conn: sqlite3.Connection, stream: tuple[Any, ...]) -> ReadPage:
+            sid, head, pruned_through, closed, stream_id, created_at = stream
             events, sizes, capped = take(conn, sid, head)
-        finally:
-            conn.execute("COMMIT")
-        return ReadPage(
-            exists=True, head=head, pruned_through=pruned_through, events=events, closed=bool(closed),
-            sizes=sizes, capped=capped, stream_id=stream_id, created_at=created_at,
-        )
+            return ReadPage(
+                exists=True, head=head, pruned_through=pruned_through, events=events, closed=bool(closed),
+                sizes=sizes, capped=capped, stream_id=stream_id, created_at=created_at,
+            )
+
+        found = self._in_snapshot(tenant, path, page)
+        return found if found is not None else ReadPage(exists=False, head=0, pruned_through=0, events=[])
 
     @staticmethod
     def _page_in_one_row(
