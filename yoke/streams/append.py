@@ -109,7 +109,9 @@ class Appender:
     assembled and sent while the previous one commits (they still commit one
     after the other, under the stream row lock). A group holding ephemeral
     events runs alone, so readers have at most one such commit to wait for
-    (see ``ephemeral``).
+    (see ``ephemeral``), and holds no guarded (protocol) append: a guarded
+    commit takes the store's guarded path, which does not relay ephemeral
+    events to other processes.
     """
 
     MAX_INFLIGHT = 2
@@ -165,6 +167,7 @@ class Appender:
         group: list[_Request] = []
         keys: set[str] = set()
         count = 0
+        guarded = ephemeral = False
         while self._queue:
             request = self._queue[0]
             has_ephemeral = any_ephemeral(request.events)
@@ -173,10 +176,14 @@ class Appender:
             request_keys = set(idempotency_keys(request.events))
             if group and (count + len(request.events) > limit or keys & request_keys):
                 break
+            if group and ((has_ephemeral and guarded) or (request.guard is not None and ephemeral)):
+                break
             self._queue.popleft()
             group.append(request)
             keys |= request_keys
             count += len(request.events)
+            guarded = guarded or request.guard is not None
+            ephemeral = ephemeral or has_ephemeral
             if has_ephemeral:
                 self._ephemeral_inflight = True
         return group

@@ -453,10 +453,10 @@ class PostgresStore:
         new_stream_id: str,
         guards: Sequence[Guard | None] | None = None,
     ) -> CommitResult:
-        args = _append_args(tenant, path, events, batch_of, now, new_stream_id)
         if guards is not None:
             lifetime = one_lifetime(guards)
             if lifetime is not None:  # the common case: one statement still
+                args = _append_args(tenant, path, events, batch_of, now, new_stream_id)
                 rows = await self._fetch(APPEND_IN_LIFETIME, *args, lifetime)
                 if rows:
                     result = _commit_result(rows, events)
@@ -464,6 +464,7 @@ class PostgresStore:
             # Checks of producers, Stream-Seq or a close, or a lifetime no
             # longer at the path: decided batch by batch.
             return await self.protocol.commit_guarded(tenant, path, events, batch_of, now, new_stream_id, guards)
+        args = _append_args(tenant, path, events, batch_of, now, new_stream_id)
         if any(e.ephemeral for e in events):
             # yoke_append_relay: the first 18 (no p_kernel, no p_data: ephemeral events carry no bytes)
             owners, chunks = encode_relayed(tenant, path, now, events)
