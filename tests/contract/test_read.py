@@ -219,7 +219,7 @@ async def test_read_payloads_joins_the_page_read_stored_would_return(y, tenant):
     from yoke.http.durable_streams.messages import MESSAGE_TYPE, message_event, render
 
     path = "/joined"
-    texts = ['{"n":1}', '{"b":[1,2.5,null,true],"a":"\u00e9\u2028","n":-9223372036854775808}', '"x"', "[]"]
+    texts = ['{"n":1}', '{"b":[1,2.5,null,true],"a":"\u00e9\u2028","n":-9223372036854775808}', '"é ☃ 𝄞"', "[]"]
     await y.appends.append_protocol(tenant, path, [message_event(t) for t in texts[:2]], None)
     await y.stream(path, tenant=tenant).append({"type": MESSAGE_TYPE, "payload": 5, "ephemeral": True})
     await y.appends.append_protocol(tenant, path, [message_event(t) for t in texts[2:]], None)
