@@ -11,7 +11,7 @@ from ... import errors
 from ...lifecycle import STREAM_CLOSED, stream_fact
 from ...events import PreparedEvent
 from ..contract import CommitResult, StreamSettings
-from ..protocol import OK, CreateSpec, Guard, GuardBook, ProtocolStream, assemble, decide_batches
+from ..protocol import OK, CreateSpec, Guard, GuardBook, ProtocolStream, assemble, decide_batches, one_lifetime
 from ..rows import PROTOCOL_FORK_COPY, PROTOCOL_STREAM_SELECT, protocol_stream_from_row
 from ..protocol_forks import check_fork, sub_offset_prefix
 
@@ -149,11 +149,12 @@ class SqliteProtocolStore:
     ) -> CommitResult:
         """``Store.commit`` with guards, inside the writer's transaction."""
         store = self._store
-        if all(g is None or g.lifetime_only for g in guards):
+        lifetime = one_lifetime(guards)
+        if lifetime is not None:
             # Every protocol append carries its stream's lifetime: when that
             # is all it checks, the rows stay held back for the group's end.
             stream_id, deleted = self._lifetime(conn, tenant, path)
-            if not any(g is not None and g.gone(stream_id, deleted) for g in guards):
+            if lifetime == stream_id and not deleted:
                 result = store._commit_in(conn, tenant, path, events, batch_of, now, new_stream_id)
                 kept = store._stream_rows.get((tenant, path)) if store._held is not None else None
                 if kept is not None:
