@@ -347,15 +347,28 @@ class InstanceDatabase:
         transaction (its reads see them) until ``commit_run`` or
         ``rollback_run``; ``end_run`` lets the next run in."""
         await self.run_lock.acquire()
-        try:
-            def begin(conn: sqlite3.Connection) -> None:
-                conn.execute("BEGIN")
-                conn.set_authorizer(_no_transaction_control)
+        began = False
 
+        def begin(conn: sqlite3.Connection) -> None:
+            nonlocal began
+            conn.execute("BEGIN")
+            conn.set_authorizer(_no_transaction_control)
+            began = True
+            crash_points.reached("sqlite_begin")  # test only (on the pool thread)
+
+        try:
+            crash_points.reached("begin_run")  # test only
             await self._run(begin, write=False)
             self._in_run, self._run_wrote = True, False
         except BaseException:
-            self.run_lock.release()
+            # Cancelled (the run's time ran out) while the thread began the
+            # transaction: it ends here, or it would stay open, its
+            # authorizer refusing every later run's BEGIN.
+            try:
+                if began:
+                    await _finish(asyncio.ensure_future(self._end_transaction()))
+            finally:
+                self.run_lock.release()
             raise
 
     async def applied(self, qid: int) -> Any:
@@ -381,6 +394,17 @@ class InstanceDatabase:
 
         def commit(conn: sqlite3.Connection) -> tuple[bool, Callable[[], Any] | None, bytes | None]:
             conn.set_authorizer(None)
+            try:
+                return commit_open(conn)
+            except BaseException:
+                # Nothing of the run committed: its transaction ends with it
+                # (left open, the next run's BEGIN would fail, and reads
+                # would see the run's writes).
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+        def commit_open(conn: sqlite3.Connection) -> tuple[bool, Callable[[], Any] | None, bytes | None]:
             if not self._run_wrote:
                 conn.execute("ROLLBACK")
                 return False, None, None
@@ -418,18 +442,24 @@ class InstanceDatabase:
 
     async def rollback_run(self) -> None:
         """Drop the run's writes (a failed or cancelled run)."""
+        try:
+            if self._in_run:
+                await self._end_transaction()
+        finally:
+            self._in_run = False
+
+    async def _end_transaction(self) -> None:
+        """Roll back the open transaction of a run, if any, and lift the
+        run's authorizer."""
         def rollback(conn: sqlite3.Connection) -> None:
             conn.set_authorizer(None)
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
 
         try:
-            if self._in_run:
-                await self._run(rollback, write=False)
+            await self._run(rollback, write=False)
         except DatabaseClosed:
             pass  # its transaction went with the connection
-        finally:
-            self._in_run = False
 
     def end_run(self) -> None:
         self.run_lock.release()

@@ -1,0 +1,94 @@
+"""An atomic run that ends early never leaves its transaction open on the
+instance's database: a run cut off by its timeout while its BEGIN was on
+the pool thread, and a commit that fails before its COMMIT. Left open, the
+transaction (and the run's authorizer, which refuses BEGIN) failed every
+later run of the instance until its events were all dead-lettered, and reads
+saw the abandoned run's writes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import yoke
+from yoke import App, Filter
+from yoke.actors import crash_points
+
+T = "default"
+
+
+def nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+async def test_a_commit_that_fails_before_its_commit_leaves_the_instance_usable(fresh_url: str, tmp_path) -> None:
+    """The run's effects cannot be recorded (an appended payload nested to
+    the limit nests deeper inside the run's marker): that event fails, and
+    the next event of the instance runs and commits as if it had not been."""
+    app = App()
+
+    @app.actor("deep", filter=Filter(types=["go"]), effects="atomic", max_attempts=2,
+               retry_base_s=0.01, retry_max_s=0.05)
+    async def deep(ctx, event):
+        await ctx.state.update(lambda s: {"count": (s or {}).get("count", 0) + 1})
+        if event.payload["deep"]:
+            await ctx.append({"type": "deep", "payload": nested(63)}, "/out")
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), storage="file") as y:
+        inst = await y.instances(T).create("deep", key="k")
+        first = await y.stream("/", T).append({"type": "go", "payload": {"deep": True}})
+        await y.wait_idle(timeout_s=60)
+        assert (await y.instances(T).state(inst.instance_id))[0] is None  # nothing of it, not even in reads
+        await y.stream("/", T).append({"type": "go", "payload": {"deep": False}})
+        await y.wait_idle(timeout_s=60)
+        dead = await y.failures(T).list(kind="dead_letter")
+        assert [f.offset for f in dead] == [first.offset]
+        assert "effects" in dead[0].error
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), storage="file") as y:
+        assert (await y.instances(T).state(inst.instance_id))[0] == {"count": 1}
+        assert await y.stream("/out", T).read(after=0) == []
+
+
+async def test_a_run_whose_time_runs_out_during_its_begin_is_retried(fresh_url: str, tmp_path) -> None:
+    """The run's timeout cancels it while the pool thread is beginning its
+    transaction; the thread goes on and begins it. The retry runs."""
+    app = App()
+    runs: list[int] = []
+
+    @app.actor("slow", filter=Filter(types=["go"]), effects="atomic", timeout_s=1.0, max_attempts=3,
+               retry_base_s=0.01, retry_max_s=0.05)
+    async def slow(ctx, event):
+        runs.append(ctx.attempt)
+        await ctx.state.update(lambda s: {"count": (s or {}).get("count", 0) + 1})
+
+    loop = asyncio.get_running_loop()
+    first_run: list[asyncio.Task] = []
+    gated: list[str] = []
+
+    async def cancelled_by_its_timeout(task: asyncio.Task) -> None:
+        while not (task.cancelling() or task.done()):
+            await asyncio.sleep(0.01)
+
+    def hook(point: str) -> None:
+        if point == "begin_run" and not first_run:  # on the loop
+            first_run.append(asyncio.current_task())
+        elif point == "sqlite_begin" and not gated:  # on the pool thread, the transaction begun
+            gated.append(point)
+            asyncio.run_coroutine_threadsafe(cancelled_by_its_timeout(first_run[0]), loop).result()
+
+    crash_points.hook = hook
+    try:
+        async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), storage="file") as y:
+            inst = await y.instances(T).create("slow", key="k")
+            await y.stream("/", T).append({"type": "go"})
+            await y.wait_idle(timeout_s=60)
+            state, _ = await y.instances(T).state(inst.instance_id)
+            dead = await y.failures(T).list(kind="dead_letter")
+    finally:
+        crash_points.hook = None
+    assert gated == ["sqlite_begin"]
+    assert runs == [2]
+    assert state == {"count": 1}
+    assert dead == []
