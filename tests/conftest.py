@@ -17,6 +17,24 @@ import yoke
 
 PG_ADMIN_URL = os.environ.get("YOKE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
+# The longest test files, longest first (`pytest --durations=0`, summed per
+# file: schemathesis alone is a fifth of the suite). `make test` hands whole
+# files to its workers in collection order (--dist loadfile): started last,
+# a long file ran alone at the end for minutes while the other workers idled.
+LONGEST_FIRST = [
+    "tests/http/test_schemathesis.py",
+    "tests/browser/test_console.py",
+    "tests/actors/test_isolation.py",
+    "tests/faults/test_memory_caps.py",
+    "tests/durable_streams/test_conformance.py",
+    "tests/faults/test_atomic_kill9.py",
+]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: the rest keep their order
+
 
 def with_database(url: str, database: str) -> str:
     parts = urlsplit(url)
