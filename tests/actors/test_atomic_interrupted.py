@@ -8,6 +8,7 @@ saw the abandoned run's writes."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 
 import yoke
 from yoke import App, Filter
@@ -92,3 +93,76 @@ async def test_a_run_whose_time_runs_out_during_its_begin_is_retried(fresh_url: 
     assert runs == [2]
     assert state == {"count": 1}
     assert dead == []
+
+
+async def test_a_run_whose_time_runs_out_before_its_commit_reaches_the_database_is_retried(
+    fresh_url: str, tmp_path
+) -> None:
+    """The run's timeout cancels it while its commit waits for the
+    instance's connection (an operation still holds it): the commit never
+    reaches the database, and the run's transaction is rolled back."""
+    app = App()
+    runs: list[int] = []
+    holders: list[asyncio.Task] = []
+    runtime: list[yoke.Runtime] = []
+
+    @app.actor("held", filter=Filter(types=["go"]), effects="atomic", timeout_s=1.0, max_attempts=3,
+               retry_base_s=0.01, retry_max_s=0.05)
+    async def held(ctx, event):
+        runs.append(ctx.attempt)
+        await ctx.state.update(lambda s: {"count": (s or {}).get("count", 0) + 1})
+        if ctx.attempt == 1:
+            db = runtime[0].state_databases().get(T, ctx.instance.instance_id)
+            run = asyncio.current_task()
+
+            async def hold_until_the_run_is_cancelled() -> None:
+                async with db._lock:  # what any operation on the connection holds
+                    while not (run.cancelling() or run.done()):
+                        await asyncio.sleep(0.01)
+
+            holders.append(asyncio.create_task(hold_until_the_run_is_cancelled()))
+            while not db._lock.locked():
+                await asyncio.sleep(0)
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), storage="file") as y:
+        runtime.append(y)
+        inst = await y.instances(T).create("held", key="k")
+        await y.stream("/", T).append({"type": "go"})
+        await y.wait_idle(timeout_s=60)
+        state, _ = await y.instances(T).state(inst.instance_id)
+        dead = await y.failures(T).list(kind="dead_letter")
+    assert len(holders) == 1 and holders[0].done()
+    assert runs == [1, 2]
+    assert state == {"count": 1}
+    assert dead == []
+
+
+async def test_a_transaction_left_open_is_rolled_back_by_the_next_run(fresh_url: str, tmp_path, caplog) -> None:
+    """The backstop: should a run ever end leaving its transaction open
+    (with its authorizer), the next run rolls it back, says so in the log,
+    and runs."""
+    app = App()
+
+    @app.actor("next", filter=Filter(types=["go"]), effects="atomic", max_attempts=1)
+    async def next_run(ctx, event):
+        await ctx.state.update(lambda s: {"count": (s or {}).get("count", 0) + 1})
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), storage="file") as y:
+        inst = await y.instances(T).create("next", key="k")
+        db = y.state_databases().get(T, inst.instance_id)
+
+        def abandoned_run(conn) -> None:  # what an interrupted run left behind before the fixes
+            conn.execute("BEGIN")
+            conn.execute("CREATE TABLE lost (n INTEGER)")
+            conn.set_authorizer(lambda *_: sqlite3.SQLITE_DENY)  # refuses even the next BEGIN
+
+        await db._run(abandoned_run, write=False)
+        await y.stream("/", T).append({"type": "go"})
+        await y.wait_idle(timeout_s=60)
+        state, _ = await y.instances(T).state(inst.instance_id)
+        tables = await y.instances(T).query(inst.instance_id, "SELECT name FROM sqlite_master WHERE name='lost'")
+        dead = await y.failures(T).list(kind="dead_letter")
+    assert state == {"count": 1}
+    assert tables.rows == []
+    assert dead == []
+    assert "rolled back a transaction an earlier run left open" in caplog.text

@@ -20,13 +20,14 @@ at once.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ from ..store.actors import ActorStore
 from . import crash_points
 
 T = TypeVar("T")
+log = logging.getLogger("yoke.actors.state")
 
 STATE_TABLE = "_yoke_state"
 # Atomic runs (actors/atomic.py): the queue rows whose run committed here,
@@ -351,9 +353,13 @@ class InstanceDatabase:
 
         def begin(conn: sqlite3.Connection) -> None:
             nonlocal began
+            if conn.in_transaction:  # no run should leave one: nothing of it committed
+                log.warning("instance %s: rolled back a transaction an earlier run left open", self.instance_id)
+                conn.set_authorizer(None)
+                conn.execute("ROLLBACK")
             conn.execute("BEGIN")
-            conn.set_authorizer(_no_transaction_control)
             began = True
+            conn.set_authorizer(_no_transaction_control)
             crash_points.reached("sqlite_begin")  # test only (on the pool thread)
 
         try:
@@ -366,7 +372,7 @@ class InstanceDatabase:
             # authorizer refusing every later run's BEGIN.
             try:
                 if began:
-                    await _finish(asyncio.ensure_future(self._end_transaction()))
+                    await _through_cancellation(self._end_transaction())
             finally:
                 self.run_lock.release()
             raise
@@ -392,7 +398,11 @@ class InstanceDatabase:
         storage = self._owner.storage
         done, self._applied_done = self._applied_done, []
 
+        reached = False
+
         def commit(conn: sqlite3.Connection) -> tuple[bool, Callable[[], Any] | None, bytes | None]:
+            nonlocal reached
+            reached = True
             conn.set_authorizer(None)
             try:
                 return commit_open(conn)
@@ -423,6 +433,8 @@ class InstanceDatabase:
             wrote, durable, image = await self._run(commit, write=False)
         except BaseException:
             self._applied_done = done + self._applied_done
+            if not reached:  # cancelled before the thread took it: the run's transaction is open
+                await _through_cancellation(self._end_transaction())
             raise
         finally:
             self._in_run = False
@@ -444,7 +456,7 @@ class InstanceDatabase:
         """Drop the run's writes (a failed or cancelled run)."""
         try:
             if self._in_run:
-                await self._end_transaction()
+                await _through_cancellation(self._end_transaction())
         finally:
             self._in_run = False
 
@@ -456,6 +468,8 @@ class InstanceDatabase:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
 
+        if self._conn is None:  # dropped (reload, close): its transaction went with it
+            return
         try:
             await self._run(rollback, write=False)
         except DatabaseClosed:
@@ -498,6 +512,22 @@ async def _finish(future: asyncio.Future[Any]) -> None:
             pass
     if not future.cancelled():
         future.exception()  # retrieved: the caller is cancelled, nobody else will
+
+
+async def _through_cancellation(cleanup: Awaitable[Any]) -> None:
+    """Run ``cleanup`` to its end even when the caller is cancelled
+    meanwhile (a rollback must not stop halfway); the cancellation is
+    raised after it."""
+    task = asyncio.ensure_future(cleanup)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait([task])
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    task.result()
 
 
 def _no_transaction_control(action: int, *_: Any) -> int:
