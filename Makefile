@@ -67,8 +67,10 @@ npm: $(DS_STAMP) $(NODE_BUILT)
 
 # Three test processes (pytest-xdist), a test file each at a time: most of the
 # suite's time is spent waiting on servers, fsync and timeouts, not on the CPU.
+# Files are handed out in collection order, longest first (tests/conftest.py),
+# not by their number of tests (xdist's default).
 test: $(DEV_STAMP) chromium npm
-	$(PY) -m pytest -q -n 3 --dist loadfile
+	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder
 
 run: $(RUN_STAMP)
 	@$(VENV)/bin/yoke serve --app examples.orders:app $(if $(PORT),--port $(PORT))

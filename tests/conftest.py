@@ -19,8 +19,9 @@ PG_ADMIN_URL = os.environ.get("YOKE_TEST_PG_URL", "postgresql://postgres@127.0.0
 
 # The longest test files, longest first (`pytest --durations=0`, summed per
 # file: schemathesis alone is a fifth of the suite). `make test` hands whole
-# files to its workers in collection order (--dist loadfile): started last,
-# a long file ran alone at the end for minutes while the other workers idled.
+# files to its workers in collection order (--dist loadfile
+# --no-loadscope-reorder): started last, a long file ran alone at the end for
+# minutes while the other workers idled.
 LONGEST_FIRST = [
     "tests/http/test_schemathesis.py",
     "tests/browser/test_console.py",
