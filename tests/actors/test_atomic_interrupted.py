@@ -13,6 +13,7 @@ import sqlite3
 import yoke
 from yoke import App, Filter
 from yoke.actors import crash_points
+from tests.actors.test_effects_atomic import cancelled_by_its_timeout
 
 T = "default"
 
@@ -67,10 +68,6 @@ async def test_a_run_whose_time_runs_out_during_its_begin_is_retried(fresh_url: 
     loop = asyncio.get_running_loop()
     first_run: list[asyncio.Task] = []
     gated: list[str] = []
-
-    async def cancelled_by_its_timeout(task: asyncio.Task) -> None:
-        while not (task.cancelling() or task.done()):
-            await asyncio.sleep(0.01)
 
     def hook(point: str) -> None:
         if point == "begin_run" and not first_run:  # on the loop

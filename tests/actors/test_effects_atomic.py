@@ -70,6 +70,15 @@ async def check_exactly_once(y: yoke.Runtime, events: int) -> None:
     assert sorted(e.payload["conversation_id"] for e in posted) == sorted(f"c{n}" for n in range(events))
 
 
+async def cancelled_by_its_timeout(task: asyncio.Task) -> None:
+    """Until the run's task is cancelled (its time ran out) or has ended."""
+    # Cancelled, waiting for the thread (fixed), or gone on without it.
+    while not (task.cancelling() or task.done()):
+        await asyncio.sleep(0.01)
+    for _ in range(3):  # the cancellation reaches the run's await
+        await asyncio.sleep(0)
+
+
 async def run_events(y: yoke.Runtime, events: int) -> None:
     await y.instances(T).create("counter", key="k")
     await y.stream("/", T).append_many([{"type": "inc", "payload": {"n": n}} for n in range(events)])
@@ -233,13 +242,6 @@ async def test_a_run_that_times_out_inside_its_local_commit_applies_once(
     loop = asyncio.get_running_loop()
     first_run: list[asyncio.Task] = []
     gated: list[str] = []
-
-    async def cancelled_by_its_timeout(task: asyncio.Task) -> None:
-        # Cancelled, waiting for the thread (fixed), or gone on without it.
-        while not (task.cancelling() or task.done()):
-            await asyncio.sleep(0.01)
-        for _ in range(3):  # the cancellation reaches the run's await
-            await asyncio.sleep(0)
 
     def hook(point: str) -> None:
         if point == "before_commit" and not first_run:  # on the loop

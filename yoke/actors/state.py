@@ -519,15 +519,11 @@ async def _through_cancellation(cleanup: Awaitable[Any]) -> None:
     meanwhile (a rollback must not stop halfway); the cancellation is
     raised after it."""
     task = asyncio.ensure_future(cleanup)
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.wait([task])
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-    task.result()
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await _finish(task)
+        raise
 
 
 def _no_transaction_control(action: int, *_: Any) -> int:
