@@ -112,3 +112,16 @@ def test_a_protocol_batch_gives_the_texts_and_errors_of_one_value_at_a_time(valu
         body = body[:-1] + b"," + extra.encode() + b"]"
     expected = one_by_one(json.loads(body, parse_constant=lambda c: float(c)))
     assert body_texts(body) == expected
+
+
+def test_a_message_event_is_a_whole_prepared_event():
+    """ds.message events carry only their id, text and size; every other
+    field reads as a PreparedEvent built in full would give it."""
+    from yoke.events import PreparedEvent
+    from yoke.http.durable_streams.messages import MESSAGE_TYPE
+
+    (event,) = events_of(b'[{"b": 1, "a": 2}]', "application/json")
+    whole = PreparedEvent(event.id, MESSAGE_TYPE, '{"a":2,"b":1}', "{}", None, None, 0, None, None, False, None,
+                          len('{"a":2,"b":1}') + MESSAGE_OVERHEAD)
+    assert isinstance(event, PreparedEvent)
+    assert [getattr(event, f) for f in PreparedEvent.__slots__] == [getattr(whole, f) for f in PreparedEvent.__slots__]

@@ -41,16 +41,30 @@ def is_text(content_type: str) -> bool:
     return kind == JSON or kind.startswith("text/")
 
 
+class MessageEvent(PreparedEvent):
+    """A ``ds.message`` event: only its id, text and size are its own; the
+    other fields are the class's, read past the unused slots (building one
+    costs half what a whole PreparedEvent does, and a batch of messages
+    builds hundreds on the event loop)."""
+
+    __slots__ = ()
+    type = MESSAGE_TYPE
+    metadata_json = "{}"
+    source_json = correlation = group_id = idempotency_key = fingerprint = object_id = data = None
+    priority = 0
+    ephemeral = False
+
+    def __init__(self, event_id: str, payload_json: str, size: int) -> None:
+        self.id = event_id
+        self.payload_json = payload_json
+        self.size = size
+
+
 def message_events(payloads_json: Sequence[str], event_ids: Sequence[str]) -> list[PreparedEvent]:
-    """The ``ds.message`` events of these JSON texts: one list comprehension
-    (a call per message was a fifth of a batch's conversion)."""
-    return [
-        PreparedEvent(
-            event_id, MESSAGE_TYPE, text, "{}", None, None, 0, None, None, False, None,
-            utf8_len(text) + MESSAGE_OVERHEAD,  # UTF-8 bytes, as every event's size
-        )
-        for text, event_id in zip(payloads_json, event_ids)
-    ]
+    """The ``ds.message`` events of these JSON texts, each sized as every
+    event is (its UTF-8 bytes, and what a read sends with it)."""
+    sizes = [utf8_len(text) + MESSAGE_OVERHEAD for text in payloads_json]
+    return list(map(MessageEvent, event_ids, payloads_json, sizes))
 
 
 def message_event(payload_json: str, event_id: str | None = None) -> PreparedEvent:
