@@ -18,39 +18,42 @@ from tests.actors.test_effects_atomic import cancelled_by_its_timeout
 T = "default"
 
 
-def nested(depth: int) -> object:
-    value: object = 1
-    for _ in range(depth - 1):
-        value = [value]
-    return value
-
-
 async def test_a_commit_that_fails_before_its_commit_leaves_the_instance_usable(fresh_url: str, tmp_path) -> None:
-    """The run's effects cannot be recorded (an appended payload nested to
-    the limit nests deeper inside the run's marker): that event fails, and
-    the next event of the instance runs and commits as if it had not been."""
+    """The run's marker is written but its COMMIT is not reached (a disk
+    error, raised at a test-only point on the pool thread): that event
+    fails, and the next event of the instance runs and commits as if it had
+    not been."""
     app = App()
 
     @app.actor("deep", filter=Filter(types=["go"]), effects="atomic", max_attempts=2,
                retry_base_s=0.01, retry_max_s=0.05)
     async def deep(ctx, event):
         await ctx.state.update(lambda s: {"count": (s or {}).get("count", 0) + 1})
-        if event.payload["deep"]:
-            await ctx.append({"type": "deep", "payload": nested(63)}, "/out")
+        await ctx.append({"type": "out", "payload": event.payload}, "/out")
 
-    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), storage="file") as y:
-        inst = await y.instances(T).create("deep", key="k")
-        first = await y.stream("/", T).append({"type": "go", "payload": {"deep": True}})
-        await y.wait_idle(timeout_s=60)
-        assert (await y.instances(T).state(inst.instance_id))[0] is None  # nothing of it, not even in reads
-        await y.stream("/", T).append({"type": "go", "payload": {"deep": False}})
-        await y.wait_idle(timeout_s=60)
-        dead = await y.failures(T).list(kind="dead_letter")
-        assert [f.offset for f in dead] == [first.offset]
-        assert "effects" in dead[0].error
+    def hook(point: str) -> None:
+        if point == "applied_marker" and failing:
+            raise sqlite3.OperationalError("disk I/O error")
+
+    failing = True
+    crash_points.hook = hook
+    try:
+        async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), storage="file") as y:
+            inst = await y.instances(T).create("deep", key="k")
+            first = await y.stream("/", T).append({"type": "go", "payload": {"n": 1}})
+            await y.wait_idle(timeout_s=60)
+            assert (await y.instances(T).state(inst.instance_id))[0] is None  # nothing of it, not even in reads
+            failing = False
+            await y.stream("/", T).append({"type": "go", "payload": {"n": 2}})
+            await y.wait_idle(timeout_s=60)
+            dead = await y.failures(T).list(kind="dead_letter")
+            assert [f.offset for f in dead] == [first.offset]
+            assert "disk I/O error" in dead[0].error
+    finally:
+        crash_points.hook = None
     async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), storage="file") as y:
         assert (await y.instances(T).state(inst.instance_id))[0] == {"count": 1}
-        assert await y.stream("/out", T).read(after=0) == []
+        assert [e.payload for e in await y.stream("/out", T).read(after=0)] == [{"n": 2}]
 
 
 async def test_a_run_whose_time_runs_out_during_its_begin_is_retried(fresh_url: str, tmp_path) -> None:
