@@ -261,7 +261,8 @@ def _orjson_depth() -> int:
 
 # Wrapped in this many lists, a document serializes only if it nests at
 # most MAX_DEPTH deep: the depth check runs at orjson's speed.
-_DEPTH_PADDING = _orjson_depth() - MAX_DEPTH
+_ORJSON_DEPTH = _orjson_depth()
+_DEPTH_PADDING = _ORJSON_DEPTH - MAX_DEPTH
 
 
 def check_text(value: str, field: str, error: type[errors.InvalidInput] = errors.InvalidEvent) -> str:
@@ -286,14 +287,16 @@ def json_text(value: Any, what: str) -> str:
     return json_bytes(value, what).decode()
 
 
-def json_bytes(value: Any, what: str) -> bytes:
+def json_bytes(value: Any, what: str, *, depth: int = MAX_DEPTH) -> bytes:
+    """json_text's UTF-8. ``depth``: the nesting allowed, for a document
+    that wraps values checked again on their own (an actor op's params)."""
     try:
-        return _dumps(value, what)
+        return _dumps(value, what, depth)
     except errors.InvalidEvent as exc:
         raise errors.InvalidInput(exc.message, field=exc.details.get("field", what)) from None
 
 
-def _dumps(value: Any, what: str) -> bytes:
+def _dumps(value: Any, what: str, depth: int = MAX_DEPTH) -> bytes:
     """Canonical JSON (UTF-8) of a value inside the domain, or InvalidEvent
     naming the offending field. Sorted keys: one text per value, so the
     idempotency fingerprint does not depend on the caller's key order.
@@ -305,18 +308,18 @@ def _dumps(value: Any, what: str) -> bytes:
     try:
         text = orjson.dumps(value, option=_DUMPS_STRICT)
     except (TypeError, orjson.JSONEncodeError):
-        check_value(value, what)  # names the field when it is ours to name
+        check_value(value, what, depth)  # names the field when it is ours to name
         try:
             text = orjson.dumps(value, option=_DUMPS)
         except (TypeError, orjson.JSONEncodeError) as exc:
             raise errors.InvalidEvent(f"{what} is not JSON-serializable: {exc}", field=what) from None
     else:
         if (b"null" in text and orjson.loads(text) != value) or (
-            len(text) > 2 * MAX_DEPTH
-            and text.count(b"[") + text.count(b"{") > MAX_DEPTH
-            and _deeper_than(value, MAX_DEPTH)
+            len(text) > 2 * depth
+            and text.count(b"[") + text.count(b"{") > depth
+            and _deeper_than(value, depth)
         ):
-            check_value(value, what)
+            check_value(value, what, depth)
     if b"\\u0000" in text and _JSON_NUL.search(text):
         raise errors.InvalidEvent(f"{what} must not contain NUL characters", field=what)
     return text
@@ -346,10 +349,10 @@ def json_texts(values: list[Any], what: str, *, finite: bool = False) -> list[st
 
 def _deeper_than(value: Any, limit: int) -> bool:
     """Whether a serializable value nests arrays and objects deeper than
-    ``limit`` (MAX_DEPTH): orjson refuses it inside _DEPTH_PADDING lists."""
-    if _DEPTH_PADDING <= 0:
+    ``limit``: orjson refuses it inside enough lists to reach its own limit."""
+    if _ORJSON_DEPTH - limit <= 0:
         return True  # let check_value decide
-    for _ in range(_DEPTH_PADDING):
+    for _ in range(_ORJSON_DEPTH - limit):
         value = [value]
     try:
         orjson.dumps(value)
@@ -358,10 +361,10 @@ def _deeper_than(value: Any, limit: int) -> bool:
     return False
 
 
-def check_value(value: Any, what: str) -> None:
+def check_value(value: Any, what: str, max_depth: int = MAX_DEPTH) -> None:
     """Raise InvalidEvent naming the first field outside the domain: a float
     that is NaN or infinite, an integer outside signed 64 bits, nesting
-    deeper than MAX_DEPTH."""
+    deeper than ``max_depth`` (MAX_DEPTH)."""
     stack: list[tuple[Any, str, int]] = [(value, what, 0)]
     while stack:
         item, where, depth = stack.pop()
@@ -377,9 +380,9 @@ def check_value(value: Any, what: str) -> None:
                     f"{where} is outside the signed 64-bit integer range [-2^63, 2^63-1]", field=where
                 )
         elif isinstance(item, (dict, list, tuple, Mapping)):
-            if depth >= MAX_DEPTH:
+            if depth >= max_depth:
                 raise errors.InvalidEvent(
-                    f"{where} nests deeper than {MAX_DEPTH} levels of arrays and objects", field=where
+                    f"{where} nests deeper than {max_depth} levels of arrays and objects", field=where
                 )
             if isinstance(item, (list, tuple)):
                 stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(item))

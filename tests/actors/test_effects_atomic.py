@@ -320,10 +320,10 @@ async def test_an_operation_on_a_forgotten_database_is_refused_with_a_code(fresh
     assert state == {"seen": True}
 
 
-def nested(depth: int) -> object:
-    """A value ``depth - 1`` arrays deep."""
+def nested(levels: int) -> object:
+    """A value ``levels`` arrays deep."""
     value: object = 1
-    for _ in range(depth - 1):
+    for _ in range(levels):
         value = [value]
     return value
 
@@ -331,15 +331,14 @@ def nested(depth: int) -> object:
 @pytest.mark.parametrize("storage", ["file", "pg_sqlite"])
 async def test_a_payload_nested_to_the_limit_commits(fresh_url: str, tmp_path, storage: str) -> None:
     """An atomic run writes its database and appends a payload nested as
-    deep as ctx.append takes (62 levels: its call's params count two more
-    of the 64): the run's record of its effects nests it deeper still (file
-    storage), and the run must commit."""
+    deep as the domain allows (64 levels): the run's record of its effects
+    nests it deeper (file storage), and the run must commit."""
     app = App()
 
     @app.actor("deep", filter=Filter(types=["go"]), effects="atomic", max_attempts=1)
     async def deep(ctx, event):
         await ctx.state.update(lambda s: {"count": (s or {}).get("count", 0) + 1})
-        await ctx.append({"type": "deep", "payload": nested(MAX_DEPTH - 1)}, "/out")
+        await ctx.append({"type": "deep", "payload": nested(MAX_DEPTH)}, "/out")
 
     async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), storage=storage) as y:
         inst = await y.instances(T).create("deep", key="k")
@@ -348,4 +347,4 @@ async def test_a_payload_nested_to_the_limit_commits(fresh_url: str, tmp_path, s
         assert await y.failures(T).list(kind="dead_letter") == []
         assert (await y.instances(T).state(inst.instance_id))[0] == {"count": 1}
         (out,) = await y.stream("/out", T).read(after=0)
-        assert out.payload == nested(MAX_DEPTH - 1)
+        assert out.payload == nested(MAX_DEPTH)

@@ -6,6 +6,8 @@ import pytest
 
 import yoke
 from yoke import App, Filter
+from yoke.events import MAX_DEPTH
+from tests.actors.test_effects_atomic import nested
 
 T = "acme"
 
@@ -134,3 +136,34 @@ async def test_values_outside_the_domain_fail_the_run_not_turn_into_null(fresh_u
         assert await y.instances(T).state(inst.instance_id) == (None, 0)
     assert [code for code, _ in refused] == ["invalid_input"] * 3
     assert refused[0][1].endswith("payload.x") and refused[1][1].endswith(".x")
+
+
+async def test_ctx_calls_take_what_the_api_takes_and_no_deeper(fresh_url: str, tmp_path) -> None:
+    """The op seam wraps a call's documents in its params: a payload or
+    state nested as deep as the domain allows (64 levels) passes it, one
+    level more is refused, and so is conversation content one level over."""
+    app = App()
+    refused: list[tuple[str, str]] = []
+
+    @app.actor("deep", filter=Filter(types=["go"]), max_attempts=1)
+    async def deep(ctx, event):
+        await ctx.append({"type": "deep", "payload": nested(MAX_DEPTH)}, "/out")
+        await ctx.state.set({"v": nested(MAX_DEPTH - 1)})
+        for call in (
+            lambda: ctx.append({"type": "deeper", "payload": nested(MAX_DEPTH + 1)}, "/out"),
+            lambda: ctx.state.set({"v": nested(MAX_DEPTH)}),
+            lambda: ctx.conversations.post_message("c", "bot", nested(MAX_DEPTH + 1)),
+        ):
+            try:
+                await call()
+            except yoke.YokeError as exc:
+                refused.append((exc.code, exc.details.get("field", "")))
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        inst = await y.instances(T).create("deep", key="k")
+        await y.stream("/", T).append({"type": "go"})
+        await y.wait_idle(timeout_s=10)
+        assert [e.payload for e in await y.stream("/out", T).read()] == [nested(MAX_DEPTH)]
+        assert (await y.instances(T).state(inst.instance_id))[0] == {"v": nested(MAX_DEPTH - 1)}
+    assert [code for code, _ in refused] == ["invalid_input", "invalid_input", "invalid_input"]
+    assert [field.split("[")[0] for _, field in refused] == ["params.event.payload", "state.v", "content"]

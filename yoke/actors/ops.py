@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .. import errors
-from ..events import PreparedEvent, json_bytes, new_event_id, now_ms, prepare, validate_path
+from ..events import MAX_DEPTH, PreparedEvent, json_bytes, new_event_id, now_ms, prepare, validate_path
 from ..store.actors import Effect, InstanceInfo, Message, Schedule
 from ..streams.append import new_stream_id, refusal_error
 from .journal import EFFECT_OPS, Journal
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 MAX_SCHEDULE_NAME = 200
 CONVERSATION_STREAM = "/"
 CONVERSATION_EVENT = "conversation.message.posted"
+# How deep an op's params wrap its documents: {"event": {"payload": ...}}.
+PARAMS_WRAPPING = 2
 
 
 def instance_dict(info: InstanceInfo) -> dict[str, Any]:
@@ -75,8 +77,11 @@ class OpHandler:
         if handler is None:
             raise errors.InvalidInput(f"unknown op {method!r}", op=method)
         # Params cross the seam as JSON: anything else fails here, in-process
-        # too, and so does a value outside the domain (NaN is not null).
-        p = orjson.loads(json_bytes(params, "params"))
+        # too, and so does a value outside the domain (NaN is not null). They
+        # wrap the op's documents two levels deep ({"event": {"payload": ..}}),
+        # each checked again where it is stored: a payload the API takes
+        # passes here too.
+        p = orjson.loads(json_bytes(params, "params", depth=MAX_DEPTH + PARAMS_WRAPPING))
         if method in EFFECT_OPS:
             effect = None if self.journal is None else self.journal.effect(method, p)
             return await handler(self, p, effect)  # type: ignore[call-arg]
@@ -244,6 +249,8 @@ class OpHandler:
         metadata = p.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise errors.InvalidInput("metadata must be an object", field="metadata")
+        for field in ("content", "metadata"):  # the seam let them nest deeper than the domain
+            json_bytes(p.get(field), field)
         message_id = "msg_" + new_event_id()
         source = None
         if self.instance is not None:
