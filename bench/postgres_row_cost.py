@@ -44,7 +44,7 @@ STREAMS = 100
 BATCH = 100
 BARE_INSERT = (
     "INSERT INTO events (tenant_id, sid, seq, id, at, type, payload, metadata, size)"
-    " SELECT 'default', $1, $2 + t.ord, t.id, $3, 'ds.message', t.payload::jsonb, '{}', t.size"
+    " SELECT 'default', $1, $2 + t.ord, t.id, $3, 'ds.message', t.payload::json, '{}', t.size"
     " FROM unnest($4::text[], $5::text[], $6::integer[]) WITH ORDINALITY AS t(id, payload, size, ord)"
 )
 
