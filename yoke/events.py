@@ -280,11 +280,11 @@ def utf8_len(value: str) -> int:
     return len(value) if value.isascii() else len(value.encode())
 
 
-def json_text(value: Any, what: str) -> str:
+def json_text(value: Any, what: str, *, depth: int = MAX_DEPTH) -> str:
     """Canonical JSON for a stored document (stream metadata, instance config,
     actor state, op params), refusing what either backend cannot store
     faithfully with InvalidInput naming the field."""
-    return json_bytes(value, what).decode()
+    return json_bytes(value, what, depth=depth).decode()
 
 
 def json_bytes(value: Any, what: str, *, depth: int = MAX_DEPTH) -> bytes:

@@ -348,3 +348,24 @@ async def test_a_payload_nested_to_the_limit_commits(fresh_url: str, tmp_path, s
         assert (await y.instances(T).state(inst.instance_id))[0] == {"count": 1}
         (out,) = await y.stream("/out", T).read(after=0)
         assert out.payload == nested(MAX_DEPTH)
+
+
+async def test_a_schedule_beyond_the_stores_range_fails_the_run_and_leaves_nothing(fresh_url: str, tmp_path) -> None:
+    """A due time past a signed 64-bit count of ms is refused when asked
+    for; it used to reach the marker and then fail the store transaction
+    on every replay, with the run's state already committed."""
+    app = App()
+
+    @app.actor("far", filter=Filter(types=["go"]), effects="atomic", max_attempts=1)
+    async def far(ctx, event):
+        await ctx.state.update(lambda s: {"count": (s or {}).get("count", 0) + 1})
+        await ctx.schedules.upsert("far", event={"type": "tick"}, at=1e16)
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), storage="file") as y:
+        inst = await y.instances(T).create("far", key="k")
+        await y.stream("/", T).append({"type": "go"})
+        await y.wait_idle(timeout_s=60)
+        (dead,) = await y.failures(T).list(kind="dead_letter")
+        assert "InvalidSchedule" in dead.error
+        assert (await y.instances(T).state(inst.instance_id))[0] is None
+        assert await y.store.actors.schedules(T, inst.instance_id) == []

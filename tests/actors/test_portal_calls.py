@@ -12,6 +12,8 @@ import yoke
 from yoke import App, Filter
 from yoke.actors.context import PortalContext
 from yoke.actors.ops import OpHandler
+from yoke.events import MAX_DEPTH
+from tests.actors.test_effects_atomic import nested
 
 T = "acme"
 
@@ -77,6 +79,7 @@ async def test_an_actor_calls_a_portal_method_with_json_and_gets_its_answer_or_a
         ("not_json", {"portal": "github", "method": "not_json"}),
         ("bad_timeout", {"portal": "github", "method": "open_issue", "timeout_s": 0}),
         ("bad_params", {"portal": "github", "method": "open_issue", "params": {"x": float("nan")}}),
+        ("too_deep", {"portal": "github", "method": "open_issue", "params": {"x": nested(MAX_DEPTH)}}),
     ]
     outcomes: dict[str, object] = {}
     cancelled = asyncio.Event()
@@ -111,6 +114,8 @@ async def test_an_actor_calls_a_portal_method_with_json_and_gets_its_answer_or_a
     assert type(outcomes["bad_timeout"]) is yoke.InvalidInput
     assert outcomes["bad_timeout"].to_dict()["field"] == "timeout_s"
     assert type(outcomes["bad_params"]) is yoke.InvalidInput  # not JSON: refused at the seam
+    too_deep = outcomes["too_deep"]  # params of 65 levels: beyond the domain, as over HTTP
+    assert type(too_deep) is yoke.InvalidInput and too_deep.to_dict()["field"].startswith("params.x[0]")
 
 
 async def test_an_unhandled_portal_error_fails_the_run_like_any_other(fresh_url: str, tmp_path) -> None:

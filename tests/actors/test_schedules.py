@@ -122,9 +122,11 @@ async def test_schedule_validation(fresh_url: str, tmp_path) -> None:
             {"type": "try", "payload": {"after_s": 1, "cron": "* * * * *"}},
             {"type": "try", "payload": {"cron": "not cron"}},
             {"type": "try", "payload": {"after_s": -1}},
+            {"type": "try", "payload": {"at": 1e16}},  # beyond a signed 64-bit count of ms
+            {"type": "try", "payload": {"after_s": 1e16}},
         ])
         await y.wait_idle(timeout_s=10)
-    assert problems == ["invalid_schedule"] * 4
+    assert problems == ["invalid_schedule"] * 6
 
 
 @pytest.mark.parametrize("bad_event", [{"type": "yoke.forged"}, {"nope": 1}])

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .. import errors
-from ..events import MAX_DEPTH, PreparedEvent, json_bytes, new_event_id, now_ms, prepare, validate_path
+from ..events import MAX_DEPTH, MAX_INT, MIN_INT, PreparedEvent, json_bytes, new_event_id, now_ms, prepare, validate_path
 from ..store.actors import Effect, InstanceInfo, Message, Schedule
 from ..streams.append import new_stream_id, refusal_error
 from .journal import EFFECT_OPS, Journal
@@ -166,6 +166,7 @@ class OpHandler:
             if not isinstance(value, str) or not 1 <= len(value) <= 200:
                 raise errors.InvalidInput(f"{field} must be 1-200 characters", field=field)
         timeout_s = check_timeout(p.get("timeout_s", CALL_TIMEOUT_S))
+        json_bytes(p.get("params"), "params")  # the seam let them nest deeper than the domain
         return await call_method(self._runtime, self.tenant, name, method, p.get("params"), timeout_s)
 
     # --- schedules -----------------------------------------------------------
@@ -201,6 +202,8 @@ class OpHandler:
             if not isinstance(at, (int, float)) or isinstance(at, bool):
                 raise errors.InvalidSchedule("at must be a datetime or epoch seconds", field="at")
             due = int(at * 1000)
+        if not MIN_INT <= due <= MAX_INT:  # both stores keep it as a signed 64-bit integer
+            raise errors.InvalidSchedule(f"{when[0]} is out of range", field=when[0])
         event = p.get("event")
         prepare(event or {})  # the event must be valid input now, not when it fires
         stream = p.get("stream")

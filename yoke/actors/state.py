@@ -36,7 +36,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 
 from .. import errors
-from ..events import json_text, now_ms
+from ..events import MAX_DEPTH, json_text, now_ms
 from ..store.actors import ActorStore
 from . import crash_points
 
@@ -51,6 +51,9 @@ APPLIED_SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {APPLIED_TABLE} ("
     " qid INTEGER PRIMARY KEY, effects TEXT NOT NULL, at INTEGER NOT NULL)"
 )
+# How deep an applied marker nests a record's document: the marker, its
+# records, a record, a schedule, its event (the deepest; then the payload).
+MARKER_WRAPPING = 5
 SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} ("
     " id INTEGER PRIMARY KEY CHECK (id = 1), value TEXT NOT NULL, version INTEGER NOT NULL)"
@@ -424,10 +427,12 @@ class InstanceDatabase:
                 return True, None, conn.serialize()
             conn.execute(APPLIED_SCHEMA)
             conn.executemany(f"DELETE FROM {APPLIED_TABLE} WHERE qid=?", [(q,) for q in done])
-            # Plain JSON: each record's values passed their own checks
-            # (json_text's depth limit would count the records' nesting
-            # against a payload nested to the limit, failing every attempt).
-            conn.execute(f"INSERT INTO {APPLIED_TABLE} VALUES (?, ?, ?)", (qid, orjson.dumps(marker).decode(), now_ms()))
+            # Checked like any stored document (a value the store cannot
+            # take must fail the run here, before its state commits), with
+            # room for the marker's own nesting around a payload at the
+            # limit: marker, records, record, schedule, event.
+            effects = json_text(marker, "effects", depth=MAX_DEPTH + MARKER_WRAPPING)
+            conn.execute(f"INSERT INTO {APPLIED_TABLE} VALUES (?, ?, ?)", (qid, effects, now_ms()))
             crash_points.reached("applied_marker")  # test only (on the pool thread)
             conn.execute("COMMIT")
             crash_points.reached("sqlite_commit")  # test only (on the pool thread)
