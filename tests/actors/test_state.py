@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import pytest
 
 import yoke
@@ -110,6 +112,17 @@ async def test_compare_and_set_refuses_a_stale_version(fresh_url: str, tmp_path)
         assert await db.state_set({"b": 1}) == 2
 
 
+async def refusals(*calls: Callable[[], Awaitable[object]]) -> list[tuple[str, str]]:
+    """(code, field) of each ctx call refused with InvalidInput."""
+    refused = []
+    for call in calls:
+        try:
+            await call()
+        except yoke.InvalidInput as exc:
+            refused.append((exc.code, exc.details.get("field", "")))
+    return refused
+
+
 async def test_values_outside_the_domain_fail_the_run_not_turn_into_null(fresh_url: str, tmp_path) -> None:
     """ctx calls cross the op seam as JSON: NaN used to become null there, so
     an actor's append or state write stored null silently."""
@@ -118,15 +131,11 @@ async def test_values_outside_the_domain_fail_the_run_not_turn_into_null(fresh_u
 
     @app.actor("nan", filter=Filter(types=["go"]), max_attempts=1)
     async def nan(ctx, event):
-        for call in (
+        refused.extend(await refusals(
             lambda: ctx.append({"type": "out", "payload": {"x": float("nan")}}),
             lambda: ctx.state.set({"x": float("inf")}),
             lambda: ctx.state.update(lambda s: {"n": 2**64}),
-        ):
-            try:
-                await call()
-            except yoke.InvalidInput as exc:
-                refused.append((exc.code, exc.details.get("field", "")))
+        ))
 
     async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
         inst = await y.instances(T).create("nan", key="k")
@@ -149,15 +158,11 @@ async def test_ctx_calls_take_what_the_api_takes_and_no_deeper(fresh_url: str, t
     async def deep(ctx, event):
         await ctx.append({"type": "deep", "payload": nested(MAX_DEPTH)}, "/out")
         await ctx.state.set({"v": nested(MAX_DEPTH - 1)})
-        for call in (
+        refused.extend(await refusals(
             lambda: ctx.append({"type": "deeper", "payload": nested(MAX_DEPTH + 1)}, "/out"),
             lambda: ctx.state.set({"v": nested(MAX_DEPTH)}),
             lambda: ctx.conversations.post_message("c", "bot", nested(MAX_DEPTH + 1)),
-        ):
-            try:
-                await call()
-            except yoke.YokeError as exc:
-                refused.append((exc.code, exc.details.get("field", "")))
+        ))
 
     async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
         inst = await y.instances(T).create("deep", key="k")
