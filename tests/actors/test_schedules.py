@@ -124,9 +124,11 @@ async def test_schedule_validation(fresh_url: str, tmp_path) -> None:
             {"type": "try", "payload": {"after_s": -1}},
             {"type": "try", "payload": {"at": 1e16}},  # beyond a signed 64-bit count of ms
             {"type": "try", "payload": {"after_s": 1e16}},
+            {"type": "try", "payload": {"at": -1e306}},  # beyond a float, in milliseconds
+            {"type": "try", "payload": {"after_s": 1e306}},
         ])
         await y.wait_idle(timeout_s=10)
-    assert problems == ["invalid_schedule"] * 6
+    assert problems == ["invalid_schedule"] * 8
 
 
 @pytest.mark.parametrize("bad_event", [{"type": "yoke.forged"}, {"nope": 1}])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import math
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,13 @@ CONVERSATION_STREAM = "/"
 CONVERSATION_EVENT = "conversation.message.posted"
 # How deep an op's params wrap its documents: {"event": {"payload": ...}}.
 PARAMS_WRAPPING = 2
+
+
+def _milliseconds(seconds: float) -> int:
+    """``seconds`` as whole milliseconds; beyond a float's range (1e306 s)
+    out of the signed 64-bit range, which the caller refuses."""
+    ms = seconds * 1000
+    return int(ms) if math.isfinite(ms) else MAX_INT + 1
 
 
 def instance_dict(info: InstanceInfo) -> dict[str, Any]:
@@ -196,12 +204,12 @@ class OpHandler:
             after = p["after_s"]
             if not isinstance(after, (int, float)) or isinstance(after, bool) or after < 0:
                 raise errors.InvalidSchedule("after_s must be a non-negative number", field="after_s")
-            due = now + int(after * 1000)
+            due = now + _milliseconds(after)
         else:
             at = p["at"]
             if not isinstance(at, (int, float)) or isinstance(at, bool):
                 raise errors.InvalidSchedule("at must be a datetime or epoch seconds", field="at")
-            due = int(at * 1000)
+            due = _milliseconds(at)
         if not MIN_INT <= due <= MAX_INT:  # both stores keep it as a signed 64-bit integer
             raise errors.InvalidSchedule(f"{when[0]} is out of range", field=when[0])
         event = p.get("event")
