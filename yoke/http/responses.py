@@ -69,15 +69,19 @@ def error_response(exc: errors.YokeError) -> Response:
         headers["Retry-After"] = str(exc.details["retry_after"])
     if exc.http_status == 401:
         headers["WWW-Authenticate"] = "Bearer"
+    return Response(error_body(exc), status_code=exc.http_status, media_type="application/json", headers=headers)
+
+
+def error_body(exc: errors.YokeError) -> bytes:
+    """``{"error": {code, message, details...}}``, as every route answers."""
     body = {"error": exc.to_dict()}
     try:
-        content = orjson.dumps(body, default=_default)
+        return orjson.dumps(body, default=_default)
     except (TypeError, orjson.JSONEncodeError):
         # A detail that echoes the caller's input may be no JSON value of
         # ours (an integer beyond 64 bits, given as a size): the refusal
         # must still be the refusal, not a 500.
-        content = orjson.dumps(_printable(body))
-    return Response(content, status_code=exc.http_status, media_type="application/json", headers=headers)
+        return orjson.dumps(_printable(body))
 
 
 def _printable(value: Any) -> Any:

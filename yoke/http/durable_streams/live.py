@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import logging
 import re
 import time
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from .routes import DurableStreams, Request
 
 LINE_BREAK = re.compile(rb"\r\n|\r|\n")
+log = logging.getLogger("yoke.http.durable_streams")
 
 
 def frame(kind: bytes, data: bytes) -> bytes:
@@ -97,6 +99,9 @@ async def sse(
                     timeout = min(settings.tail_sweep_s, max(0.01, ends_at - now))
                     async with asyncio.timeout(timeout):
                         await waiter.wait()
+    except Exception:
+        # The answer has begun: it can only end (below), not become a 500.
+        log.exception("durable streams SSE of %s failed", stream.path)
     finally:
         watcher.cancel()
         waiter.close()

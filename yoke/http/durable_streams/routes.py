@@ -17,8 +17,6 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
-import orjson
-
 from ... import errors
 from ...events import PreparedEvent, now_ms, validate_path
 from ...store.protocol import CreateSpec, Guard, ProtocolStream
@@ -26,6 +24,7 @@ from ...store.protocol_forks import base_type
 from ...streams.append import GuardedAppend, new_stream_id
 from ..auth import Principal, authorize, bearer_token
 from ..hotpath import read_body
+from ..responses import error_body
 from . import offsets
 from .known import KnownStreams
 from .live import sse
@@ -37,6 +36,8 @@ Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]]], Awaitable[None]]
 
 PREFIX = "/v1/stream/"
+# A stream's Content-Type is stored and sent with every answer: bounded.
+MAX_CONTENT_TYPE = 256
 
 ALLOW_HEADERS = (
     "content-type, authorization, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Closed, Producer-Id,"
@@ -78,7 +79,7 @@ class Answer:
 
 
 def failure(exc: errors.YokeError, headers: dict[str, str] | None = None) -> Answer:
-    body = orjson.dumps({"error": {"code": exc.code, "message": exc.message}})
+    body = error_body(exc)
     extra = {"content-type": "application/json", **(headers or {})}
     if "retry_after" in exc.details:
         extra["retry-after"] = str(exc.details["retry_after"])
@@ -144,6 +145,8 @@ class DurableStreams:
                     validate_path(request.path)
                 except errors.YokeError as exc:
                     raise errors.InvalidPath(f"invalid stream name {request.name[:80]!r}") from exc
+                if request.path == "/":  # the tenant's global stream: Yoke's own facts
+                    raise errors.InvalidPath("a protocol stream needs a name: /v1/stream/{name}")
                 answer = await handler(self, request, send)
         except errors.YokeError as exc:
             answer = failure(exc)
@@ -220,6 +223,9 @@ class DurableStreams:
         h = request.headers
         fork_of = h.get("stream-forked-from")
         content_type = h.get("content-type", "").strip() or None
+        if content_type is not None and len(content_type) > MAX_CONTENT_TYPE:
+            raise errors.InvalidInput(f"Content-Type is longer than {MAX_CONTENT_TYPE} characters",
+                                      field="Content-Type")
         if content_type is not None and "/" not in content_type:
             content_type = None
         if content_type is None and fork_of is None:
@@ -237,8 +243,12 @@ class DurableStreams:
             elif not fork_of.startswith("/"):
                 fork_of = "/" + fork_of
             validate_path(fork_of)
+            if fork_of == "/":
+                raise errors.InvalidInput("Stream-Forked-From needs a stream name", field="Stream-Forked-From")
             if "stream-fork-offset" in h:
                 fork_offset = offsets.parse_token(h["stream-fork-offset"].strip(), "Stream-Fork-Offset")
+        elif "stream-fork-offset" in h:
+            raise errors.InvalidInput("Stream-Fork-Offset needs Stream-Forked-From", field="Stream-Fork-Offset")
         if "stream-fork-sub-offset" in h:
             if fork_of is None:
                 raise errors.InvalidInput("Stream-Fork-Sub-Offset needs Stream-Forked-From", field="Stream-Fork-Sub-Offset")
