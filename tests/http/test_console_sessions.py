@@ -37,6 +37,10 @@ def test_sessions_from_the_printed_link_and_from_a_token(console_server):
     code = link.split("#code=", 1)[1]
     with httpx.Client(base_url=base) as browser:
         assert browser.get("/ui/session").json() == {"signed_in": False}
+        # While the code is unused, any other string is just wrong, a lone
+        # surrogate too (it was a 500).
+        lone = browser.post("/ui/session", content=b'{"code": "\\ud800"}', headers={"Content-Type": "application/json"})
+        assert error_of(lone) == (401, "unauthorized")
         signed = browser.post("/ui/session", json={"code": code})
         assert signed.status_code == 200, signed.text
         cookie = signed.headers["set-cookie"]

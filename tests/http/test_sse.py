@@ -149,3 +149,18 @@ def test_a_failing_filter_closes_the_tail_with_an_error_event(server, http, path
     assert orjson.loads(events[-1].data)["error"]["code"] == "filter_failed"
     bad = http.get(events_url(path, "tail"), params={"where": "payload.("})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_filter"
+
+
+def test_a_filter_that_never_ends_is_cut_off_and_the_server_answers_meanwhile(server, http, path):
+    """A where= that applies a function to itself loops forever on the event
+    loop: it froze every request of the server. Its evaluation is cut off
+    (filters.EVALUATION_TIMEOUT_MS) and ends the tail with filter_failed."""
+    http.post(events_url(path), json={"type": "msg", "payload": {"v": 1}})
+    forever = "(function($f){$f($f)})(function($f){$f($f)})"
+    with server.client() as c:
+        with connect_sse(c, "GET", events_url(path, "tail"), params={"after": 0, "where": forever}) as source:
+            events = list(source.iter_sse())
+    assert events[-1].event == "error"
+    error = orjson.loads(events[-1].data)["error"]
+    assert error["code"] == "filter_failed" and "timeout" in error["message"].lower()
+    assert http.get("/healthz").status_code == 200

@@ -76,8 +76,9 @@ class LoginCodes:
 
     def redeem(self, code: str) -> bool:
         """True once per issued code."""
+        given = code.encode("utf-8", "surrogatepass")  # any string: a lone surrogate is just wrong
         for known in list(self._codes):
-            if hmac.compare_digest(known.encode(), code.encode()):
+            if hmac.compare_digest(known.encode(), given):
                 self._codes.discard(known)
                 return True
         return False

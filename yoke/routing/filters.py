@@ -38,6 +38,23 @@ def compile_jsonata(expression: str, what: str = "where") -> jsonata.Jsonata:
         ) from None
 
 
+# How long one evaluation may run. Expressions come from callers (a tail's
+# where=, a subscription's filter) and run on the event loop: one that loops
+# forever (a self-applied function) froze the whole server. A legitimate one
+# takes microseconds. (A catastrophically backtracking regex inside a single
+# $match is one call the bound cannot interrupt.)
+EVALUATION_TIMEOUT_MS = 100
+
+
+def evaluate(expression: str, document: Any, what: str = "where") -> Any:
+    """The compiled expression's value on ``document``, cut off (JException
+    D1012) after EVALUATION_TIMEOUT_MS."""
+    compiled = compile_jsonata(expression, what)
+    frame = compiled.create_frame()
+    frame.set_runtime_bounds(EVALUATION_TIMEOUT_MS, None)
+    return compiled.evaluate(document, frame)
+
+
 @lru_cache(maxsize=4096)
 def _glob(pattern: str) -> re.Pattern[str]:
     out = []
@@ -235,7 +252,7 @@ class FilterError(errors.InvalidFilter):
 
 def where_true(expression: str, document: Any) -> bool:
     try:
-        return compile_jsonata(expression).evaluate(document) is True
+        return evaluate(expression, document) is True
     except errors.InvalidFilter:
         raise
     except Exception as exc:
@@ -275,7 +292,7 @@ def key_of(expression: str, document: Any) -> str | None:
     names = _plain_path(expression)
     value = _UNDECIDED if names is None else _walk(names, document)
     if value is _UNDECIDED:
-        value = compile_jsonata(expression, "key").evaluate(document)
+        value = evaluate(expression, document, "key")
     return key_text(value)
 
 

@@ -23,7 +23,7 @@ import orjson
 from .. import errors, metrics
 from ..events import Event, now_ms
 from ..lifecycle import is_lifecycle
-from ..routing.filters import Filter, compile_jsonata
+from ..routing.filters import Filter, evaluate
 from ..store.subscriptions import Checkpoint, SubscriptionRow
 from . import copy, processors, webhooks
 from .catalogue import (
@@ -94,7 +94,7 @@ def transformed(event: Event, doc: dict[str, Any], expression: str) -> Event:
     """The event (``doc``: as a document) reshaped by a transform: ``{type?,
     payload?, metadata?}`` replace those fields; coordinates and provenance
     stay the source's."""
-    shaped = compile_jsonata(expression, "transform").evaluate(doc)
+    shaped = evaluate(expression, doc, "transform")
     if not isinstance(shaped, dict) or set(shaped) - {"type", "payload", "metadata"}:
         raise errors.InvalidTransform("a transform must produce an object with type, payload or metadata")
     if "metadata" in shaped and not isinstance(shaped["metadata"], dict):
