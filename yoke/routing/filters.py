@@ -41,9 +41,10 @@ def compile_jsonata(expression: str, what: str = "where") -> jsonata.Jsonata:
 # How long one evaluation may run. Expressions come from callers (a tail's
 # where=, a subscription's filter) and run on the event loop: one that loops
 # forever (a self-applied function) froze the whole server. A legitimate one
-# takes microseconds. (A catastrophically backtracking regex inside a single
-# $match is one call the bound cannot interrupt.)
-EVALUATION_TIMEOUT_MS = 100
+# takes microseconds; the bound is generous so that a busy machine never cuts
+# one off (a failed filter skips its event). (A catastrophically backtracking
+# regex inside a single $match is one call the bound cannot interrupt.)
+EVALUATION_TIMEOUT_MS = 1000
 
 
 def evaluate(expression: str, document: Any, what: str = "where") -> Any:
