@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 from yoke.events import new_event_ids  # noqa: E402
 from yoke.http.durable_streams.messages import message_events  # noqa: E402
 from yoke.store.sqlite.group_writes import Block, GroupWrites  # noqa: E402
+from yoke.store.sqlite.store import PAGE_SIZE, SqliteStore  # noqa: E402
 
 STREAMS = 100
 BATCHES_A_GROUP = 28  # what a group of (b) holds: about 2,850 messages
@@ -57,11 +58,10 @@ def written_bytes() -> int:
 
 def database(path: Path, layout: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA page_size=8192")
+    conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
-    for migration in sorted((ROOT / "yoke/store/sqlite/migrations").glob("*.sql")):
-        conn.executescript("BEGIN;" + migration.read_text() + ";COMMIT;")
+    SqliteStore._migrate(conn)  # the store's own schema, as yoke serve makes it
     if layout != "index":
         conn.execute("DROP INDEX events_offsets")
     if layout == "blocks":

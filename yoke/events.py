@@ -95,6 +95,10 @@ def validate_tenant(tenant: str) -> str:
 
 
 MAX_OFFSET = 2**63 - 1
+# A number a caller writes as text (an offset, a cursor): ASCII digits (\d
+# takes any script's, and int() reads them), few enough that int() never
+# meets its 4,300-digit limit.
+DIGITS_RE = re.compile(r"[0-9]{1,19}")
 
 
 def check_offset(value: Any, name: str) -> int:
@@ -350,9 +354,10 @@ def json_texts(values: list[Any], what: str, *, finite: bool = False) -> list[st
 def _deeper_than(value: Any, limit: int) -> bool:
     """Whether a serializable value nests arrays and objects deeper than
     ``limit``: orjson refuses it inside enough lists to reach its own limit."""
-    if _ORJSON_DEPTH - limit <= 0:
+    padding = _ORJSON_DEPTH - limit
+    if padding <= 0:
         return True  # let check_value decide
-    for _ in range(_ORJSON_DEPTH - limit):
+    for _ in range(padding):
         value = [value]
     try:
         orjson.dumps(value)

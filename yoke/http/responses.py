@@ -212,10 +212,10 @@ async def limited_body(
 _LONG_DIGITS = re.compile(rb"\d{20}|-9\d{18}")
 # Such an integer reads as a float of at least 9.2e18, which orjson writes
 # with an exponent ("e+"): a value whose dump has no "+" is exact, found at
-# C speed (a single byte is found with memchr; "e+" takes 30 times longer). Otherwise the body is scanned: the
-# regex runs at about 35 MB/s, so a body with no run of 19 digits (every
-# such integer has one) is ruled out first by a translate and find, about
-# 25 times faster.
+# C speed (a single byte is found with memchr; "e+" takes 30 times longer).
+# Otherwise the body is scanned: the regex runs at about 35 MB/s, so a body
+# with no run of 19 digits (every such integer has one) is ruled out first
+# by a translate and find, about 25 times faster.
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _DIGIT_RUN = b"0" * 19
 

@@ -21,7 +21,6 @@ down ends tails without it (reconnect elsewhere with ``Last-Event-ID``).
 from __future__ import annotations
 
 import asyncio
-import re
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -30,7 +29,7 @@ import orjson
 from starlette.responses import StreamingResponse
 
 from .. import errors, metrics
-from ..events import MAX_OFFSET, Event
+from ..events import DIGITS_RE, MAX_OFFSET, Event
 from ..routing.filters import Filter
 from ..streams.connections import Connection
 from ..streams.handle import Stream
@@ -38,8 +37,6 @@ from ..streams.pins import Redactor
 from ..streams.tail import follow
 
 HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-# An offset as Last-Event-ID: ASCII digits, few enough for int() (4,300 at most).
-OFFSET_DIGITS = re.compile(r"[0-9]{1,19}")
 # The most written to the connection at once. uvicorn pauses the writer while
 # its transport holds more than 64 KiB unsent (the ASGI send then waits for
 # the client to drain it), so what a stalled client costs is one chunk past that.
@@ -125,7 +122,7 @@ async def resolve_cursor(stream: Stream, after: int | None, last_event_id: str |
     is ``invalid_input``, an offset beyond the head ``invalid_cursor``."""
     cursor = after or 0
     if last_event_id:
-        if not OFFSET_DIGITS.fullmatch(last_event_id) or int(last_event_id) > MAX_OFFSET:
+        if not DIGITS_RE.fullmatch(last_event_id) or int(last_event_id) > MAX_OFFSET:
             raise errors.InvalidInput(
                 "Last-Event-ID must be an offset: an integer in [0, 2^63)", field="Last-Event-ID"
             )

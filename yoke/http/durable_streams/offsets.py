@@ -17,12 +17,11 @@ import time
 from datetime import datetime
 
 from ... import errors
+from ...events import DIGITS_RE
 
-# ASCII digits only (\d takes any script's, and int() reads them), and so
-# few that int() never meets its 4,300-digit limit.
+# ASCII digits only, and few (events.DIGITS_RE).
 TOKEN_RE = re.compile(r"([0-9]{16})_0{16}")
 DECIMAL_RE = re.compile(r"0|[1-9][0-9]{0,18}")
-CURSOR_RE = re.compile(r"[0-9]{1,19}")
 MAX_SAFE = 2**53 - 1  # Producer-Epoch and Producer-Seq: JavaScript's safe integers
 
 # Cursors (Stream-Cursor): 20-second intervals since 2024-10-09T00:00:00Z.
@@ -80,7 +79,7 @@ def cursor(client: str | None) -> str:
     """The next Stream-Cursor: the current interval, or past the client's
     when it already holds that one (so cached answers never cycle)."""
     current = int((time.time() - CURSOR_EPOCH_S) // CURSOR_INTERVAL_S)
-    if client is None or not CURSOR_RE.fullmatch(client) or int(client) < current:
+    if client is None or not DIGITS_RE.fullmatch(client) or int(client) < current:
         return str(current)
     jitter_s = random.randint(1, 3600)
     return str(int(client) + max(1, -(-jitter_s // CURSOR_INTERVAL_S)))
