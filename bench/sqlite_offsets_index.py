@@ -1,6 +1,7 @@
 #!/usr/bin/env python
-"""What the per-row offsets index costs SQLite's writer, and what an index
-of commit blocks would cost instead.
+"""What the SQLite writer's way of finding events by offset costs it: the
+blocks (event_blocks, migration 0014), the per-row offsets index they
+replaced (migration 0013), neither.
 
 The Durable Streams bench's (b) on SQLite is bound by the writer thread
 (docs/durable-streams.md). This runs the writer's own statements without
@@ -12,11 +13,11 @@ each layout, rows/s, the process's CPU per row, the time in the writes and
 in COMMIT, and bytes written per row (``/proc/self/io``, WAL and
 checkpoints):
 
-  index   the schema as it is: a unique index on (tenant, stream, offset),
-          an entry per row, each batch inserted in the middle of it;
-  blocks  no such index; one row per commit block (tenant, stream, first
-          offset, first rowid) in a WITHOUT ROWID table, as a block's rows
-          have consecutive rowids (a sketch: reads would find rows through it);
+  blocks  the schema as it is: one event_blocks row per run of a stream's
+          rows (here a batch), written with them;
+  index   a unique index on (tenant, stream, offset), an entry per row,
+          each batch inserted in the middle of it, and no block rows (the
+          layout before migration 0014);
   none    neither: the floor.
 
     .venv/bin/python bench/sqlite_offsets_index.py [--seconds 10]
@@ -37,16 +38,13 @@ sys.path.insert(0, str(ROOT))
 
 from yoke.events import new_event_ids  # noqa: E402
 from yoke.http.durable_streams.messages import message_events  # noqa: E402
+from yoke.store.sqlite import group_writes  # noqa: E402
 from yoke.store.sqlite.group_writes import Block, GroupWrites  # noqa: E402
 from yoke.store.sqlite.store import PAGE_SIZE, SqliteStore  # noqa: E402
 
 STREAMS = 100
 BATCHES_A_GROUP = 28  # what a group of (b) holds: about 2,850 messages
 BATCH = 100
-BLOCKS_SCHEMA = (
-    "CREATE TABLE event_blocks (tenant_id TEXT NOT NULL, sid INTEGER NOT NULL, first_seq INTEGER NOT NULL,"
-    " first_rowid INTEGER NOT NULL, PRIMARY KEY (tenant_id, sid, first_seq)) WITHOUT ROWID"
-)
 
 
 def written_bytes() -> int:
@@ -62,10 +60,8 @@ def database(path: Path, layout: str) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     SqliteStore._migrate(conn)  # the store's own schema, as yoke serve makes it
-    if layout != "index":
-        conn.execute("DROP INDEX events_offsets")
-    if layout == "blocks":
-        conn.execute(BLOCKS_SCHEMA)
+    if layout == "index":
+        conn.execute("CREATE UNIQUE INDEX events_offsets ON events (tenant_id, sid, seq)")
     conn.execute("BEGIN")
     conn.executemany(
         "INSERT INTO streams (tenant_id, path, sid, stream_id, created_at) VALUES ('default', ?, ?, 'bench', 0)",
@@ -85,22 +81,14 @@ def run(layout: str, seconds: float, directory: Path) -> dict[str, float]:
     while time.perf_counter() - start < seconds:
         held = GroupWrites()
         conn.execute("BEGIN IMMEDIATE")
-        firsts = []
         for k in range(BATCHES_A_GROUP):
             s = (groups * BATCHES_A_GROUP + k) % STREAMS
             events = message_events(texts, new_event_ids(BATCH))
             held.blocks.append(Block("default", s + 1, 0, range(heads[s] + 1, heads[s] + BATCH + 1), events))
             held.advance("default", s + 1, heads[s] + BATCH, BATCH, BATCH * 270, False)
-            firsts.append((s + 1, heads[s] + 1))
             heads[s] += BATCH
         began = time.perf_counter()
-        last = conn.execute("SELECT coalesce(max(rowid), 0) FROM events").fetchone()[0] if layout == "blocks" else 0
         held.write(conn)
-        if layout == "blocks":
-            conn.execute(
-                "INSERT INTO event_blocks VALUES " + ",".join(["('default',?,?,?)"] * len(firsts)),
-                [v for i, (sid, first) in enumerate(firsts) for v in (sid, first, last + 1 + BATCH * i)],
-            )
         wrote = time.perf_counter()
         conn.execute("COMMIT")
         spent["write"] += wrote - began
@@ -126,7 +114,9 @@ def main() -> None:
     print("| layout | rows/s | CPU µs/row | write µs/row | COMMIT µs/row | bytes written/row |")
     print("|---|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as directory:
-        for layout in ("index", "blocks", "none"):
+        for layout in ("blocks", "index", "none"):
+            if layout != "blocks":  # the writer's code, without its block rows
+                group_writes.merged = lambda runs: []
             r = run(layout, args.seconds, Path(directory))
             print(f"| {layout} | {r['rows_per_s']:,.0f} | {r['cpu_us_per_row']:.2f} | {r['write_us_per_row']:.2f}"
                   f" | {r['commit_us_per_row']:.2f} | {r['bytes_per_row']:,.0f} |", flush=True)

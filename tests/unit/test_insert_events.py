@@ -1,6 +1,7 @@
 """The SQLite writer's multi-row INSERTs (store/sqlite/group_writes.py):
 blocks of any sizes, cut across statements, with NULL and shared columns
-or without, store exactly the rows they describe."""
+or without, store exactly the rows they describe, each in a block
+(store/sqlite/event_blocks.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from hypothesis import strategies as st
 from yoke.events import prepare
 from yoke.store.sqlite.group_writes import INSERT_COLUMNS, Block, insert_events
 from yoke.store.sqlite.store import _migrations
+
+from ..contract.test_sqlite_event_blocks import INTACT, blocks_broken
 
 RAW = st.sampled_from([
     {"type": "plain", "payload": 1},
@@ -54,3 +57,4 @@ def test_blocks_are_stored_as_described(blocks, cap):
         gw.INSERT_CHUNK = saved
     stored = conn.execute(f"SELECT {', '.join(INSERT_COLUMNS)} FROM events ORDER BY sid, seq").fetchall()
     assert stored == expected
+    assert blocks_broken(conn) == INTACT  # and each row is found through its block

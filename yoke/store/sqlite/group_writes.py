@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from ...events import PreparedEvent
+from .event_blocks import Run, merged, runs
 
 INSERT_COLUMNS = (
     "tenant_id", "sid", "seq", "id", "at", "type", "payload", "metadata", "source",
@@ -41,6 +42,7 @@ _TENANT, _SID, _SEQ = (INSERT_COLUMNS.index(c) for c in ("tenant_id", "sid", "se
 # 465 ms stepped, 30 ms this way).
 INSERT_CHUNK = 1024
 HEADS_CHUNK = 256
+BLOCKS_CHUNK = 256
 
 
 class Block(NamedTuple):
@@ -83,15 +85,15 @@ _ALL_SHARED = frozenset(_SHARED)
 
 @functools.lru_cache(maxsize=256)  # chunk sizes x NULL patterns met, like the statement cache
 def _insert_sql(n: int, nulls: frozenset[int], shared: frozenset[int]) -> tuple[str, tuple[int, ...]]:
-    """The INSERT of ``n`` rows whose columns ``nulls`` are all NULL and
-    whose columns ``shared`` hold one value each (bound first, in column
-    order), and the other columns, bound row by row."""
-    once = {column: f"?{k}" for k, column in enumerate(sorted(shared), 1)}
+    """The INSERT of ``n`` rows at rowids ?1, ?1+1, .. whose columns
+    ``nulls`` are all NULL and whose columns ``shared`` hold one value each
+    (bound next, in column order), and the other columns, bound row by row."""
+    once = {column: f"?{k}" for k, column in enumerate(sorted(shared), 2)}
     per_row = tuple(i for i in range(len(INSERT_COLUMNS)) if i not in nulls and i not in shared)
     rows = []
-    k = len(once) + 1
-    for _ in range(n):
-        cells = []
+    k = len(once) + 2
+    for r in range(n):
+        cells = [f"?1+{r}"]
         for i in range(len(INSERT_COLUMNS)):
             if i in nulls:
                 cells.append("NULL")
@@ -101,7 +103,7 @@ def _insert_sql(n: int, nulls: frozenset[int], shared: frozenset[int]) -> tuple[
                 cells.append(f"?{k}")
                 k += 1
         rows.append("(" + ",".join(cells) + ")")
-    sql = f"INSERT INTO events ({', '.join(INSERT_COLUMNS)}) VALUES " + ",".join(rows)
+    sql = f"INSERT INTO events (rowid, {', '.join(INSERT_COLUMNS)}) VALUES " + ",".join(rows)
     return sql, per_row
 
 
@@ -132,8 +134,13 @@ def _column(block: Block, i: int) -> Iterable[Any]:
 
 
 def insert_events(conn: sqlite3.Connection, blocks: Sequence[Block]) -> None:
-    """Insert the blocks' event rows. The values go to SQLite column by
-    column at C speed (maps over the events), never as a tuple a row."""
+    """Insert the blocks' event rows, and their rows in ``event_blocks``
+    (event_blocks.py). The rows take the rowids after the table's last, in
+    order, named in the statement (not left to SQLite's choice: the block
+    rows say where they are). The values go to SQLite column by column at
+    C speed (maps over the events), never as a tuple a row."""
+    rowid = conn.execute("SELECT coalesce(max(rowid), 0) + 1 FROM events").fetchone()[0]
+    written: list[Run] = []
     for chunk in _pieces(blocks, INSERT_CHUNK):
         n = sum(len(b.seqs) for b in chunk)
         nullable = set().union(*(map(_nullable_of, b.events) for b in chunk))
@@ -143,13 +150,26 @@ def insert_events(conn: sqlite3.Connection, blocks: Sequence[Block]) -> None:
             nulls = frozenset(i for k, i in enumerate(_NULLABLE) if all(v[k] is None for v in nullable))
         shared_values = {(b.tenant, *v) for b in chunk for v in set(map(_shared_fields_of, b.events))}
         if len(shared_values) == 1:  # most chunks, again one pass in C
-            shared, params = _ALL_SHARED, list(shared_values.pop())
+            shared, params = _ALL_SHARED, [rowid, *shared_values.pop()]
         else:
-            shared, params = frozenset(), []
+            shared, params = frozenset(), [rowid]
         sql, per_row = _insert_sql(n, nulls, shared)
         for b in chunk:
             params.extend(itertools.chain.from_iterable(zip(*(_column(b, i) for i in per_row))))
+            written.extend(runs(b.tenant, b.sid, b.seqs, rowid))
+            rowid += len(b.seqs)
         conn.execute(sql, params)
+    rows = merged(written)
+    for part in _chunks(rows, BLOCKS_CHUNK):
+        conn.execute(_blocks_sql(len(part)), list(itertools.chain.from_iterable(part)))
+
+
+@functools.lru_cache(maxsize=16)
+def _blocks_sql(n: int) -> str:
+    return (
+        "INSERT INTO event_blocks (tenant_id, sid, last_seq, first_seq, first_rowid) VALUES "
+        + ",".join(["(?,?,?,?,?)"] * n)
+    )
 
 
 @functools.lru_cache(maxsize=16)

@@ -12,8 +12,9 @@ from ...lifecycle import STREAM_CLOSED, stream_fact
 from ...events import PreparedEvent
 from ..contract import CommitResult, StreamSettings
 from ..protocol import OK, CreateSpec, Guard, GuardBook, ProtocolStream, assemble, decide_batches, one_lifetime
-from ..rows import PROTOCOL_FORK_COPY, PROTOCOL_STREAM_SELECT, protocol_stream_from_row
+from ..rows import PROTOCOL_STREAM_SELECT, protocol_stream_from_row
 from ..protocol_forks import check_fork, sub_offset_prefix
+from . import event_blocks
 
 if TYPE_CHECKING:
     from .store import SqliteStore
@@ -100,8 +101,8 @@ class SqliteProtocolStore:
                 base = through
                 if spec.fork_sub:
                     nxt = conn.execute(
-                        "SELECT type, data FROM events WHERE tenant_id=? AND sid=? AND seq=?",
-                        (tenant, source.sid, through + 1),
+                        event_blocks.span("type, data", bounded=True),
+                        {"t": tenant, "s": source.sid, "after": through, "hi": through + 1},
                     ).fetchone()
                     through, prefix = sub_offset_prefix(source, through, spec.fork_sub, nxt)
             s, _ = store._ensure_stream(conn, tenant, path, stream_id, now, StreamSettings())
@@ -113,13 +114,14 @@ class SqliteProtocolStore:
                  None if source is None else base, spec.fork_sub),
             )
             if source is not None and through:
-                conn.execute(PROTOCOL_FORK_COPY.format(new="?", tenant="?", source="?", through="?"),
-                             (sid, tenant, source.sid, through))
+                base = conn.execute("SELECT coalesce(max(rowid), 0) FROM events").fetchone()[0]
+                conn.execute(event_blocks.FORK_COPY, {"t": tenant, "s": source.sid, "after": 0, "hi": through, "new": sid})
+                conn.execute(event_blocks.BLOCKS_OF_NEW_ROWS, {"base": base})
                 conn.execute(
-                    "UPDATE streams SET head=?, durable_events=(SELECT count(*) FROM events WHERE"
-                    " tenant_id=? AND sid=?), durable_bytes=(SELECT coalesce(sum(size), 0) FROM events"
-                    " WHERE tenant_id=? AND sid=?) WHERE tenant_id=? AND sid=?",
-                    (through, tenant, sid, tenant, sid, tenant, sid),
+                    "UPDATE streams SET head=:hi, (durable_events, durable_bytes)"
+                    " = (SELECT count(*), coalesce(sum(size), 0) FROM events WHERE rowid > :base)"
+                    " WHERE tenant_id=:t AND sid=:new",
+                    {"t": tenant, "new": sid, "hi": through, "base": base},
                 )
             events = ([prefix] if prefix is not None else []) + list(spec.events)
             if events:

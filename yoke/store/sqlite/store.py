@@ -67,6 +67,7 @@ from ..rows import (
 
 from ..faults import log_retried, retry_reads, unavailable
 from ..schema import Migration, Recorded, check_recorded, read_migrations
+from . import event_blocks
 from .actors import SqliteActorStore
 from .group_writes import Block, GroupWrites
 from ..protocol import Guard
@@ -119,30 +120,30 @@ STEPPED_ROWS = 32
 # A page in one row: how many events the limit takes, and those the byte cap
 # keeps (the first always; then while the running total of sizes stays
 # within the cap) as one JSON array of [EVENT_COLUMNS (or STORED_COLUMNS)...,
-# size, hex(data)]. The running total is taken over (seq, size) alone, so
-# rows past the cap are not read.
+# size, hex(data)]. The running total is taken over (rowid, seq, size)
+# alone, so rows past the cap are not read; the kept rows are then read by
+# rowid in the window's order (not sorted again: _page_in_one_row checks it).
 NO_CAP = 2**62
 PAGE_IN_ONE_ROW = """
 WITH w AS (
-    SELECT seq, sum(size) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS running,
+    SELECT rid, sum(size) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS running,
            row_number() OVER (ORDER BY seq) AS rn
-    FROM (SELECT seq, size FROM events WHERE tenant_id=? AND sid=? AND seq > ? ORDER BY seq LIMIT ?)
-), kept AS (SELECT seq FROM w WHERE rn = 1 OR running <= ?)
+    FROM ({span} LIMIT :n)
+), kept AS (SELECT rid FROM w WHERE rn = 1 OR running <= :cap)
 SELECT (SELECT count(*) FROM w),
-       (SELECT json_group_array(json_array({columns}, size, data))
-        FROM (SELECT {columns}, size, CASE WHEN data IS NULL THEN NULL ELSE hex(data) END AS data
-              FROM kept k JOIN events e ON e.tenant_id=? AND e.sid=? AND e.seq=k.seq ORDER BY e.seq) e)
-"""
+       (SELECT json_group_array(json_array({{columns}}, size, data))
+        FROM (SELECT {{columns}}, size, CASE WHEN data IS NULL THEN NULL ELSE hex(data) END AS data
+              FROM kept k JOIN events e ON e.rowid = k.rid) e)
+""".format(span=event_blocks.span("e.rowid AS rid, seq, size"))
 # read_payloads: of the events the limit takes, how many, their total size,
 # how many are of another type or carry bytes, their offsets, and their
 # payload texts as one JSON array (bytes: no decoding in the sqlite3
 # module). Before 3.44 SQLite does not promise group_concat's order (it
 # keeps the subquery's in practice): the offsets say whether it did.
 PAYLOAD_PAGE = (
-    "SELECT count(*), coalesce(sum(size), 0), count(*) FILTER (WHERE type <> ? OR data IS NOT NULL),"
+    "SELECT count(*), coalesce(sum(size), 0), count(*) FILTER (WHERE type <> :type OR data IS NOT NULL),"
     " group_concat(seq), CAST('[' || coalesce(group_concat(payload, ','), '') || ']' AS BLOB)"
-    " FROM (SELECT seq, size, type, payload, data FROM events"
-    "       WHERE tenant_id=? AND sid=? AND seq > ? ORDER BY seq LIMIT ?)"
+    f" FROM ({event_blocks.span('seq, size, type, payload, data')} LIMIT :n)"
 )
 EVENT_PAGE = PAGE_IN_ONE_ROW.format(columns=EVENT_COLUMNS.replace("seq,", "e.seq,", 1))
 STORED_PAGE = PAGE_IN_ONE_ROW.format(columns=STORED_COLUMNS.replace("seq,", "e.seq,", 1))
@@ -777,8 +778,9 @@ class SqliteStore:
 
         return await self._write(run)
 
-    # Tables whose rows belong to one stream, by its sid or by its path.
-    _BY_SID = ("events", "consumers", "objects", "fanout_cursors", "input_outbox", "gap_evidence",
+    # Tables whose rows belong to one stream, by its sid or by its path (its
+    # events have no index by sid: they go first, found through event_blocks).
+    _BY_SID = ("event_blocks", "consumers", "objects", "fanout_cursors", "input_outbox", "gap_evidence",
                "protocol_streams", "protocol_producers")
     _BY_PATH = ("subscriptions", "processor_checkpoints", "subscription_inbound", "subscription_catalogues")
 
@@ -798,6 +800,10 @@ class SqliteStore:
                     )
                 ]
                 self._queue_deletions(conn, [(tenant, sid, object_id) for object_id in objects])
+                conn.execute(
+                    f"DELETE FROM events WHERE rowid IN ({event_blocks.span('e.rowid')})",
+                    event_blocks.everything(tenant, sid),
+                )
                 for table in self._BY_SID:
                     conn.execute(f"DELETE FROM {table} WHERE tenant_id=? AND sid=?", (tenant, sid))
                 for table in self._BY_PATH:
@@ -840,35 +846,37 @@ class SqliteStore:
             if s is None or s["legal_hold"]:
                 return 0
             threshold = 0
+            stream = event_blocks.everything(tenant, sid)
             if s["max_events"] is not None:
                 row = conn.execute(
-                    "SELECT seq FROM events WHERE tenant_id=? AND sid=?"
-                    " ORDER BY seq DESC LIMIT 1 OFFSET ?",
-                    (tenant, sid, s["max_events"]),
+                    event_blocks.span("seq", descending=True) + " LIMIT 1 OFFSET :skip",
+                    {**stream, "skip": s["max_events"]},
                 ).fetchone()
                 if row:
                     threshold = max(threshold, row[0])
             if s["max_age_s"] is not None:
                 cutoff = now - int(s["max_age_s"] * 1000)
                 row = conn.execute(
-                    "SELECT max(seq) FROM events WHERE tenant_id=? AND sid=? AND at < ?",
-                    (tenant, sid, cutoff),
+                    f"SELECT max(seq) FROM ({event_blocks.span('seq', where='e.at < :cutoff')})",
+                    {**stream, "cutoff": cutoff},
                 ).fetchone()
                 if row and row[0]:
                     threshold = max(threshold, row[0])
             if threshold <= s["pruned_through"]:
                 return 0
             min_ack = s["min_ack"] if s["min_ack"] is not None else threshold
+            through = {**stream, "hi": threshold}
             n, size, n_unread, size_unread = conn.execute(
                 "SELECT count(*), coalesce(sum(size), 0),"
-                " count(*) FILTER (WHERE seq > ?), coalesce(sum(size) FILTER (WHERE seq > ?), 0)"
-                " FROM events WHERE tenant_id=? AND sid=? AND seq <= ?",
-                (min_ack, min_ack, tenant, sid, threshold),
+                " count(*) FILTER (WHERE seq > :acked), coalesce(sum(size) FILTER (WHERE seq > :acked), 0)"
+                f" FROM ({event_blocks.span('seq, size', bounded=True)})",
+                {**through, "acked": min_ack},
             ).fetchone()
             conn.execute(
-                "DELETE FROM events WHERE tenant_id=? AND sid=? AND seq <= ?",
-                (tenant, sid, threshold),
+                f"DELETE FROM events WHERE rowid IN ({event_blocks.span('e.rowid', bounded=True)})", through
             )
+            conn.execute(event_blocks.DROP_BLOCKS_THROUGH, through)
+            conn.execute(event_blocks.TRIM_BLOCK_AFTER, through)
             conn.execute(
                 "UPDATE streams SET pruned_through=?, durable_events=durable_events-?,"
                 " durable_bytes=durable_bytes-?, unread_events=unread_events-?,"
@@ -925,16 +933,14 @@ class SqliteStore:
             events = size = 0
         elif old is not None and new > old:
             n, b = conn.execute(
-                "SELECT count(*), coalesce(sum(size), 0) FROM events"
-                " WHERE tenant_id=? AND sid=? AND seq > ? AND seq <= ?",
-                (tenant, sid, old, new),
+                f"SELECT count(*), coalesce(sum(size), 0) FROM ({event_blocks.span('size', bounded=True)})",
+                {"t": tenant, "s": sid, "after": old, "hi": new},
             ).fetchone()
             events, size = s["unread_events"] - n, s["unread_bytes"] - b
         else:
             events, size = conn.execute(
-                "SELECT count(*), coalesce(sum(size), 0) FROM events"
-                " WHERE tenant_id=? AND sid=? AND seq > ?",
-                (tenant, sid, new),
+                f"SELECT count(*), coalesce(sum(size), 0) FROM ({event_blocks.span('size')})",
+                {"t": tenant, "s": sid, "after": new},
             ).fetchone()
         conn.execute(
             "UPDATE streams SET min_ack=?, unread_events=?, unread_bytes=? WHERE tenant_id=? AND sid=?",
@@ -1252,7 +1258,7 @@ class SqliteStore:
         def joined(conn: sqlite3.Connection, stream: tuple[Any, ...]) -> PayloadPage | None:
             sid, head, _, closed = stream[:4]
             count, size, others, seqs, body = conn.execute(
-                PAYLOAD_PAGE, (type, tenant, sid, after, limit)
+                PAYLOAD_PAGE, {"type": type, "t": tenant, "s": sid, "after": after, "n": limit}
             ).fetchone()
             if others or size > max_bytes:
                 return None
@@ -1266,7 +1272,7 @@ class SqliteStore:
     @retry_reads
     async def read_one(self, tenant: str, path: str, offset: int) -> ReadPage:
         def take(conn: sqlite3.Connection, sid: int, head: int) -> tuple[list[Any], list[int], bool]:
-            return self._stepped(conn, tenant, path, sid, "seq = ?", (offset,), None, event_from_row, EVENT_COLUMNS)
+            return self._stepped(conn, tenant, path, sid, offset - 1, offset, None, None, event_from_row, EVENT_COLUMNS)
 
         return await self._read(self._read_snapshot, tenant, path, take)
 
@@ -1292,9 +1298,7 @@ class SqliteStore:
                 taken = self._page_in_one_row(conn, tenant, path, sid, after, limit, max_bytes, stored)
                 if taken is not None:
                     return taken
-            return self._stepped(
-                conn, tenant, path, sid, "seq > ? ORDER BY seq LIMIT ?", (after, limit), max_bytes, make, columns
-            )
+            return self._stepped(conn, tenant, path, sid, after, None, limit, max_bytes, make, columns)
 
         return self._read_snapshot(tenant, path, take)
 
@@ -1335,7 +1339,7 @@ class SqliteStore:
     ) -> tuple[list[Any], list[int], bool] | None:
         counted, kept = conn.execute(
             STORED_PAGE if stored else EVENT_PAGE,
-            (tenant, sid, after, limit, NO_CAP if max_bytes is None else max_bytes, tenant, sid),
+            {"t": tenant, "s": sid, "after": after, "n": limit, "cap": NO_CAP if max_bytes is None else max_bytes},
         ).fetchone()
         items = orjson.loads(kept) if kept else []
         if any(a[0] >= b[0] for a, b in zip(items, items[1:])):
@@ -1348,17 +1352,18 @@ class SqliteStore:
 
     @staticmethod
     def _stepped(
-        conn: sqlite3.Connection, tenant: str, path: str, sid: int, where: str, params: tuple[Any, ...],
+        conn: sqlite3.Connection, tenant: str, path: str, sid: int, after: int, hi: int | None, limit: int | None,
         max_bytes: int | None, make: Callable[..., Any], columns: str,
     ) -> tuple[list[Any], list[int], bool]:
-        """The rows one at a time: past the byte cap, none is fetched but the first."""
+        """The rows after offset ``after`` (through ``hi``), at most ``limit``,
+        one at a time: past the byte cap, none is fetched but the first."""
         events: list[Any] = []
         sizes: list[int] = []
         total = 0
         capped = False
+        sql = event_blocks.span(f"{columns}, size, data", bounded=hi is not None)
         rows = conn.execute(
-            f"SELECT {columns}, size, data FROM events WHERE tenant_id=? AND sid=? AND {where}",
-            (tenant, sid, *params),
+            sql if limit is None else sql + " LIMIT :n", {"t": tenant, "s": sid, "after": after, "hi": hi, "n": limit}
         )
         try:
             for r in rows:

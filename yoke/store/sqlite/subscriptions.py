@@ -5,7 +5,7 @@ which is also the lock ``control`` and the passive fence rely on."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -41,6 +41,7 @@ from ..subscriptions import (
     all_accepted,
     fence_refuses,
 )
+from . import event_blocks
 from .actors import APPEND_ATTEMPT
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ class SqliteSubscriptionStore:
     def __init__(self, store: SqliteStore) -> None:
         self._store = store
 
-    async def _read(self, sql: str, params: Sequence[Any]) -> list[sqlite3.Row]:
+    async def _read(self, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[sqlite3.Row]:
         return await self._store._read(lambda: self._store._rconn().execute(sql, params).fetchall())
 
     async def control(
@@ -105,11 +106,12 @@ class SqliteSubscriptionStore:
                             (tenant, copies_into, path, name),
                         ).fetchone()[0]
                     probed = probe is not None and conn.execute(
-                        "SELECT EXISTS (SELECT 1 FROM events WHERE tenant_id=?"
-                        " AND sid=(SELECT sid FROM streams WHERE tenant_id=? AND path=?)"
-                        f" AND seq > ? AND type IN ({','.join('?' * len(probe.types))})"
-                        " AND json_extract(payload, ?) = ?)",
-                        (tenant, tenant, path, probe.after, *probe.types, f"$.{probe.field}", probe.value),
+                        "SELECT EXISTS (" + event_blocks.span(
+                            "1", where=f"type IN ({', '.join(f':type{i}' for i in range(len(probe.types)))})"
+                            " AND json_extract(payload, :field) = :value",
+                        ) + ")",
+                        {"t": tenant, "s": s["sid"], "after": probe.after, "field": f"$.{probe.field}",
+                         "value": probe.value, **{f"type{i}": t for i, t in enumerate(probe.types)}},
                     ).fetchone()[0]
                     source = SourceState(s["stream_id"], s["created_at"], s["head"], copies, bool(probed))
                     found = conn.execute(
@@ -252,10 +254,11 @@ class SqliteSubscriptionStore:
         self, tenant: str, path: str, types: Sequence[str], after: int, limit: int
     ) -> list[Event]:
         rows = await self._read(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id=?"
-            " AND sid=(SELECT sid FROM streams WHERE tenant_id=? AND path=?)"
-            f" AND seq > ? AND type IN ({','.join('?' * len(types))}) ORDER BY seq LIMIT ?",
-            (tenant, tenant, path, after, *types, limit),
+            event_blocks.span(
+                EVENT_COLUMNS, sid="(SELECT sid FROM streams WHERE tenant_id = :t AND path = :path)",
+                where=f"type IN ({', '.join(f':type{i}' for i in range(len(types)))})",
+            ) + " LIMIT :n",
+            {"t": tenant, "path": path, "after": after, "n": limit, **{f"type{i}": t for i, t in enumerate(types)}},
         )
         return [event_from_row(tenant, path, r) for r in rows]
 
