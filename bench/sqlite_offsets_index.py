@@ -61,7 +61,7 @@ def database(path: Path, layout: str) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=FULL")
     SqliteStore._migrate(conn)  # the store's own schema, as yoke serve makes it
     if layout == "index":
-        conn.execute("CREATE UNIQUE INDEX events_offsets ON events (tenant_id, sid, seq)")
+        conn.execute("CREATE UNIQUE INDEX event_rows_offsets ON event_rows (tenant_id, sid, seq)")
     conn.execute("BEGIN")
     conn.executemany(
         "INSERT INTO streams (tenant_id, path, sid, stream_id, created_at) VALUES ('default', ?, ?, 'bench', 0)",

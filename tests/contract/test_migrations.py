@@ -256,34 +256,35 @@ async def test_sqlite_files_from_before_the_record_are_taken_as_applied(tmp_path
 
 def _undo_sqlite_migrations(path, since: str) -> None:
     """Return a file written by this Yoke to the layout it had before the
-    migration named ``since`` (0013 or 0014): the store's code cannot write
-    the old layouts any more, the migrations must still read them."""
+    migration named ``since`` (0013 or 0014): the table of events as those
+    migrations found it (its rows keeping their row ids), no event_blocks.
+    The store's code cannot write the old layouts any more; the migrations
+    must still read them."""
     from yoke.store.sqlite.group_writes import INSERT_COLUMNS
     from yoke.store.sqlite.store import _migrations
 
     files = _migrations()
     cut = next(i for i, m in enumerate(files) if m.name == since)
+    old = _sqlite(":memory:")
+    for m in files[:cut]:
+        old.executescript(m.sql)
+    ddl = [r[0] for r in old.execute(
+        "SELECT sql FROM sqlite_master WHERE tbl_name = 'events' AND sql IS NOT NULL ORDER BY type DESC"
+    )]
+    old.close()
+    columns = ", ".join(INSERT_COLUMNS)
+    keep_ids = "WITHOUT ROWID" not in ddl[0]
     db = _sqlite(path)
     try:
         db.execute("BEGIN")
-        db.execute("DROP TABLE event_blocks")  # 0014
-        db.execute("CREATE UNIQUE INDEX events_offsets ON events (tenant_id, sid, seq)")
-        if since == "0013_events_rowid.sql":  # events back to a WITHOUT ROWID table
-            old = _sqlite(":memory:")
-            for m in files[:cut]:
-                old.executescript(m.sql)
-            ddl = [r[0] for r in old.execute(
-                "SELECT sql FROM sqlite_master WHERE tbl_name = 'events' AND sql IS NOT NULL ORDER BY type DESC"
-            )]
-            old.close()
-            db.execute("ALTER TABLE events RENAME TO events_rowid")
-            db.execute("DROP INDEX events_offsets")
-            db.execute("DROP INDEX events_idempotency")
-            for sql in ddl:
-                db.execute(sql)
-            columns = ", ".join(INSERT_COLUMNS)
-            db.execute(f"INSERT INTO events ({columns}) SELECT {columns} FROM events_rowid")
-            db.execute("DROP TABLE events_rowid")
+        db.execute("DROP TABLE event_blocks")
+        for sql in ddl:
+            db.execute(sql)
+        db.execute(
+            f"INSERT INTO events ({'rowid, ' if keep_ids else ''}{columns})"
+            f" SELECT {'row_id, ' if keep_ids else ''}{columns} FROM event_rows ORDER BY row_id"
+        )
+        db.execute("DROP TABLE event_rows")
         db.execute("DELETE FROM yoke_schema_version WHERE version >= ?", (files[cut].version,))
         db.execute(f"PRAGMA user_version = {files[cut - 1].version}")
         db.execute("COMMIT")
@@ -321,9 +322,12 @@ async def test_sqlite_events_move_to_a_rowid_table_unchanged(tmp_path):
         assert (await s.append({"type": "next"})).offset == before[-1].offset + 1
     db = _sqlite(path)
     try:
-        assert "WITHOUT ROWID" not in db.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()[0]
-        indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events'")}
-        assert indexes == {"events_idempotency"}  # offsets are found through event_blocks (0014)
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert "events" not in tables and {"event_rows", "event_blocks"} <= tables  # 0014 after 0013
+        indexes = {r[0] for r in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'event_rows'"
+        )}
+        assert indexes == {"event_rows_idempotency"}  # offsets are found through event_blocks (0014)
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         db.close()

@@ -1,8 +1,8 @@
-"""Every statement the SQLite store runs on the events table finds its rows
-by rowid or through an index, never by scanning a table: events is a rowid
-table (migration 0013) whose rows are found by offset through event_blocks
-(migration 0014, store/sqlite/event_blocks.py), so a query that scanned
-either would read every event of every stream.
+"""Every statement the SQLite store runs on its events finds their rows by
+row id or through an index, never by scanning a table: event_rows is keyed
+by row id alone, its rows found by offset through event_blocks (migration
+0014, store/sqlite/event_blocks.py), so a query that scanned either would
+read every event of every stream.
 
 The statements are the ones the store really runs (traced on each of its
 connections) through appends, idempotent repeats, reads short and long,
@@ -21,8 +21,8 @@ from yoke.http.durable_streams.messages import events_of
 from yoke.store.protocol import CreateSpec, Guard
 from yoke.store.sqlite import store as sqlite_store
 
-ON_EVENTS = re.compile(r"\b(FROM|JOIN|UPDATE|INTO)\s+(events|event_blocks)\b", re.IGNORECASE)
-SCAN = re.compile(r"SCAN (events|event_blocks|b|e)\b")
+ON_EVENTS = re.compile(r"\b(FROM|JOIN|UPDATE|INTO)\s+(event_rows|event_blocks)\b", re.IGNORECASE)
+SCAN = re.compile(r"SCAN (event_rows|event_blocks|b|e)\b")
 
 
 async def test_statements_on_events_use_an_index(tmp_path, monkeypatch) -> None:

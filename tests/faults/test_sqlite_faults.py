@@ -68,7 +68,7 @@ async def test_commits_that_wait_together_fail_alone(tmp_path) -> None:
     async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
         store = y.store
         await store._write(lambda: store._wconn.execute(
-            "CREATE TRIGGER refuse_boom BEFORE INSERT ON events WHEN NEW.type = 'boom'"
+            "CREATE TRIGGER refuse_boom BEFORE INSERT ON event_rows WHEN NEW.type = 'boom'"
             " BEGIN SELECT RAISE(ABORT, 'boom refused'); END"
         ))
         gate = threading.Event()

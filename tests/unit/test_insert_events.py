@@ -55,6 +55,6 @@ def test_blocks_are_stored_as_described(blocks, cap):
         insert_events(conn, made)
     finally:
         gw.INSERT_CHUNK = saved
-    stored = conn.execute(f"SELECT {', '.join(INSERT_COLUMNS)} FROM events ORDER BY sid, seq").fetchall()
+    stored = conn.execute(f"SELECT {', '.join(INSERT_COLUMNS)} FROM event_rows ORDER BY sid, seq").fetchall()
     assert stored == expected
     assert blocks_broken(conn) == INTACT  # and each row is found through its block

@@ -1,17 +1,18 @@
 """How the SQLite store finds a stream's events by offset: through blocks.
 
-Event rows live in the rowid table ``events``, in the order they were
-written. A commit's rows for one stream go in side by side: consecutive
-rowids for consecutive offsets. ``event_blocks`` holds one row per such
-run, (tenant, stream, last offset, first offset, first rowid), where an
-index on (tenant, stream, offset) would hold an entry per event: the
-writer writes half the bytes and spends a fifth less CPU a row
-(bench/sqlite_offsets_index.py), and a read finds a run's rows by rowid.
+Event rows live in ``event_rows``, keyed by their ``row_id`` (an INTEGER
+PRIMARY KEY: SQLite's rowid, kept by VACUUM and a dump), in the order they
+were written. A commit's rows for one stream go in side by side:
+consecutive row ids for consecutive offsets. ``event_blocks`` holds one
+row per such run, (tenant, stream, last offset, first offset, first row
+id), where an index on (tenant, stream, offset) would hold an entry per
+event: the writer writes half the bytes and spends a fifth less CPU a row
+(bench/sqlite_offsets_index.py), and a read finds a run's rows by row id.
 
 The invariant every statement here keeps and relies on: each stored event
 of a stream, at offset ``seq``, lies in exactly one block of its stream
-with ``first_seq <= seq <= last_seq``, at rowid ``first_rowid + seq -
-first_seq``; the blocks of a stream do not overlap. A rowid inside a
+with ``first_seq <= seq <= last_seq``, at row id ``first_rowid + seq -
+first_seq``; the blocks of a stream do not overlap. A row id inside a
 block's range may hold no row (ephemeral events take offsets and no row;
 retention deletes a prefix) or another stream's row (a block built from
 rows with gaps between them, see BLOCKS_OF_NEW_ROWS), so a read checks
@@ -31,11 +32,11 @@ from collections.abc import Iterable, Iterator, Sequence
 # subquery: SQLite cannot bound the key by first_seq). ORDER BY follows the
 # loops' own order: no sort.
 _SPAN = (
-    "SELECT {columns} FROM event_blocks b, events e"
+    "SELECT {columns} FROM event_blocks b, event_rows e"
     " WHERE b.tenant_id = :t AND b.sid = {sid} AND b.last_seq > :after{bound}"
-    " AND e.rowid BETWEEN b.first_rowid + max(:after + 1 - b.first_seq, 0) AND b.first_rowid + {top} - b.first_seq"
-    " AND e.sid = b.sid AND e.tenant_id = b.tenant_id AND e.seq - b.first_seq = e.rowid - b.first_rowid"
-    "{where} ORDER BY b.last_seq{order}, e.rowid{order}"
+    " AND e.row_id BETWEEN b.first_rowid + max(:after + 1 - b.first_seq, 0) AND b.first_rowid + {top} - b.first_seq"
+    " AND e.sid = b.sid AND e.tenant_id = b.tenant_id AND e.seq - b.first_seq = e.row_id - b.first_rowid"
+    "{where} ORDER BY b.last_seq{order}, e.row_id{order}"
 )
 _BOUND = (
     " AND b.last_seq <= coalesce((SELECT min(last_seq) FROM event_blocks"
@@ -60,19 +61,19 @@ def everything(t: str, s: int) -> dict[str, object]:
     return {"t": t, "s": s, "after": 0}
 
 
-# Blocks for rows just inserted with rowids above :base, from the rows
+# Blocks for rows just inserted with row ids above :base, from the rows
 # themselves (a fork's copied prefix; migration 0014 did the same for every
 # row then stored): per stream in offset order, a new block begins where
-# the offset and the rowid do not advance by the same step.
+# the offset and the row id do not advance by the same step.
 BLOCKS_OF_NEW_ROWS = """
 INSERT INTO event_blocks (tenant_id, sid, last_seq, first_seq, first_rowid)
 SELECT tenant_id, sid, max(seq), min(seq), min(rid) FROM (
     SELECT tenant_id, sid, seq, rid,
            sum(brk) OVER (PARTITION BY tenant_id, sid ORDER BY seq ROWS UNBOUNDED PRECEDING) AS run
     FROM (
-        SELECT tenant_id, sid, seq, rowid AS rid,
-               coalesce(seq - lag(seq) OVER w <> rowid - lag(rowid) OVER w, 1) AS brk
-        FROM events WHERE rowid > :base
+        SELECT tenant_id, sid, seq, row_id AS rid,
+               coalesce(seq - lag(seq) OVER w <> row_id - lag(row_id) OVER w, 1) AS brk
+        FROM event_rows WHERE row_id > :base
         WINDOW w AS (PARTITION BY tenant_id, sid ORDER BY seq)
     )
 )
@@ -81,9 +82,9 @@ GROUP BY tenant_id, sid, run
 
 # A fork's copy of its source's events through :hi (stream :s) into stream
 # :new, at the same offsets, in offset order: the copies take consecutive
-# rowids after the table's last, for BLOCKS_OF_NEW_ROWS to find.
+# row ids after the table's last, for BLOCKS_OF_NEW_ROWS to find.
 FORK_COPY = (
-    "INSERT INTO events (tenant_id, sid, seq, id, at, type, payload, metadata, source,"
+    "INSERT INTO event_rows (tenant_id, sid, seq, id, at, type, payload, metadata, source,"
     " correlation, priority, group_id, idempotency_key, fingerprint, size, data) "
     + span("e.tenant_id, :new, seq, id, at, type, payload, metadata, source, correlation,"
            " priority, group_id, NULL, NULL, size, data", bounded=True)
@@ -118,7 +119,7 @@ def runs(tenant: str, sid: int, seqs: Sequence[int], first_rowid: int) -> Iterat
 
 def merged(blocks: Iterable[Run]) -> list[Run]:
     """``blocks`` in write order, a block that continues the one before it
-    (same stream, next offset at the next rowid) joined to it."""
+    (same stream, next offset at the next row id) joined to it."""
     out: list[Run] = []
     for b in blocks:
         if out:

@@ -46,7 +46,7 @@ BLOCKS_CHUNK = 256
 
 
 class Block(NamedTuple):
-    """A commit's durable events for the ``events`` table: ``events[i]`` at
+    """A commit's durable events for the ``event_rows`` table: ``events[i]`` at
     offset ``seqs[i]`` of stream ``sid``, all appended at ``at``."""
 
     tenant: str
@@ -85,7 +85,7 @@ _ALL_SHARED = frozenset(_SHARED)
 
 @functools.lru_cache(maxsize=256)  # chunk sizes x NULL patterns met, like the statement cache
 def _insert_sql(n: int, nulls: frozenset[int], shared: frozenset[int]) -> tuple[str, tuple[int, ...]]:
-    """The INSERT of ``n`` rows at rowids ?1, ?1+1, .. whose columns
+    """The INSERT of ``n`` rows at row ids ?1, ?1+1, .. whose columns
     ``nulls`` are all NULL and whose columns ``shared`` hold one value each
     (bound next, in column order), and the other columns, bound row by row."""
     once = {column: f"?{k}" for k, column in enumerate(sorted(shared), 2)}
@@ -103,7 +103,7 @@ def _insert_sql(n: int, nulls: frozenset[int], shared: frozenset[int]) -> tuple[
                 cells.append(f"?{k}")
                 k += 1
         rows.append("(" + ",".join(cells) + ")")
-    sql = f"INSERT INTO events (rowid, {', '.join(INSERT_COLUMNS)}) VALUES " + ",".join(rows)
+    sql = f"INSERT INTO event_rows (row_id, {', '.join(INSERT_COLUMNS)}) VALUES " + ",".join(rows)
     return sql, per_row
 
 
@@ -135,11 +135,11 @@ def _column(block: Block, i: int) -> Iterable[Any]:
 
 def insert_events(conn: sqlite3.Connection, blocks: Sequence[Block]) -> None:
     """Insert the blocks' event rows, and their rows in ``event_blocks``
-    (event_blocks.py). The rows take the rowids after the table's last, in
+    (event_blocks.py). The rows take the row ids after the table's last, in
     order, named in the statement (not left to SQLite's choice: the block
     rows say where they are). The values go to SQLite column by column at
     C speed (maps over the events), never as a tuple a row."""
-    rowid = conn.execute("SELECT coalesce(max(rowid), 0) + 1 FROM events").fetchone()[0]
+    row_id = conn.execute("SELECT coalesce(max(row_id), 0) + 1 FROM event_rows").fetchone()[0]
     written: list[Run] = []
     for chunk in _pieces(blocks, INSERT_CHUNK):
         n = sum(len(b.seqs) for b in chunk)
@@ -150,14 +150,14 @@ def insert_events(conn: sqlite3.Connection, blocks: Sequence[Block]) -> None:
             nulls = frozenset(i for k, i in enumerate(_NULLABLE) if all(v[k] is None for v in nullable))
         shared_values = {(b.tenant, *v) for b in chunk for v in set(map(_shared_fields_of, b.events))}
         if len(shared_values) == 1:  # most chunks, again one pass in C
-            shared, params = _ALL_SHARED, [rowid, *shared_values.pop()]
+            shared, params = _ALL_SHARED, [row_id, *shared_values.pop()]
         else:
-            shared, params = frozenset(), [rowid]
+            shared, params = frozenset(), [row_id]
         sql, per_row = _insert_sql(n, nulls, shared)
         for b in chunk:
             params.extend(itertools.chain.from_iterable(zip(*(_column(b, i) for i in per_row))))
-            written.extend(runs(b.tenant, b.sid, b.seqs, rowid))
-            rowid += len(b.seqs)
+            written.extend(runs(b.tenant, b.sid, b.seqs, row_id))
+            row_id += len(b.seqs)
         conn.execute(sql, params)
     rows = merged(written)
     for part in _chunks(rows, BLOCKS_CHUNK):

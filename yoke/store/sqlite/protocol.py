@@ -114,12 +114,12 @@ class SqliteProtocolStore:
                  None if source is None else base, spec.fork_sub),
             )
             if source is not None and through:
-                base = conn.execute("SELECT coalesce(max(rowid), 0) FROM events").fetchone()[0]
+                base = conn.execute("SELECT coalesce(max(row_id), 0) FROM event_rows").fetchone()[0]
                 conn.execute(event_blocks.FORK_COPY, {"t": tenant, "s": source.sid, "after": 0, "hi": through, "new": sid})
                 conn.execute(event_blocks.BLOCKS_OF_NEW_ROWS, {"base": base})
                 conn.execute(
                     "UPDATE streams SET head=:hi, (durable_events, durable_bytes)"
-                    " = (SELECT count(*), coalesce(sum(size), 0) FROM events WHERE rowid > :base)"
+                    " = (SELECT count(*), coalesce(sum(size), 0) FROM event_rows WHERE row_id > :base)"
                     " WHERE tenant_id=:t AND sid=:new",
                     {"t": tenant, "new": sid, "hi": through, "base": base},
                 )

@@ -120,9 +120,9 @@ STEPPED_ROWS = 32
 # A page in one row: how many events the limit takes, and those the byte cap
 # keeps (the first always; then while the running total of sizes stays
 # within the cap) as one JSON array of [EVENT_COLUMNS (or STORED_COLUMNS)...,
-# size, hex(data)]. The running total is taken over (rowid, seq, size)
+# size, hex(data)]. The running total is taken over (row id, seq, size)
 # alone, so rows past the cap are not read; the kept rows are then read by
-# rowid in the window's order (not sorted again: _page_in_one_row checks it).
+# row id in the window's order (not sorted again: _page_in_one_row checks it).
 NO_CAP = 2**62
 PAGE_IN_ONE_ROW = """
 WITH w AS (
@@ -133,8 +133,8 @@ WITH w AS (
 SELECT (SELECT count(*) FROM w),
        (SELECT json_group_array(json_array({{columns}}, size, data))
         FROM (SELECT {{columns}}, size, CASE WHEN data IS NULL THEN NULL ELSE hex(data) END AS data
-              FROM kept k JOIN events e ON e.rowid = k.rid) e)
-""".format(span=event_blocks.span("e.rowid AS rid, seq, size"))
+              FROM kept k JOIN event_rows e ON e.row_id = k.rid) e)
+""".format(span=event_blocks.span("e.row_id AS rid, seq, size"))
 # read_payloads: of the events the limit takes, how many, their total size,
 # how many are of another type or carry bytes, their offsets, and their
 # payload texts as one JSON array (bytes: no decoding in the sqlite3
@@ -634,7 +634,7 @@ class SqliteStore:
             chunk = keys[start : start + 500]
             marks = ",".join("?" * len(chunk))
             for key, seq, eid, at, fp in conn.execute(
-                "SELECT idempotency_key, seq, id, at, fingerprint FROM events"
+                "SELECT idempotency_key, seq, id, at, fingerprint FROM event_rows"
                 f" WHERE tenant_id=? AND sid=? AND idempotency_key IN ({marks})",
                 (tenant, sid, *chunk),
             ):
@@ -801,7 +801,7 @@ class SqliteStore:
                 ]
                 self._queue_deletions(conn, [(tenant, sid, object_id) for object_id in objects])
                 conn.execute(
-                    f"DELETE FROM events WHERE rowid IN ({event_blocks.span('e.rowid')})",
+                    f"DELETE FROM event_rows WHERE row_id IN ({event_blocks.span('e.row_id')})",
                     event_blocks.everything(tenant, sid),
                 )
                 for table in self._BY_SID:
@@ -856,8 +856,8 @@ class SqliteStore:
                     threshold = max(threshold, row[0])
             if s["max_age_s"] is not None:
                 cutoff = now - int(s["max_age_s"] * 1000)
-                row = conn.execute(
-                    f"SELECT max(seq) FROM ({event_blocks.span('seq', where='e.at < :cutoff')})",
+                row = conn.execute(  # from the newest back to the first one older than the cutoff
+                    event_blocks.span("seq", where="e.at < :cutoff", descending=True) + " LIMIT 1",
                     {**stream, "cutoff": cutoff},
                 ).fetchone()
                 if row and row[0]:
@@ -873,7 +873,7 @@ class SqliteStore:
                 {**through, "acked": min_ack},
             ).fetchone()
             conn.execute(
-                f"DELETE FROM events WHERE rowid IN ({event_blocks.span('e.rowid', bounded=True)})", through
+                f"DELETE FROM event_rows WHERE row_id IN ({event_blocks.span('e.row_id', bounded=True)})", through
             )
             conn.execute(event_blocks.DROP_BLOCKS_THROUGH, through)
             conn.execute(event_blocks.TRIM_BLOCK_AFTER, through)
