@@ -164,3 +164,19 @@ def test_a_filter_that_never_ends_is_cut_off_and_the_server_answers_meanwhile(se
     error = orjson.loads(events[-1].data)["error"]
     assert error["code"] == "filter_failed" and "timeout" in error["message"].lower()
     assert http.get("/healthz").status_code == 200
+
+
+def test_a_backtracking_regex_in_a_filter_is_cut_off_and_the_server_answers_meanwhile(server, http, path):
+    """A where= whose regex backtracks catastrophically on an event is one
+    step of the evaluation (the bound above is checked between steps): it
+    held the event loop, so every request of the server, for as long as the
+    match ran (here about 2^60 steps). The match is bounded on its own."""
+    http.post(events_url(path), json={"type": "msg", "payload": {"s": "a" * 60 + "b"}})
+    where = "$count($match(payload.s, /(a|aa)+$/)) > 0"
+    with server.client() as c:
+        with connect_sse(c, "GET", events_url(path, "tail"), params={"after": 0, "where": where}) as source:
+            events = list(source.iter_sse())
+    assert events[-1].event == "error"
+    error = orjson.loads(events[-1].data)["error"]
+    assert error["code"] == "filter_failed" and "timed out" in error["message"]
+    assert http.get("/healthz").status_code == 200

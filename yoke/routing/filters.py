@@ -19,10 +19,46 @@ from functools import lru_cache
 from typing import Any
 
 import jsonata
+import regex
+from jsonata.regex_engine import RegexFlags
 
 from .. import errors
 
 TYPE_PATTERN = re.compile(r"\*|[A-Za-z0-9._:/@+\-]{1,256}(\.\*)?")
+
+
+class _BoundedPattern:
+    """A JSONata regex (``/.../`` in an expression) compiled by the ``regex``
+    package, each match cut off after EVALUATION_TIMEOUT_MS (TimeoutError):
+    the runtime bound below is checked between evaluation steps, and one
+    catastrophically backtracking match (``$match(s, /(a|aa)+$/)``) is a
+    single step that held the event loop for longer than any request may
+    wait. ``regex`` is compatible with ``re`` (its version 0 mode) and
+    avoids much of the backtracking besides. The methods are the ones
+    jsonata calls (jsonata.regex_engine.CompiledPattern)."""
+
+    __slots__ = ("_pattern",)
+
+    def __init__(self, pattern: regex.Pattern[str]) -> None:
+        self._pattern = pattern
+
+    def search(self, string: str) -> Any:
+        return self._pattern.search(string, timeout=_REGEX_TIMEOUT_S)
+
+    def finditer(self, string: str) -> Any:
+        return self._pattern.finditer(string, timeout=_REGEX_TIMEOUT_S)
+
+    def sub(self, repl: Any, string: str, count: int = 0) -> str:
+        return self._pattern.sub(repl, string, count=count, timeout=_REGEX_TIMEOUT_S)
+
+    def split(self, string: str, maxsplit: int = 0) -> list[str]:
+        return self._pattern.split(string, maxsplit=maxsplit, timeout=_REGEX_TIMEOUT_S)
+
+
+def _bounded_regex(pattern: str, flags: RegexFlags) -> _BoundedPattern:
+    return _BoundedPattern(regex.compile(
+        pattern, (regex.IGNORECASE if flags.case_insensitive else 0) | (regex.MULTILINE if flags.multiline else 0)
+    ))
 
 
 @lru_cache(maxsize=4096)
@@ -31,7 +67,7 @@ def compile_jsonata(expression: str, what: str = "where") -> jsonata.Jsonata:
     if not isinstance(expression, str) or not expression.strip():
         raise errors.InvalidFilter(f"{what} must be a non-empty JSONata expression", field=what)
     try:
-        return jsonata.Jsonata(expression)
+        return jsonata.Jsonata(expression, _bounded_regex)
     except Exception as exc:  # the parser raises JException (and a few others)
         raise errors.InvalidFilter(
             f"{what} is not valid JSONata: {exc}", field=what, expression=expression[:200]
@@ -42,9 +78,10 @@ def compile_jsonata(expression: str, what: str = "where") -> jsonata.Jsonata:
 # where=, a subscription's filter) and run on the event loop: one that loops
 # forever (a self-applied function) froze the whole server. A legitimate one
 # takes microseconds; the bound is generous so that a busy machine never cuts
-# one off (a failed filter skips its event). (A catastrophically backtracking
-# regex inside a single $match is one call the bound cannot interrupt.)
+# one off (a failed filter skips its event). A regex match is one step of
+# the evaluation, bounded on its own (_BoundedPattern) by as much again.
 EVALUATION_TIMEOUT_MS = 1000
+_REGEX_TIMEOUT_S = EVALUATION_TIMEOUT_MS / 1000
 
 
 def evaluate(expression: str, document: Any, what: str = "where") -> Any:
