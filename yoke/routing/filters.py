@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from re import _parser as re_parser  # the standard engine's parser: see _bounded_regex
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -55,10 +56,54 @@ class _BoundedPattern:
         return self._pattern.split(string, maxsplit=maxsplit, timeout=_REGEX_TIMEOUT_S)
 
 
-def _bounded_regex(pattern: str, flags: RegexFlags) -> _BoundedPattern:
-    return _BoundedPattern(regex.compile(
-        pattern, (regex.IGNORECASE if flags.case_insensitive else 0) | (regex.MULTILINE if flags.multiline else 0)
-    ))
+# How large the regexes of one expression may grow with their counted
+# repeats written out (``(\w{3}-){4}`` is 16): ``regex`` compiles them
+# written out, about 120 bytes each (``((a{1000}){1000}){1000}`` never
+# finished compiling), where a filter's needs are tens
+# (``\d{4}-\d{2}-\d{2}``: 8).
+MAX_REGEX_SIZE = 1000
+_REPEATS = {re_parser.MAX_REPEAT, re_parser.MIN_REPEAT, re_parser.POSSESSIVE_REPEAT}
+
+
+def _written_out(items: re_parser.SubPattern) -> int:
+    size = 0
+    for op, av in items:
+        if op in _REPEATS:
+            low, high, sub = av
+            size += max(low if high == re_parser.MAXREPEAT else high, 1) * _written_out(sub)
+        elif op is re_parser.BRANCH:
+            size += max(_written_out(branch) for branch in av[1])
+        else:
+            parts = [x for x in (av if isinstance(av, (tuple, list)) else (av,)) if isinstance(x, re_parser.SubPattern)]
+            size += sum(map(_written_out, parts)) if parts else 1
+    return size
+
+
+class _RegexEngine:
+    """Compiles an expression's regexes, within MAX_REGEX_SIZE for all of
+    them together. Each is parsed by the standard engine first: filters
+    take the language they took when ``re`` ran them (none of ``regex``'s
+    extensions)."""
+
+    def __init__(self) -> None:
+        self.left = MAX_REGEX_SIZE
+
+    def __call__(self, pattern: str, flags: RegexFlags) -> _BoundedPattern:
+        re_flags = (re.IGNORECASE if flags.case_insensitive else 0) | (re.MULTILINE if flags.multiline else 0)
+        size = _written_out(re_parser.parse(pattern, re_flags))
+        if size > self.left:
+            raise ValueError(
+                f"the regex /{pattern[:60]}/ repeats to {size} items written out, past what is left of"
+                f" the expression's {MAX_REGEX_SIZE}"
+            )
+        self.left -= size
+        return _BoundedPattern(regex.compile(pattern, re_flags))
+
+
+def _runtime_regex(pattern: str, flags: RegexFlags) -> _BoundedPattern:
+    """A regex that $eval parses while the expression runs: within the size
+    on its own (compiled for that evaluation, not kept)."""
+    return _RegexEngine()(pattern, flags)
 
 
 @lru_cache(maxsize=4096)
@@ -67,7 +112,9 @@ def compile_jsonata(expression: str, what: str = "where") -> jsonata.Jsonata:
     if not isinstance(expression, str) or not expression.strip():
         raise errors.InvalidFilter(f"{what} must be a non-empty JSONata expression", field=what)
     try:
-        return jsonata.Jsonata(expression, _bounded_regex)
+        compiled = jsonata.Jsonata(expression, _RegexEngine())
+        compiled.regex_engine = _runtime_regex  # what $eval hands the expressions it parses
+        return compiled
     except Exception as exc:  # the parser raises JException (and a few others)
         raise errors.InvalidFilter(
             f"{what} is not valid JSONata: {exc}", field=what, expression=expression[:200]
