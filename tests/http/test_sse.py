@@ -151,17 +151,21 @@ def test_a_failing_filter_closes_the_tail_with_an_error_event(server, http, path
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_filter"
 
 
+def _tail_error(server, path: str, where: str) -> dict:
+    """The error a tail from offset 0 with ``where`` ends with."""
+    with server.client() as c:
+        with connect_sse(c, "GET", events_url(path, "tail"), params={"after": 0, "where": where}) as source:
+            events = list(source.iter_sse())
+    assert events[-1].event == "error"
+    return orjson.loads(events[-1].data)["error"]
+
+
 def test_a_filter_that_never_ends_is_cut_off_and_the_server_answers_meanwhile(server, http, path):
     """A where= that applies a function to itself loops forever on the event
     loop: it froze every request of the server. Its evaluation is cut off
     (filters.EVALUATION_TIMEOUT_MS) and ends the tail with filter_failed."""
     http.post(events_url(path), json={"type": "msg", "payload": {"v": 1}})
-    forever = "(function($f){$f($f)})(function($f){$f($f)})"
-    with server.client() as c:
-        with connect_sse(c, "GET", events_url(path, "tail"), params={"after": 0, "where": forever}) as source:
-            events = list(source.iter_sse())
-    assert events[-1].event == "error"
-    error = orjson.loads(events[-1].data)["error"]
+    error = _tail_error(server, path, "(function($f){$f($f)})(function($f){$f($f)})")
     assert error["code"] == "filter_failed" and "timeout" in error["message"].lower()
     assert http.get("/healthz").status_code == 200
 
@@ -172,11 +176,6 @@ def test_a_backtracking_regex_in_a_filter_is_cut_off_and_the_server_answers_mean
     held the event loop, so every request of the server, for as long as the
     match ran (here about 2^60 steps). The match is bounded on its own."""
     http.post(events_url(path), json={"type": "msg", "payload": {"s": "a" * 60 + "b"}})
-    where = "$count($match(payload.s, /(a|aa)+$/)) > 0"
-    with server.client() as c:
-        with connect_sse(c, "GET", events_url(path, "tail"), params={"after": 0, "where": where}) as source:
-            events = list(source.iter_sse())
-    assert events[-1].event == "error"
-    error = orjson.loads(events[-1].data)["error"]
+    error = _tail_error(server, path, "$count($match(payload.s, /(a|aa)+$/)) > 0")
     assert error["code"] == "filter_failed" and "timed out" in error["message"]
     assert http.get("/healthz").status_code == 200
