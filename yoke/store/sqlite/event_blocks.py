@@ -61,6 +61,9 @@ def everything(t: str, s: int) -> dict[str, object]:
     return {"t": t, "s": s, "after": 0}
 
 
+# The table's last row id (0 when empty): new rows take the ids after it.
+LAST_ROW_ID = "SELECT coalesce(max(row_id), 0) FROM event_rows"
+
 # Blocks for rows just inserted with row ids above :base, from the rows
 # themselves (a fork's copied prefix; migration 0014 did the same for every
 # row then stored): per stream in offset order, a new block begins where

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from ...events import PreparedEvent
-from .event_blocks import Run, merged, runs
+from .event_blocks import LAST_ROW_ID, Run, merged, runs
 
 INSERT_COLUMNS = (
     "tenant_id", "sid", "seq", "id", "at", "type", "payload", "metadata", "source",
@@ -139,7 +139,7 @@ def insert_events(conn: sqlite3.Connection, blocks: Sequence[Block]) -> None:
     order, named in the statement (not left to SQLite's choice: the block
     rows say where they are). The values go to SQLite column by column at
     C speed (maps over the events), never as a tuple a row."""
-    row_id = conn.execute("SELECT coalesce(max(row_id), 0) + 1 FROM event_rows").fetchone()[0]
+    row_id = conn.execute(LAST_ROW_ID).fetchone()[0] + 1
     written: list[Run] = []
     for chunk in _pieces(blocks, INSERT_CHUNK):
         n = sum(len(b.seqs) for b in chunk)

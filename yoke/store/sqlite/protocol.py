@@ -114,7 +114,7 @@ class SqliteProtocolStore:
                  None if source is None else base, spec.fork_sub),
             )
             if source is not None and through:
-                base = conn.execute("SELECT coalesce(max(row_id), 0) FROM event_rows").fetchone()[0]
+                base = conn.execute(event_blocks.LAST_ROW_ID).fetchone()[0]
                 conn.execute(event_blocks.FORK_COPY, {"t": tenant, "s": source.sid, "after": 0, "hi": through, "new": sid})
                 conn.execute(event_blocks.BLOCKS_OF_NEW_ROWS, {"base": base})
                 conn.execute(
