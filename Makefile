@@ -82,6 +82,7 @@ bench: $(DEV_STAMP) npm
 	$(PY) bench/http_api.py
 	$(PY) bench/actors.py
 	$(PY) bench/subscriptions.py
+	$(PY) bench/idle_subscriptions.py
 	$(PY) bench/cli_startup.py
 	$(PY) bench/durable_streams.py
 

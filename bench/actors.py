@@ -34,7 +34,7 @@ PostgreSQL, 5,000 on SQLite; (b) p50 <= 5 ms, p99 <= 25 ms on both.
 (c) ``--isolation``: the isolation row. The no-op actor of bench/hosts_app.py
     (type routing, ``--instances`` instances), once in-process and once in
     ``--hosts`` (4) host processes taking ``--host-runs`` (1) runs each at
-    once (docs/hosts.md): live events/s as in (a),
+    once (docs/advanced/hosts.md): live events/s as in (a),
     and append -> process() returned p50 / p99 as in (b). Both modes are
     measured the same way, by the scheduler's run hook in the kernel (a
     handler in a host cannot touch this script's counters), so latency here
@@ -48,7 +48,7 @@ PostgreSQL, 5,000 on SQLite; (b) p50 <= 5 ms, p99 <= 25 ms on both.
 (e) ``--effects default,atomic``: the effects rows. An actor whose
     ``process()`` updates its state and appends one event (type routing,
     ``--instances`` instances, concurrency 1), in each effects mode
-    (docs/effects.md), on the backend's default storage (file on SQLite,
+    (docs/advanced/effects.md), on the backend's default storage (file on SQLite,
     pg_sqlite on PostgreSQL): live events/s as in (a), and append -> run
     finished p50 / p99 from the scheduler's run hook (an atomic run's
     commit is part of its run).
@@ -1190,7 +1190,7 @@ async def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host-runs", type=int, default=1, help="runs one host takes at once (--isolation)")
     parser.add_argument("--effects", default=None, metavar="MODE,MODE",
                         help="only the effects rows: an actor that writes its state and appends once per"
-                             " event, in each mode (default, atomic; docs/effects.md)")
+                             " event, in each mode (default, atomic; docs/advanced/effects.md)")
     parser.add_argument("--workers", default=None, metavar="N,N,...",
                         help="only the several-workers rows: N `yoke worker` processes on one PostgreSQL"
                              " database, keyed routing (e.g. 1,2,3)")
@@ -1215,7 +1215,7 @@ async def main(argv: list[str] | None = None) -> None:
         if args.backend == "sqlite":
             parser.error("--workers runs on PostgreSQL only: processes on one SQLite file share its one"
                          " write lock and see each other's appends only at the periodic sweep"
-                         " (docs/scaling.md); use --backend postgres (or leave --backend out)")
+                         " (docs/production/scaling.md); use --backend postgres (or leave --backend out)")
         try:
             counts = [int(n) for n in args.workers.split(",") if n.strip()]
         except ValueError:

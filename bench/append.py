@@ -53,7 +53,8 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 import yoke
-from yoke.events import now_ms, prepare
+from yoke.events import prepare
+from yoke.clock import SYSTEM, wall_ms
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 TENANT = "bench"
@@ -124,7 +125,7 @@ def new_event(i: int, keyed: bool = False) -> dict[str, Any]:
         "type": "order.placed",
         "payload": {"order_id": i, "sku": "ABC-123", "qty": 2, "note": "x" * 64},
     }
-    if keyed:  # as every append an actor run journals does (docs/effects.md)
+    if keyed:  # as every append an actor run journals does (docs/advanced/effects.md)
         event["idempotency_key"] = f"k-{uuid.uuid4().hex}"
     return event
 
@@ -133,7 +134,7 @@ def event_row(seq: int) -> tuple[Any, ...]:
     """The ``events`` row Yoke would store for ``new_event(seq)`` at offset ``seq``."""
     e = prepare(new_event(seq))
     return (
-        TENANT, SID, seq, e.id, now_ms(), e.type, e.payload_json, e.metadata_json, e.source_json,
+        TENANT, SID, seq, e.id, wall_ms(SYSTEM), e.type, e.payload_json, e.metadata_json, e.source_json,
         e.correlation, e.priority, e.group_id, e.idempotency_key, e.fingerprint, e.size,
     )  # fmt: skip
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """What a busy handler costs everyone else: heartbeats, fan-out and other
 instances' runs while one process() spins on the CPU for ``--busy-s`` (10)
-seconds, with actors in-process and in host processes (docs/hosts.md).
+seconds, with actors in-process and in host processes (docs/advanced/hosts.md).
 
 One runtime per mode (``isolation=inprocess`` / ``process``), the actors of
 bench/hosts_app.py: ``busy`` spins, ``probe`` does nothing. A ticker task in

@@ -2,7 +2,7 @@
 """What a Durable Streams batch costs PostgreSQL itself, row by row.
 
 The Durable Streams bench's (b) on PostgreSQL is bound by the cores the
-database needs (docs/durable-streams.md). This measures that cost without
+database needs (docs/advanced/durable-streams.md). This measures that cost without
 HTTP, the event loop or the load generator: one connection appends batches
 of 100 protocol messages of 256 bytes (made by the route's ``events_of``)
 to 100 streams in turn, one transaction a batch, and reads the CPU time of
@@ -35,10 +35,10 @@ from append import scratch  # bench/append.py (scripts run from bench/)  # noqa:
 import asyncpg  # noqa: E402
 import orjson  # noqa: E402
 
-from yoke.events import now_ms  # noqa: E402
+from yoke.clock import SYSTEM, wall_ms  # noqa: E402
 from yoke.http.durable_streams.messages import events_of  # noqa: E402
 from yoke.store.postgres.migrate import migrate  # noqa: E402
-from yoke.store.postgres.store import APPEND, _append_args  # noqa: E402
+from yoke.store.postgres.appends import APPEND, append_args as _append_args  # noqa: E402
 
 STREAMS = 100
 BATCH = 100
@@ -83,7 +83,7 @@ async def main() -> None:
             async def yoke_append(n: int) -> None:
                 events = events_of(batch_body(n), "application/json")
                 path = f"/bench/{n % STREAMS}"
-                await conn.fetch(APPEND, *_append_args("default", path, events, [0] * BATCH, now_ms(), f"s{n}"))
+                await conn.fetch(APPEND, *_append_args("default", path, events, [0] * BATCH, wall_ms(SYSTEM), f"s{n}"))
 
             heads: dict[int, int] = {}
 
@@ -92,7 +92,7 @@ async def main() -> None:
                 sid = 1_000_000 + n % STREAMS  # streams of their own: no stream row to lock
                 head = heads.get(sid, 0)
                 async with conn.transaction():
-                    await conn.execute(BARE_INSERT, sid, head, now_ms(), [e.id for e in events],
+                    await conn.execute(BARE_INSERT, sid, head, wall_ms(SYSTEM), [e.id for e in events],
                                        [e.payload_json for e in events], [e.size for e in events])
                 heads[sid] = head + BATCH
 

@@ -4,7 +4,7 @@ blocks (event_blocks, migration 0014), the per-row offsets index they
 replaced (migration 0013), neither.
 
 The Durable Streams bench's (b) on SQLite is bound by the writer thread
-(docs/durable-streams.md). This runs the writer's own statements without
+(docs/advanced/durable-streams.md). This runs the writer's own statements without
 the server: groups of 28 batches of 100 protocol messages of 256 bytes
 (made by the route's ``message_events``), each batch to one of 100 streams
 in turn, written by ``GroupWrites`` (the store's code) in one transaction
@@ -40,7 +40,8 @@ from yoke.events import new_event_ids  # noqa: E402
 from yoke.http.durable_streams.messages import message_events  # noqa: E402
 from yoke.store.sqlite import group_writes  # noqa: E402
 from yoke.store.sqlite.group_writes import Block, GroupWrites  # noqa: E402
-from yoke.store.sqlite.store import PAGE_SIZE, SqliteStore  # noqa: E402
+from yoke.store.sqlite.connection import PAGE_SIZE  # noqa: E402
+from yoke.store.sqlite.migrate import migrate  # noqa: E402
 
 STREAMS = 100
 BATCHES_A_GROUP = 28  # what a group of (b) holds: about 2,850 messages
@@ -59,7 +60,7 @@ def database(path: Path, layout: str) -> sqlite3.Connection:
     conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
-    SqliteStore._migrate(conn)  # the store's own schema, as yoke serve makes it
+    migrate(conn)  # the store's own schema, as yoke serve makes it
     if layout == "index":
         conn.execute("CREATE UNIQUE INDEX event_rows_offsets ON event_rows (tenant_id, sid, seq)")
     conn.execute("BEGIN")

@@ -94,7 +94,7 @@ import yoke
 from actors import Timings, time_asyncpg, time_methods  # bench/actors.py (scripts run from bench/)
 from append import DEFAULT_PG_URL, scratch  # bench/append.py
 from yoke import App
-from yoke.subscriptions import delivery  # its constants, printed with the settings
+from yoke.subscriptions import runner  # its constants, printed with the settings
 
 TARGETS = {"copy_eps": 10_000, "webhook_eps": 500, "lag_p99_ms": 200}
 WAIT_S = 1800.0  # wait_until_processed's timeout: the figure is reported, however slow
@@ -189,9 +189,9 @@ def settings_line(y: yoke.Runtime) -> str:
     return (
         f"subscription_sweep_s={s.subscription_sweep_s}, lease_s={s.subscription_lease_s},"
         f" timeout_s={s.subscription_timeout_s}, max_group_events={s.max_group_events};"
-        f" engine: READ_PAGE={getattr(delivery, 'READ_PAGE', '?')},"
-        f" batch={getattr(delivery, 'MAX_BATCH_EVENTS', '?')} events (copy/call),"
-        f" STEP_BUDGET_S={getattr(delivery, 'STEP_BUDGET_S', '?')}"
+        f" engine: READ_PAGE={getattr(runner, 'READ_PAGE', '?')},"
+        f" batch={getattr(runner, 'MAX_BATCH_EVENTS', '?')} events (copy/call),"
+        f" STEP_BUDGET_S={getattr(runner, 'STEP_BUDGET_S', '?')}"
     )
 
 

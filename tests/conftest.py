@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 
 import yoke
+from yoke.clock import SYSTEM, wall_ms
 
 PG_ADMIN_URL = os.environ.get("YOKE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -23,7 +24,9 @@ PG_ADMIN_URL = os.environ.get("YOKE_TEST_PG_URL", "postgresql://postgres@127.0.0
 # --no-loadscope-reorder): started last, a long file ran alone at the end for
 # minutes while the other workers idled.
 LONGEST_FIRST = [
-    "tests/http/test_schemathesis.py",
+    "tests/http/test_schemathesis_postgres.py",
+    "tests/http/test_schemathesis_sqlite.py",
+    "tests/chaos/test_membership.py",
     "tests/browser/test_console.py",
     "tests/actors/test_isolation.py",
     "tests/faults/test_memory_caps.py",
@@ -35,6 +38,12 @@ LONGEST_FIRST = [
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: the rest keep their order
+
+
+def now_ms() -> int:
+    """The real clock's time in ms: what a store or runtime built without a
+    clock of its own stamps (tests that call the store directly pass it)."""
+    return wall_ms(SYSTEM)
 
 
 def with_database(url: str, database: str) -> str:

@@ -47,7 +47,7 @@ from .errors import (
     YokeError,
 )
 
-__version__ = "0.1.0"
+from .build import __version__  # the version lives in build.py
 
 # name -> the module that defines it, imported on first use.
 _LAZY = {
@@ -80,8 +80,8 @@ if TYPE_CHECKING:
     from .runtime import Runtime, open
     from .store.actors import InstanceInfo
     from .store.contract import Retention, StreamInfo
-    from .streams.handle import Stream
-    from .subscriptions.operator import Subscribed, SubscriptionStatus
+    from .streams.stream import Stream
+    from .subscriptions.management import Subscribed, SubscriptionStatus
     from .subscriptions.receivers import call, copy_to_stream, processor, webhook
 
 

@@ -306,7 +306,7 @@ class Client:
         """Delete dead rows (all, or ``qids``): ``{"dropped": n}``."""
         return self.request("POST", instance_url(instance_id, "dlq/drop"), json=_qids_body(qids))
 
-    # --- the failures inbox (docs/failures.md) ----------------------------
+    # --- the failures inbox (docs/advanced/failures.md) ----------------------------
 
     def failures(self, limit: int = 100, **filters: Any) -> Any:
         """Open failures: ``{"failures": [...]}``, oldest first; ``filters``:

@@ -18,11 +18,26 @@ class Settings:
     # with a privileged role or the tables' owner (used for migrations), the
     # runtime connects to the same database as pg_role, or with
     # pg_runtime_url when set.
+    # Its name is chosen per database: migrating as the owner creates it and
+    # grants it what the runtime needs (docs/production/roles.md), with
+    # pg_role_password when set (then also the runtime's login password).
     pg_role: str = "yoke_runtime"
+    pg_role_password: str = ""
     pg_runtime_url: str = ""
+    # Connections per process: the pool's, plus one for LISTEN (and one at
+    # start for migrations); see docs/production/roles.md for sizing.
     pg_pool_min: int = 2
     pg_pool_max: int = 10
-    # In-memory budgets for ephemeral events (docs/memory.md): per stream,
+    # Each runtime statement's limit on the server (0: none); a statement
+    # past it is cancelled and answered as retryable (503).
+    pg_statement_timeout_s: float = 0.0
+    # What pg_stat_activity shows for this process's connections (the CLI
+    # sets "yoke serve", "yoke worker", "yoke migrate", "yoke cli").
+    pg_application_name: str = "yoke"
+    # Apply pending migrations when a process starts; False (--no-migrate):
+    # a pending migration refuses the start (run `yoke migrate` first).
+    migrate: bool = True
+    # In-memory budgets for ephemeral events (docs/production/memory.md): per stream,
     # per tenant and per process. Past any of them the oldest event under it
     # is evicted (the stream's, the tenant's or the process's oldest).
     ephemeral_buffer_bytes: int = 10 * 1024 * 1024
@@ -49,10 +64,35 @@ class Settings:
     sse_heartbeat_s: float = 15.0
     access_log: bool = True
     # When set, /metrics requires "Authorization: Bearer <metrics_token>"
-    # (its labels name tenants).
+    # (its labels name tenants). Off loopback (or behind a proxy) /metrics
+    # is refused without one, unless metrics_public says it may be open.
     metrics_token: str = ""
+    metrics_public: bool = False
+    # Operations (docs/production/): yoke worker's /metrics server (port 0:
+    # none); how often the database-sampled gauges are refreshed in the
+    # background (0: not in this process); how many tenants get series of
+    # their own in them (the rest are summed as tenant="(other)"); stream
+    # paths as labels of the subscription series (off: unbounded).
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
+    metrics_sample_s: float = 15.0
+    metrics_max_tenants: int = 100
+    metrics_path_labels: bool = False
+    # serve and worker: log level (debug, info, warning, error) and format (text, json).
+    log_level: str = "info"
+    log_format: str = "text"
+    # serve: browser origins allowed on /v1 and /v1/stream (comma-separated,
+    # * for any, none for no origin); unset keeps the Durable Streams
+    # protocol open to any origin and /v1 to none. Behind a TLS proxy,
+    # proxy_headers trusts X-Forwarded-Proto/-For from forwarded_allow_ips;
+    # tls_cert/tls_key serve HTTPS directly.
+    cors_origins: str = ""
+    proxy_headers: bool = False
+    forwarded_allow_ips: str = "127.0.0.1"
+    tls_cert: str = ""
+    tls_key: str = ""
     shutdown_timeout_s: float = 10.0
-    # Connection edges (yoke/http/protocol.py, docs/http.md): a request's
+    # Connection edges (yoke/http/connection_limits.py, docs/reference/http.md): a request's
     # line and headers must arrive within http_header_timeout_s, its body
     # within http_body_timeout_s after that; an idle kept-alive connection
     # closes after http_keep_alive_s; at most http_max_connections open
@@ -67,7 +107,7 @@ class Settings:
     http_max_connections: int = 1000
     http_max_connections_per_client: int = 0
     http_max_head_bytes: int = 32 * 1024
-    # The Durable Streams protocol (/v1/stream/..., docs/durable-streams.md):
+    # The Durable Streams protocol (/v1/stream/..., docs/advanced/durable-streams.md):
     # the largest request body a PUT or POST takes; how long a long-poll
     # waits for data before answering 204 (and how often an idle SSE read
     # gets a control event); how long one SSE response lasts before the
@@ -94,7 +134,7 @@ class Settings:
     # one loop's round trip to the store overlaps the others' runs.
     claim_shards: int = 2
     schedule_poll_s: float = 1.0
-    # Where actors' process() runs by default (docs/hosts.md): "inprocess"
+    # Where actors' process() runs by default (docs/advanced/hosts.md): "inprocess"
     # (the runtime's event loop: fast, unisolated) or "process" (a pool of
     # host_processes host processes, each limited to host_memory_mb of
     # address space when that is above 0). @app.actor(isolation=) overrides.
@@ -102,23 +142,34 @@ class Settings:
     host_processes: int = 4
     # Runs one host takes at once: 1 isolates each run from every other;
     # more trade that (a crash or a timeout ends every run on the host) for
-    # throughput (docs/hosts.md#the-pool).
+    # throughput (docs/advanced/hosts.md#the-pool).
     host_runs: int = 1
     host_memory_mb: int = 0
     # Watch the application's files and recycle the hosts when they change
-    # (serve/worker --reload; docs/hosts.md#reloading).
+    # (serve/worker --reload; docs/advanced/hosts.md#reloading).
     reload: bool = False
     # The deployment version (subscriptions resume halted deliveries on a new one).
     deploy_version: str = ""
-    # Subscriptions: how often the engine claims and renews, how long a lease
-    # lasts, the retry ladder (doubling from base to max, +-20% jitter; tests
-    # make the clock fast by lowering these) and the receiver timeout
-    # (webhook response, call and processor).
-    subscription_sweep_s: float = 1.0
+    # Subscriptions: how often the engine sweeps every tenant's leases
+    # without being asked (the safety net: it sweeps at once on a change it
+    # hears of), how long a delivering process may stay silent before its
+    # subscriptions go to others (it heartbeats four times per lease), the
+    # retry ladder (doubling from base to max, +-20% jitter; tests make the
+    # clock fast by lowering these) and the receiver timeout (webhook
+    # response, call and processor).
+    subscription_sweep_s: float = 30.0
     subscription_lease_s: float = 10.0
     subscription_retry_base_s: float = 1.0
     subscription_retry_max_s: float = 1800.0
     subscription_timeout_s: float = 20.0
+    # Filters (docs/reference/http.md#expensive-filters): the processes per server
+    # process that evaluate expensive JSONata expressions (regexes, function
+    # definitions, ... and those found slow) away from the event loop,
+    # tenants taking turns; how many tails with an expensive where= one
+    # token, and one tenant, may hold open in one process (past it: 429).
+    filter_processes: int = 2
+    expensive_tails_per_token: int = 4
+    expensive_tails_per_tenant: int = 16
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:

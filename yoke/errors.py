@@ -123,6 +123,12 @@ class Unauthorized(YokeError):
     http_status = 401
 
 
+class TokenExpired(Unauthorized):
+    """The token is valid but expired (told apart only to its holder: the secret was right)."""
+
+    code = "token_expired"
+
+
 class Forbidden(YokeError):
     """The token does not allow this (scope or tenant)."""
 
@@ -351,6 +357,14 @@ class Backpressure(YokeError):
     http_status = 429
 
 
+class TooManyExpensiveTails(YokeError):
+    """This token (or its tenant) holds as many tails with an expensive ``where=`` open as it may;
+    retry once one has ended (docs/reference/http.md#expensive-filters)."""
+
+    code = "too_many_expensive_tails"
+    http_status = 429
+
+
 class QuotaExhausted(YokeError):
     """The stream's total ceiling is reached: nothing was appended."""
 
@@ -425,7 +439,7 @@ class RuntimeClosed(YokeError):
     http_status = 503
 
 
-# --- the HTTP connection (answered by yoke.http.protocol, before any route) ---
+# --- the HTTP connection (answered by yoke.http.connection_limits, before any route) ---
 
 
 class MalformedRequest(YokeError):
@@ -471,4 +485,35 @@ class SchemaMismatch(YokeError):
     under that number (renumbered, renamed or edited): refusing to start."""
 
     code = "schema_mismatch"
+    http_status = 500
+
+
+class SchemaNewer(SchemaMismatch):
+    """The database records migrations numbered above this build's newest: a
+    newer Yoke migrated it, and this build refuses to start on it."""
+
+    code = "schema_newer"
+
+
+class DatabasePrivileges(YokeError):
+    """The PostgreSQL login lacks what it needs: to migrate (the owner's
+    job), or the runtime's grants (``yoke migrate --print-grants``)."""
+
+    code = "database_privileges"
+    http_status = 500
+
+
+class SchemaPending(YokeError):
+    """This build's migrations are not all applied and the process was told
+    not to apply them (``--no-migrate``): refusing to start."""
+
+    code = "schema_pending"
+
+
+class StateElsewhere(YokeError):
+    """The instances' state lives where this process does not reach it (another
+    data directory, another storage mode or bucket): it refuses to run actors,
+    and answers this rather than read an empty database."""
+
+    code = "state_elsewhere"
     http_status = 500

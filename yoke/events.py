@@ -56,10 +56,6 @@ INPUT_KEYS = frozenset(
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 # The ids' own generator (seeded from the OS, again in a forked child):
 # application code seeding the random module cannot make ids repeat.
 _ids = random.Random()
@@ -72,17 +68,26 @@ def random_bits(n: int) -> int:
     return _ids.getrandbits(n)
 
 
+def _id_ms() -> int:
+    """The real clock's ms, for ids only (not the runtime's ``Clock``): an id
+    is made wherever an event is prepared, with no component to take a
+    clock from, and its time prefix only keeps ids of one process roughly
+    in creation order for the indexes. Nothing reads a time back from an
+    id; the stored times (created_at...) come from the runtime's clock."""
+    return time.time_ns() // 1_000_000
+
+
 def new_event_id() -> str:
     """A 32-hex-char id that sorts by creation time (48-bit ms + 80 random
     bits). Ids are unique, not secret: a fast PRNG avoids a syscall per event."""
-    return f"{now_ms():012x}{random_bits(80):020x}"
+    return f"{_id_ms():012x}{random_bits(80):020x}"
 
 
 def new_event_ids(n: int) -> list[str]:
     """``n`` ids as new_event_id makes them, drawn at once (a batch's)."""
     if n <= 0:
         return []
-    prefix = f"{now_ms():012x}"
+    prefix = f"{_id_ms():012x}"
     # 10 random bytes an id, as hex in groups of 20 digits split by ":"
     # (C speed; slicing them out one by one took twice as long).
     return (prefix + _ids.randbytes(10 * n).hex(":", -10).replace(":", ":" + prefix)).split(":")
@@ -94,18 +99,31 @@ def validate_tenant(tenant: str) -> str:
     return tenant
 
 
-MAX_OFFSET = 2**63 - 1
+MIN_INT, MAX_INT = -(2**63), 2**63 - 1  # signed 64-bit: the integers both stores hold
+MAX_OFFSET = MAX_INT
 # A number a caller writes as text (an offset, a cursor): ASCII digits (\d
 # takes any script's, and int() reads them), few enough that int() never
 # meets its 4,300-digit limit.
 DIGITS_RE = re.compile(r"[0-9]{1,19}")
 
 
+def check_int(value: Any, name: str, low: int = MIN_INT, high: int = MAX_INT, what: str = "an integer") -> int:
+    """An integer a caller sent (a cursor, a time, a limit, an id) inside
+    [low, high]: by default the signed 64-bit range both stores hold, so
+    that no value outside it reaches a driver (SQLite raises OverflowError,
+    PostgreSQL DataError: a 500 instead of the caller's mistake)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise errors.InvalidInput(f"{name} must be {what} in [{_bound(low)}, {_bound(high)}]", field=name)
+    return value
+
+
+def _bound(n: int) -> str:
+    return {MIN_INT: "-2^63", MAX_INT: "2^63-1"}.get(n, str(n))
+
+
 def check_offset(value: Any, name: str) -> int:
     """An offset or cursor given by a caller: an integer in [0, 2^63)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_OFFSET:
-        raise errors.InvalidInput(f"{name} must be an integer in [0, 2^63)", field=name)
-    return value
+    return check_int(value, name, 0, MAX_OFFSET)
 
 
 def validate_path(path: str) -> str:
@@ -239,8 +257,8 @@ def total_size(events: Sequence[PreparedEvent]) -> int:
 # PostgreSQL's json functions cannot handle it, so neither backend accepts it.
 _JSON_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
-# The value domain: what both backends store and give back unchanged.
-MIN_INT, MAX_INT = -(2**63), 2**63 - 1  # signed 64-bit
+# The value domain: what both backends store and give back unchanged
+# (integers: MIN_INT..MAX_INT, above).
 MAX_DEPTH = 64  # levels of arrays and objects inside one document
 # Datetimes would come back as strings and dataclasses as dicts (with no
 # look inside them for NaN): refused rather than converted. STRICT_INTEGER

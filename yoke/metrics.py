@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
 import weakref
+from pathlib import Path
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .build import __version__
 
 APPENDS = Counter("yoke_stream_appends_total", "Events appended to streams", ["tenant"])
 APPENDED_BYTES = Counter(
@@ -33,7 +40,7 @@ HTTP_LATENCY = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
 )
 
-# --- memory (docs/memory.md; sampled at scrape) ------------------------------
+# --- memory (docs/production/memory.md; sampled at scrape) ------------------------------
 # No per-tenant labels: tenants are unbounded, so the largest tenant's share
 # stands for them all.
 
@@ -71,9 +78,10 @@ APPENDERS = Gauge("yoke_appenders", "Streams with appends queued or committing i
 _evictions_reported: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
 
 
-def sample_memory(runtime: Any) -> None:  # a Runtime
-    """Refresh the memory gauges from the runtime's in-process structures."""
-    buffers = runtime.buffers
+def sample_memory(buffers: Any, waiters: int, appenders: int) -> None:
+    """Refresh the memory gauges from the in-process structures: the
+    ephemeral buffers (``streams.ephemeral.EphemeralBuffers``), the hub's
+    waiters and the appenders."""
     EPHEMERAL_BYTES.set(buffers.bytes)
     EPHEMERAL_EVENTS.set(buffers.events)
     EPHEMERAL_STREAMS.set(len(buffers))
@@ -85,8 +93,8 @@ def sample_memory(runtime: Any) -> None:  # a Runtime
     for cap, count in buffers.evicted.items():
         EPHEMERAL_EVICTED.labels(cap).inc(count - reported.get(cap, 0))
         reported[cap] = count
-    WAKEUP_WAITERS.set(runtime.hub.waiters)
-    APPENDERS.set(runtime.appends.appenders)
+    WAKEUP_WAITERS.set(waiters)
+    APPENDERS.set(appenders)
 
 
 # --- actors -------------------------------------------------------------------
@@ -107,32 +115,139 @@ ATTEMPTS = Histogram(
     "yoke_actor_attempts", "The attempt number of each process() run", ["actor"],
     buckets=(1, 2, 3, 5, 10, 20),
 )
-QUEUE_DEPTH = Gauge(
-    "yoke_actor_queue_rows", "Actor queue rows by status (sampled at scrape)", ["tenant", "status"]
-)
-FANOUT_LAG = Gauge(
-    "yoke_fanout_lag_events", "Events appended but not yet fanned out (sampled at scrape)", ["tenant"]
-)
+# yoke_actor_queue_rows and yoke_fanout_lag_events: sampled from the
+# database in the background (sampling.py).
 
+# Worker membership (actors/membership.py): reaps this process made, and times
+# this process found itself reaped and rejoined, by reason.
+WORKER_REAPS = Counter(
+    "yoke_worker_reaps_total",
+    "Workers this process reaped, by reason (stale: no heartbeat for worker_stale_s by the database's clock)",
+    ["reason"],
+)
+WORKER_REJOINS = Counter(
+    "yoke_worker_rejoins_total",
+    "Times this process's worker found itself reaped and rejoined, by reason (loop_blocked,"
+    " heartbeat_failed, heartbeat_slow, reaped_while_beating)",
+    ["reason"],
+)
 
 # --- subscriptions ------------------------------------------------------------
 
-SUB_DELIVERED = Counter(
-    "yoke_subscription_delivered_total", "Events acknowledged by a subscription's receiver",
-    ["tenant", "path", "name"],
+
+class HeldSubscriptions(Collector):
+    """``yoke_subscription_*``: the subscriptions this process delivers now
+    (one ``Runner`` each), read from the runners when scraped. A series
+    lives while a runner holds its subscription here: removed with the
+    subscription, its stream, or the lease passing to another process (whose
+    ``/metrics`` then has it; its counters start again from 0 there, which
+    ``rate()`` takes as a reset). Labels: tenant and name, and the source
+    stream's path only with ``metrics_path_labels`` (paths are unbounded);
+    without it ``path`` is empty and subscriptions of one name in one tenant
+    add up."""
+
+    def __init__(self) -> None:
+        self._snapshot: list[Any] = []
+
+    def refresh(self, runners: list[Any], with_path: bool) -> None:
+        """From ``runners``: the delivery engine's (``Deliveries.held()``)."""
+        totals: dict[tuple[str, str, str], list[float]] = {}
+        for r in runners:
+            key = (r.row.tenant, r.row.path if with_path else "", r.row.name)
+            sums = totals.setdefault(key, [0, 0, 0, 0])
+            sums[0] += r.delivered
+            sums[1] += r.failures
+            sums[2] += r.lag
+            sums[3] += 1 if r.halted else 0
+        labels = ["tenant", "path", "name"]
+        families = [
+            CounterMetricFamily("yoke_subscription_delivered", "Events acknowledged by a subscription's receiver"
+                                " (while this process delivers it)", labels=labels),
+            CounterMetricFamily("yoke_subscription_failures", "Failed delivery attempts (while this process"
+                                " delivers it)", labels=labels),
+            GaugeMetricFamily("yoke_subscription_lag_offsets", "Source head minus the cursor, as last seen by"
+                              " this process, which delivers it", labels=labels),
+            GaugeMetricFamily("yoke_subscription_halted", "1 while the subscription is halted (the number"
+                              " halted, when several share the labels)", labels=labels),
+        ]
+        for key, sums in totals.items():
+            for family, value in zip(families, sums):
+                family.add_metric(list(key), value)
+        self._snapshot = families
+
+    def collect(self) -> Any:
+        return iter(self._snapshot)
+
+
+SUBSCRIPTIONS = HeldSubscriptions()
+REGISTRY.register(SUBSCRIPTIONS)
+
+
+# --- operations (docs/production/metrics.md) ----------------------------------------
+
+BUILD_INFO = Gauge("yoke_build_info", "1, labelled with this process's Yoke version and commit", ["version", "commit"])
+DB_POOL = Gauge(
+    "yoke_db_pool_connections", "PostgreSQL pool connections of this process: in_use, idle, max", ["state"]
 )
-SUB_FAILURES = Counter(
-    "yoke_subscription_failures_total", "Failed delivery attempts", ["tenant", "path", "name"]
+DATABASE_ERRORS = Counter(
+    "yoke_database_errors_total", "Database faults met by this process, by kind (the store's fault classes:"
+    " connection_lost, connect_failed, cancelled, conflict, database_locked, io_error, disk_full)", ["kind"],
 )
-SUB_LAG = Gauge(
-    "yoke_subscription_lag_offsets",
-    "Source head minus the cursor, as last seen by the process delivering it",
-    ["tenant", "path", "name"],
+for _kind in ("connection_lost", "connect_failed", "cancelled", "conflict", "database_locked", "io_error", "disk_full"):
+    DATABASE_ERRORS.labels(_kind)
+WORKER_HEARTBEATS = Counter("yoke_worker_heartbeats_total", "Worker heartbeats this process wrote")
+WORKER_HEARTBEAT_FAILURES = Counter(
+    "yoke_worker_heartbeat_failures_total", "Worker heartbeat passes that failed (the database; a bug)"
 )
-SUB_HALTED = Gauge(
-    "yoke_subscription_halted", "1 while the subscription is halted (set by the process that halted it)",
-    ["tenant", "path", "name"],
+WORKER_LAST_HEARTBEAT = Gauge(
+    "yoke_worker_last_heartbeat_timestamp_seconds", "When this process last wrote its worker heartbeat (Unix time)"
 )
+
+
+@functools.cache
+def build_commit() -> str:
+    """The commit this Yoke was built from: YOKE_BUILD_COMMIT (a build sets
+    it), else the checkout's HEAD when running from one, else ``unknown``."""
+    commit = os.environ.get("YOKE_BUILD_COMMIT", "").strip()
+    if commit:
+        return commit[:40]
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
+            text=True, timeout=5, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown"
+
+
+def announce_build() -> None:
+    """Set yoke_build_info (once per process that serves metrics)."""
+    BUILD_INFO.labels(__version__, build_commit()).set(1)
+
+
+def sample_pool(sizes: tuple[int, int, int] | None) -> None:
+    """The PostgreSQL pool's connections (``Store.pool_sizes``; SQLite has none)."""
+    if sizes is None:
+        return
+    size, idle, most = sizes
+    DB_POOL.labels("in_use").set(size - idle)
+    DB_POOL.labels("idle").set(idle)
+    DB_POOL.labels("max").set(most)
+
+
+def exposition(
+    buffers: Any, waiters: int, appenders: int, runners: list[Any], *, with_path: bool,
+    pool: tuple[int, int, int] | None,
+) -> bytes:
+    """``/metrics``: the gauges kept in memory refreshed, then every series
+    (``pool``: the store's ``pool_sizes()``, None without one). Never touches the
+    database (its gauges are sampled in the background: sampling.py), so it
+    answers while the database is down."""
+    sample_memory(buffers, waiters, appenders)
+    SUBSCRIPTIONS.refresh(runners, with_path)
+    sample_pool(pool)
+    return generate_latest(REGISTRY)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -154,54 +269,3 @@ def observe_process(row, definition, ok: bool, seconds: float) -> None:  # noqa:
     child(ATTEMPTS, row.actor).observe(row.attempts)
     if row.started_at is not None and row.attempts == 1:
         child(PROCESS_START_LAG, row.actor).observe(max(row.started_at - row.enqueued_at, 0) / 1000)
-
-
-async def sample_actor_gauges(actors) -> None:  # noqa: ANN001 - an ActorStore
-    """Refresh the queue-depth and fan-out-lag gauges from durable rows."""
-    for tenant in await actors.tenants():
-        depth = await actors.queue_depth(tenant, None)
-        for status in ("pending", "processing", "dead"):
-            QUEUE_DEPTH.labels(tenant, status).set(getattr(depth, status))
-        FANOUT_LAG.labels(tenant).set(sum(lag.head - lag.through for lag in await actors.fanout_lag(tenant)))
-
-
-# --- the failures inbox (docs/failures.md; sampled at scrape) -------------------
-
-FAILURES = Gauge(
-    "yoke_failures", "Open failures (dead letters, halted subscriptions, skipped events) by kind, receiver"
-    " (actor, copy, webhook, call, processor) and age since their last attempt (sampled at scrape)",
-    ["tenant", "kind", "receiver", "age"],
-)
-FAILURE_OLDEST = Gauge(
-    "yoke_failure_oldest_age_seconds", "Age of the oldest open failure of each kind (0: none; sampled at scrape)",
-    ["tenant", "kind"],
-)
-FAILURE_AGES = (("under_1m", 60.0), ("under_1h", 3600.0), ("under_1d", 86400.0), ("over_1d", float("inf")))
-_failure_series: dict[str, set[tuple[str, str, str]]] = {}  # per tenant: the series last set non-zero
-
-
-async def sample_failure_gauges(runtime) -> None:  # noqa: ANN001 - a Runtime
-    """Refresh the failure gauges from the inbox of every tenant."""
-    from .events import now_ms
-    from .failures import Failures
-    from .failures.model import DEFAULT_RECEIVER, KINDS
-
-    now = now_ms()
-    for tenant in await runtime.store.actors.tenants():
-        listed = await Failures(runtime, tenant).ages()
-        # Every kind's series exist (0 when none); a receiver's only once it had
-        # failures, set back to 0 when they are gone.
-        counts = dict.fromkeys(_failure_series.get(tenant, set()), 0)
-        counts.update({(kind, DEFAULT_RECEIVER[kind], age): 0 for kind in KINDS for age, _ in FAILURE_AGES})
-        oldest = dict.fromkeys(KINDS, 0.0)
-        for kind, receiver, failed_at in listed:
-            seconds = max(now - failed_at, 0) / 1000
-            age = next(name for name, bound in FAILURE_AGES if seconds < bound)
-            key = (kind, receiver, age)
-            counts[key] = counts.get(key, 0) + 1
-            oldest[kind] = max(oldest[kind], seconds)
-        for (kind, receiver, age), count in counts.items():
-            FAILURES.labels(tenant, kind, receiver, age).set(count)
-        _failure_series[tenant] = {key for key, count in counts.items() if count}
-        for kind, seconds in oldest.items():
-            FAILURE_OLDEST.labels(tenant, kind).set(seconds)

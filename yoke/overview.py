@@ -8,15 +8,13 @@ readings of ``offsets`` (the sum of the streams' heads) over their times.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .events import now_ms, validate_tenant
+from .clock import SYSTEM, Clock, wall_ms
+from .events import validate_tenant
 from .store.actors import FanoutLag, QueueDepth
-from .store.contract import StreamTotals
+from .store.contract import Store, StreamTotals
 from .store.subscriptions import SubscriptionRow, SubscriptionTotals
-
-if TYPE_CHECKING:
-    from .runtime import Runtime
 
 TOP = 10  # how many of each kind of trouble are named
 
@@ -59,10 +57,11 @@ class Overview:
         }
 
 
-async def overview(runtime: Runtime, tenant: str, open_tails: int = 0, top: int = TOP) -> Overview:
+async def overview(
+    store: Store, tenant: str, open_tails: int = 0, top: int = TOP, clock: Clock = SYSTEM
+) -> Overview:
     validate_tenant(tenant)
-    store = runtime.store
-    at = now_ms()
+    at = wall_ms(clock)  # the runtime's clock: when the figures were taken
     totals = await store.stream_totals(tenant)
     queue = await store.actors.queue_depth(tenant, None)
     dead = await store.actors.dead_by_instance(tenant, top) if queue.dead else []

@@ -14,38 +14,53 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from . import errors
+from . import errors, metrics
 from .actors.app import App, app_spec
 from .actors.executor import Executor
 from .actors.instances import Instances
-from .failures import Failures
+from .actors.kernel import ActorKernel, ActorSettings
+from .failures import Failures, FailureServices
 from .actors.state import StateDatabases, make_storage
+from .actors.state_home import Guard as StateHomeGuard
+from .clock import SYSTEM, Clock
 from .config import Settings
 from .events import MAX_PATH_CHARS, validate_path, validate_tenant
 from .hosts.reload import CodeWatch
+from .sampling import Sampler
+from .signals import Signals
+from .routing.evaluation import Evaluations
 from .store import Store, StreamInfo, connect_store
 from .streams.append import AppendService
 from .streams.connections import Connections
 from .streams.ephemeral import EphemeralBuffers
-from .streams.handle import Stream
+from .streams.stream import Stream
 from .streams.gaps import Gaps
 from .streams.inputs import InputDispatcher
+from .streams.kernel import StreamKernel
+from .streams.protocol_streams import ProtocolStreams
 from .streams.relay import EphemeralRelay
+from .streams.rules import APPLICATION, Caller
 from .streams.retention import prune_forever, prune_once
 from .streams.tail import SharedReads
 from .streams.wakeups import WakeupHub
 from .store.faults import log_retried
-from .subscriptions.engine import Deliveries
-from .subscriptions.operator import rebuild_stale_catalogues
+from .subscriptions.copies import Copying
+from .subscriptions.deliveries import Deliveries, DeliverySettings
+from .subscriptions.management import rebuild_stale_catalogues
 from .tokens import Tokens
 
 log = logging.getLogger("yoke.runtime")
 
 
 class Runtime:
-    def __init__(self, settings: Settings, app: App | None = None, *, executor: bool = True) -> None:
+    def __init__(
+        self, settings: Settings, app: App | None = None, *, executor: bool = True, clock: Clock = SYSTEM
+    ) -> None:
         self.settings = settings
         self.app = app
+        # The one clock every component and the store take the time from
+        # (clock.py): a test or a virtual-time run hands in its own.
+        self.clock = clock
         # An app that registers only subscription receivers needs no fan-out,
         # scheduler or membership (they would cost every append a fan-out pass).
         self._want_executor = executor and app is not None and bool(app.actors or app.portals)
@@ -58,25 +73,63 @@ class Runtime:
             self.code = CodeWatch(app_spec(app), [d.script for d in app.actors.values() if d.script])
         self.catalogues: asyncio.Task[list[tuple[str, str]]] | None = None  # the check on open
         self._state_dbs: StateDatabases | None = None
-        self._store: Store = connect_store(settings)
+        self._store: Store = connect_store(settings, clock)
+        # Where the instances' state lives: claimed by an executor at start,
+        # checked before a read of an instance's state (actors/state_home.py).
+        self.state_home = StateHomeGuard(self._store.actors, settings)
+        self.signals = Signals()
         self.hub = WakeupHub()
         self.buffers = EphemeralBuffers.from_settings(settings)
         self.relay = EphemeralRelay(self.buffers, self.hub)
         self.relay.store = self._store
         self.shared_reads = SharedReads(self.hub)
-        self.connections = Connections(self)
-        self.appends = AppendService(
-            self._store, self.hub, self.buffers, max_group_events=settings.max_group_events
+        self.evaluations = Evaluations(settings.filter_processes, clock)
+        open_store = self._open_store
+        self.connections = Connections(
+            open_store, self.hub, lambda tenant: self.stream("/", tenant),
+            tail_sweep_s=settings.tail_sweep_s, closed=lambda: self.closed, clock=clock,
         )
-        self.tokens = Tokens(self._store)
-        self.inputs = InputDispatcher(self)
-        self.gaps = Gaps(self)
+        self.appends = AppendService(
+            self._store, self.hub, self.buffers, max_group_events=settings.max_group_events, clock=clock
+        )
+        # What the actor machinery is built from (actors/kernel.py).
+        self.actor_kernel = ActorKernel(
+            actors=lambda: self.store.actors,
+            read=lambda tenant, path, after, limit: self.store.read(tenant, path, after, limit),
+            stream=self.stream, appended=self.appends.appended, hub=self.hub, signals=self.signals,
+            evaluations=self.evaluations, state_databases=self.state_databases, state_home=self.state_home,
+            settings=ActorSettings.from_settings(settings), clock=clock,
+        )
+        self.protocol_streams = ProtocolStreams(lambda: self.store.protocol, self.hub, self.stream, clock)
+        self.tokens = Tokens(self._store, clock)
+        self.inputs = InputDispatcher(
+            open_store, self.appends, max_event_bytes=settings.max_event_bytes, clock=clock
+        )
+        self.gaps = Gaps(open_store, clock)
+        self.kernel = StreamKernel(
+            open_store, self.hub, self.buffers, self.relay, self.appends, self.shared_reads, self.evaluations,
+            self.gaps, self.inputs, self.connections, self.signals, closed=lambda: self.closed,
+            max_event_bytes=settings.max_event_bytes, tail_sweep_s=settings.tail_sweep_s, clock=clock,
+        )
+        self._failure_services = FailureServices(
+            open_store, self.appends, self.signals, self.evaluations,
+            Copying(open_store, self.appends, self.stream, settings.max_event_bytes, clock),
+            receivers=app.receivers if app is not None else {},
+            http=lambda: None if self.deliveries is None else self.deliveries.http,
+            max_event_bytes=settings.max_event_bytes, subscription_timeout_s=settings.subscription_timeout_s,
+            clock=clock,
+        )
+        self._disconnect: list[Any] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self._started = False
 
     @property
     def store(self) -> Store:
         """The storage backend; ``RuntimeClosed`` once the runtime is shut down."""
+        return self._open_store()
+
+    def _open_store(self) -> Store:
+        """The components' ``OpenStore`` (the closed gate: ``RuntimeClosed``)."""
         if not self._started:
             raise errors.RuntimeClosed("the runtime is not open")
         return self._store
@@ -87,30 +140,51 @@ class Runtime:
 
     async def start(self) -> None:
         await self._store.start(
-            on_wakeup=self.hub.wake, on_resync=self.hub.resync, on_ephemeral=self.relay.receive
+            on_wakeup=self.hub.wake, on_resync=self.hub.resync, on_ephemeral=self.relay.receive,
+            on_queue=self.signals.queue_changed.emit, on_subscription=self.signals.subscription_announced.emit,
         )
         self._started = True
+        # What a deleted stream leaves in this process goes, in this order:
+        # its buffered ephemeral events, the fan-out's cursor (connected by the
+        # executor as it starts), the runners of its subscriptions (connected
+        # by the deliveries as they start); then its tails wake, read and end.
+        self._disconnect = [self.signals.stream_deleted.connect(self.relay.stream_deleted)]
         if self._want_executor:
             assert self.app is not None
             try:
-                # Constructing it checks the app (hosts' scripts, isolation): a refusal closes the store too.
-                self.executor = Executor(self, self.app)
+                # Refused when the instances' state lives elsewhere; constructing
+                # the executor checks the app (hosts' scripts, isolation). A
+                # refusal closes the store too.
+                await self.state_home.claim()
+                self.executor = Executor(self.actor_kernel, self.app)
                 await self.executor.start()
             except BaseException:
                 await self.close()
                 raise
         if self._want_deliveries:
-            self.deliveries = Deliveries(self)
+            app = self.app
+            self.deliveries = Deliveries(
+                self._open_store, self.hub, self.appends, self.evaluations, self.signals, self.stream,
+                settings=DeliverySettings.of(self.settings), max_event_bytes=self.settings.max_event_bytes,
+                receivers=app.receivers if app is not None else None,
+                processors=app.processors if app is not None else None,
+                deploy_version=self.settings.deploy_version or (app.version if app is not None else None) or "",
+                code_version=self.code.version if self.code is not None else None,
+                application=self, clock=self.clock,
+            )
             await self.deliveries.start()
             # Subscription catalogues missing, invalid or from another reducer
             # version are rebuilt from their logs (in the background, resumably).
             self.catalogues = asyncio.create_task(self._rebuild_catalogues(), name="yoke-catalogues")
             self._tasks.append(self.catalogues)
+        self._disconnect.append(self.signals.stream_deleted.connect(self._deleted_wakes))
         if self.code is not None:
-            self._tasks.append(asyncio.create_task(self.code.run(self._code_changed), name="yoke-reload"))
+            self._tasks.append(
+                asyncio.create_task(self.code.run(self.signals.code_changed.emit), name="yoke-reload")
+            )
         self._tasks.append(
             asyncio.create_task(
-                prune_forever(self._store, self.settings.prune_interval_s), name="yoke-retention"
+                prune_forever(self._store, self.settings.prune_interval_s, self.clock), name="yoke-retention"
             )
         )
         self._tasks.append(
@@ -121,13 +195,9 @@ class Runtime:
                 self.inputs.run_forever(self.settings.input_dispatch_s), name="yoke-input-dispatch"
             ))
 
-    def _code_changed(self, version: str) -> None:
-        """--reload saw new code: new hosts for new runs, a new deploy version."""
-        if self.executor is not None:
-            for pool in self.executor.pools.values():
-                pool.recycle()
-        if self.deliveries is not None:
-            self.deliveries.redeployed(version)
+    async def _deleted_wakes(self, tenant: str, path: str) -> None:
+        self.hub.wake(tenant, path)  # its tails read, find it gone and end
+        self.hub.wake(tenant, "/")  # the yoke.stream.deleted fact
 
     async def close(self) -> None:
         """Stop accepting appends, finish the queued ones, stop background work."""
@@ -156,12 +226,18 @@ class Runtime:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        for disconnect in self._disconnect:
+            disconnect()
+        self._disconnect = []
+        await self.evaluations.close()
         await self._store.close()
 
-    def stream(self, path: str, tenant: str = "default") -> Stream:
+    def stream(self, path: str, tenant: str = "default", *, caller: Caller = APPLICATION) -> Stream:
+        """The stream at ``path``, for ``caller`` (``streams/rules.py``; the
+        default is the application itself)."""
         if not self._started:
             raise errors.RuntimeClosed("the runtime is not open")
-        return Stream(self, path, tenant)
+        return Stream(self.kernel, path, tenant, caller=caller)
 
     async def streams(
         self, tenant: str = "default", prefix: str = "/", *, limit: int = 1000, after: str | None = None
@@ -192,62 +268,36 @@ class Runtime:
         """Actor instances of ``tenant``: create, list, inspect, dead letters."""
         if not self._started:
             raise errors.RuntimeClosed("the runtime is not open")
-        return Instances(self, tenant)
+        return Instances(self.actor_kernel, tenant, app=self.app, worker_id=self.worker_id)
 
     def failures(self, tenant: str = "default") -> Failures:
         """The failures inbox of ``tenant``: dead letters, halted subscriptions
         and skipped events, listed, replayed and discarded in one place."""
         if not self._started:
             raise errors.RuntimeClosed("the runtime is not open")
-        return Failures(self, tenant)
+        return Failures(self._failure_services, tenant)
 
     def state_databases(self) -> StateDatabases:
         if self._state_dbs is None:
             storage = make_storage(
                 self.settings.storage, store=self.store.actors, data_dir=self.settings.data_dir,
                 settings=self.settings, postgres=not self.settings.database_url.startswith("sqlite"),
+                clock=self.clock,
             )
-            self._state_dbs = StateDatabases(storage)
+            self._state_dbs = StateDatabases(storage, clock=self.clock)
         return self._state_dbs
 
     async def _rebuild_catalogues(self) -> list[tuple[str, str]]:
         try:
-            return await rebuild_stale_catalogues(self)
+            return await rebuild_stale_catalogues(
+                self._open_store, lambda path, tenant: self.stream(path, tenant).subscription_operator()
+            )
         except errors.RuntimeClosed:
             return []
         except Exception:
             log_retried(log, "checking the subscription catalogues failed")
             return []
 
-    async def stream_deleted(self, tenant: str, path: str) -> None:
-        """What this process remembers of a deleted stream goes: its buffered
-        ephemeral events (an ephemeral commit in flight is waited for, its
-        events dropped too), the fan-out cursor it cached and the runners of
-        its subscriptions; its tails wake, read and end."""
-        buffer = self.buffers.get(tenant, path)
-        if buffer is not None:
-            self.buffers.discard(tenant, path)
-            await buffer.settled()
-            self.buffers.discard(tenant, path)
-        self.relay.forget(tenant, path)
-        if self.executor is not None:
-            self.executor.fanout.forget(tenant, path)
-        if self.deliveries is not None:
-            self.deliveries.stream_deleted(tenant, path)
-        self.hub.wake(tenant, path)
-        self.hub.wake(tenant, "/")  # the yoke.stream.deleted fact
-
-    def routing_changed(self, tenant: str) -> None:
-        if self.executor is not None:
-            self.executor.fanout.routing_changed(tenant)
-
-    def queue_changed(self, tenant: str) -> None:
-        if self.executor is not None:
-            self.executor.scheduler.wake(tenant)
-
-    def timers_changed(self) -> None:
-        if self.executor is not None:
-            self.executor.timers.changed()
 
     async def wait_idle(self, timeout_s: float = 30.0) -> None:
         """Return once fan-out has caught up and no queue row is pending or
@@ -256,13 +306,30 @@ class Runtime:
             raise errors.InvalidInput("wait_idle needs a runtime opened with an app that has actors")
         await self.executor.wait_idle(timeout_s)
 
+    def exposition(self) -> bytes:
+        """``/metrics``: this process's series, the in-memory gauges refreshed
+        first (never the database: it answers while the database is down)."""
+        return metrics.exposition(
+            self.buffers, self.hub.waiters, self.appends.appenders,
+            self.deliveries.held() if self.deliveries is not None else [],
+            with_path=self.settings.metrics_path_labels, pool=None if self.closed else self._store.pool_sizes(),
+        )
+
+    def sampler(self) -> Sampler:
+        """The background pass that refreshes the database-sampled gauges
+        (``sampling.py``; started by the servers that serve /metrics)."""
+        return Sampler(
+            self._open_store, self.failures, interval_s=self.settings.metrics_sample_s,
+            max_tenants=self.settings.metrics_max_tenants, clock=self.clock,
+        )
+
     async def ready(self) -> None:
         """Raise unless the store answers and is migrated (used by /readyz)."""
         await self.store.ready()
 
     async def prune(self) -> int:
         """Run one retention pass now; returns the number of events removed."""
-        return await prune_once(self.store)
+        return await prune_once(self.store, self.clock)
 
 
 @contextlib.asynccontextmanager
@@ -272,16 +339,18 @@ async def open(  # noqa: A001
     app: App | None = None,
     executor: bool = True,
     settings: Settings | None = None,
+    clock: Clock = SYSTEM,
     **overrides: Any,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime on ``url`` (default: ``YOKE_DATABASE_URL`` or
     ``sqlite:///./.yoke/yoke.db``). With ``app``, the runtime also runs the
     application's actors in this process (fan-out, scheduler, schedules,
     portal loops) unless ``executor=False``. Keyword arguments override
-    settings; ``settings`` gives them all at once."""
+    settings; ``settings`` gives them all at once. ``clock``: where every
+    time the runtime stamps or measures comes from (``clock.py``; tests)."""
     if settings is None:
         settings = Settings.from_env(database_url=url, **overrides)
-    runtime = Runtime(settings, app, executor=executor)
+    runtime = Runtime(settings, app, executor=executor, clock=clock)
     await runtime.start()
     try:
         yield runtime

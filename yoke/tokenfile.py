@@ -45,7 +45,7 @@ def read_token(path: Path) -> str | None:
 
 def write_token(path: Path, token: str) -> None:
     """Replace ``path`` atomically with a file of mode 0600 holding ``token``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:

@@ -15,10 +15,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from . import errors
-from .events import check_text, now_ms, validate_tenant
+from .clock import SYSTEM, Clock, wall_ms
+from .events import check_text, validate_tenant
 from .store.contract import Store, TokenInfo
 
 SCOPES = ("read", "append", "admin")
+# The longest a token may be made to last (an expiry is for tokens that should end).
+MAX_EXPIRY_S = 10 * 366 * 86400
 TOKEN_RE = re.compile(r"yk_(tok_[0-9a-f]{16})\.([A-Za-z0-9_\-]{43})")
 TOKEN_ID_RE = re.compile(r"tok_[0-9a-f]{16}")
 
@@ -29,7 +32,7 @@ def _hash(secret: str) -> str:
 
 # A scope of the application's own (``pii:read``): what a workflow stream's
 # definition may name to lift a redaction or to allow reading or appending
-# (streams/pins.py). The colon keeps a misspelt built-in scope an error.
+# (streams/data_handling.py). The colon keeps a misspelt built-in scope an error.
 CUSTOM_SCOPE_RE = re.compile(r"[a-z][a-z0-9_.-]{0,31}:[a-z0-9_.-]{1,32}")
 
 
@@ -51,24 +54,36 @@ class NewToken:
 
 
 class Tokens:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, clock: Clock = SYSTEM) -> None:
         self.store = store
+        self.clock = clock  # creation, revocation and expiry times
 
-    async def create(self, tenant: str, scopes: Iterable[str], name: str = "") -> NewToken:
+    async def create(
+        self, tenant: str, scopes: Iterable[str], name: str = "", *, expires_in_s: int | None = None
+    ) -> NewToken:
+        """A new token; with ``expires_in_s`` it is refused (``token_expired``) from then on."""
         validate_tenant(tenant)
         if not isinstance(name, str) or len(name) > 200:
             raise errors.InvalidInput("a token name is at most 200 characters", field="name")
         check_text(name, "name", errors.InvalidInput)
+        if expires_in_s is not None and (
+            isinstance(expires_in_s, bool) or not isinstance(expires_in_s, int) or not 1 <= expires_in_s <= MAX_EXPIRY_S
+        ):
+            raise errors.InvalidInput(
+                f"expires_in_s is a whole number of seconds, 1 to {MAX_EXPIRY_S} (10 years)", field="expires_in_s"
+            )
         token_id = "tok_" + secrets.token_hex(8)
         secret = secrets.token_urlsafe(32)
+        created = wall_ms(self.clock)
         info = TokenInfo(
             token_id=token_id,
             tenant=tenant,
             name=name,
             scopes=check_scopes(scopes),
             secret_hash=_hash(secret),
-            created_at=now_ms(),
+            created_at=created,
             revoked_at=None,
+            expires_at=None if expires_in_s is None else created + expires_in_s * 1000,
         )
         await self.store.create_token(info)
         return NewToken(token=f"yk_{token_id}.{secret}", info=info)
@@ -79,11 +94,12 @@ class Tokens:
     async def revoke(self, tenant: str, token_id: str) -> bool:
         if not isinstance(token_id, str) or not TOKEN_ID_RE.fullmatch(token_id):
             return False
-        return await self.store.revoke_token(validate_tenant(tenant), token_id, now_ms())
+        return await self.store.revoke_token(validate_tenant(tenant), token_id, wall_ms(self.clock))
 
     async def authenticate(self, bearer: str | None) -> TokenInfo:
         """The token's record, or ``Unauthorized`` (missing, malformed,
-        unknown, wrong secret or revoked: all look the same to the caller)."""
+        unknown, wrong secret or revoked: all look the same to the caller),
+        or ``TokenExpired`` (the right secret, past its expiry)."""
         match = TOKEN_RE.fullmatch(bearer or "")
         if match is None:
             raise errors.Unauthorized("a valid bearer token is required")
@@ -93,4 +109,21 @@ class Tokens:
         ok = hmac.compare_digest(_hash(secret), expected)
         if info is None or not ok or info.revoked_at is not None:
             raise errors.Unauthorized("a valid bearer token is required")
+        self.check_expiry(info)
         return info
+
+
+    def check_expiry(self, info: TokenInfo) -> None:
+        """``TokenExpired`` once the token's expiry has come by the clock
+        (also asked of tokens an HTTP server remembers, whose expiry can pass
+        while remembered)."""
+        check_expiry(info, wall_ms(self.clock))
+
+
+def check_expiry(info: TokenInfo, now: int) -> None:
+    """``TokenExpired`` once the token's expiry has come at ``now``."""
+    if info.expires_at is not None and info.expires_at <= now:
+        raise errors.TokenExpired(
+            f"token {info.token_id} expired; create a new one (yoke tokens create, POST /v1/tokens)",
+            token_id=info.token_id, expired_at=info.expires_at,
+        )

@@ -13,7 +13,7 @@ HERE = Path(__file__).parent / "node"
 
 app = App()
 app.node_actor("js", HERE / "worker.mjs", timeout_s=3, max_attempts=2, retry_base_s=0.05, retry_max_s=0.1)
-# The same script in atomic mode (docs/effects.md).
+# The same script in atomic mode (docs/advanced/effects.md).
 app.node_actor("js_atomic", HERE / "worker.mjs", timeout_s=3, max_attempts=2, retry_base_s=0.05, retry_max_s=0.1,
                effects="atomic")
 

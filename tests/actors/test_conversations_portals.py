@@ -109,7 +109,8 @@ async def test_portal_request_appends_events(fresh_url: str, tmp_path) -> None:
     async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
         await y.instances(T).create("ci", key="k")
         status, body = await handle_request(
-            y, app, "github", PortalRequest("POST", "/hook", body=b'{"repo": "yoke"}')
+            y.actor_kernel, app, "github", PortalRequest("POST", "/hook", body=b'{"repo": "yoke"}'),
+            worker_id=y.worker_id,
         )
         assert (status, body) == (202, {"queued": True, "path": "/hook"})
         await y.wait_idle(timeout_s=10)

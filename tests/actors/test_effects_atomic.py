@@ -1,4 +1,4 @@
-"""Atomic mode (docs/effects.md): a run's state and SQL writes, appends,
+"""Atomic mode (docs/advanced/effects.md): a run's state and SQL writes, appends,
 schedules, child instances and conversation posts become visible with its
 queue row's completion or not at all; reads in the run see its own writes.
 Both backends; file, pg_sqlite and S3 storage. The crash points of the

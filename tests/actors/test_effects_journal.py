@@ -1,4 +1,4 @@
-"""The journal of a run's effects (docs/effects.md, the default mode): a
+"""The journal of a run's effects (docs/advanced/effects.md, the default mode): a
 retry of a queue row repeats no effect that already committed, performs an
 effect whose content changed, and keeps the journal while the row is dead;
 in-process and in host processes, on both backends."""
@@ -170,7 +170,7 @@ def test_idempotency_key_needs_a_queue_row() -> None:
 
     instance = InstanceInfo("i1", "acme", "a", "k")
     event = None  # the key does not depend on it
-    ops = OpHandler(None, "acme", instance)  # type: ignore[arg-type]
+    ops = OpHandler(None, None, "acme", instance)  # type: ignore[arg-type]
     assert Context(ops, instance, event, 1, 7).idempotency_key("pay") == run_idempotency_key("acme", "i1", 7, "pay")
     with pytest.raises(errors.InvalidInput) as caught:
         Context(ops, instance, event, 1).idempotency_key("pay")

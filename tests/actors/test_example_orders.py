@@ -15,7 +15,9 @@ async def test_an_order_is_placed_paid_and_shipped(fresh_url: str, tmp_path, mon
     async with yoke.open(fresh_url, app=orders.app, data_dir=str(tmp_path), schedule_poll_s=0.02) as y:
         body = b'{"order_id": "A-1", "items": ["tea"], "total": 42}'
         for _ in range(2):  # a resubmitted order is placed once
-            status, answer = await handle_request(y, orders.app, "shop", PortalRequest("POST", "/orders", body=body))
+            status, answer = await handle_request(
+                y.actor_kernel, orders.app, "shop", PortalRequest("POST", "/orders", body=body), worker_id=y.worker_id
+            )
             assert (status, answer) == (202, {"order_id": "A-1", "offset": 1})
         stream = y.stream("/orders/A-1")
         deadline = asyncio.get_running_loop().time() + 15

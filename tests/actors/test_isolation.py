@@ -1,4 +1,4 @@
-"""Actors in host processes (docs/hosts.md): ops cross a unix socket, and a
+"""Actors in host processes (docs/advanced/hosts.md): ops cross a unix socket, and a
 handler that raises, exits, crashes, hangs, spins or grows costs its own
 run only. The application is tests/actors/isolated_app.py (hosts import it)."""
 

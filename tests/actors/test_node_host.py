@@ -21,7 +21,7 @@ from tests.actors import node_app
 from tests.actors.test_isolation import WAIT_S, alive, eventually
 from yoke import PortalRequest
 from yoke.actors.portals import handle_request
-from yoke.hosts import protocol as p
+from yoke.hosts import wire as p
 from yoke.hosts.languages import NODE_HOST
 
 pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js (make test has it)")
@@ -47,7 +47,9 @@ async def test_the_typescript_payments_desk_runs_in_the_order_pipeline(fresh_url
     async with open_runtime(fresh_url, tmp_path, app=app, schedule_poll_s=0.02) as y:
         body = b'{"order_id": "A-1", "items": ["tea"], "total": 42}'
         for _ in range(2):  # a resubmitted order is placed once
-            status, answer = await handle_request(y, app, "shop", PortalRequest("POST", "/orders", body=body))
+            status, answer = await handle_request(
+                y.actor_kernel, app, "shop", PortalRequest("POST", "/orders", body=body), worker_id=y.worker_id
+            )
             assert (status, answer) == (202, {"order_id": "A-1", "offset": 1})
         stream = y.stream("/orders/A-1")
 

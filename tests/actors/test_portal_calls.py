@@ -158,6 +158,6 @@ async def test_portal_call_needs_an_actor_and_portal_methods_are_async(fresh_url
     with pytest.raises(yoke.InvalidInput):
         p.method("m")  # registered twice
     async with yoke.open(fresh_url, app=app, executor=False) as y:
-        ops = OpHandler(y, T, None)  # a portal's own context has no instance
+        ops = OpHandler(y.actor_kernel, y.app, T, None)  # a portal's own context has no instance
         with pytest.raises(yoke.InvalidInput, match="needs an actor instance"):
             await ops.call("portal_call", {"portal": "p", "method": "m"})

@@ -1,4 +1,4 @@
-"""Queues and the scheduler, on both backends (DESIGN.md invariant 7)."""
+"""Queues and the scheduler, on both backends (ARCHITECTURE.md, invariant 7)."""
 
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ async def test_concurrency_per_group_and_groups_in_parallel(fresh_url: str, tmp_
 async def test_an_expired_lease_is_reclaimed_even_when_slots_look_full(fresh_url: str, tmp_path) -> None:
     """A worker that died mid-run leaves a processing row whose lease expires;
     the claim takes it back although it fills the group's only slot."""
-    from yoke.events import now_ms
+    from tests.conftest import now_ms
     from yoke.store.actors import Policy
 
     app = App()
@@ -151,7 +151,7 @@ async def test_an_expired_lease_is_reclaimed_even_when_slots_look_full(fresh_url
 
     async with yoke.open(fresh_url, app=app, executor=False, data_dir=str(tmp_path)) as y:
         actors = y.store.actors
-        await actors.register_worker("w1", now_ms(), {})
+        await actors.register_worker("w1", {})
         inst = await y.instances(T).create("one", key="k")
         await actors.release_instances(T, [""])  # no-op, keeps the call covered
         await actors.adopt_instances(T, "w1", 1)
@@ -173,13 +173,13 @@ async def test_an_expired_lease_is_reclaimed_even_when_slots_look_full(fresh_url
 
 
 async def test_claims_only_for_owned_instances_and_known_actors(fresh_url: str, tmp_path) -> None:
-    from yoke.events import now_ms
+    from tests.conftest import now_ms
     from yoke.store.actors import Policy, QueueItem
 
     async with yoke.open(fresh_url, data_dir=str(tmp_path)) as y:
         actors = y.store.actors
         for w in ("w1", "w2"):
-            await actors.register_worker(w, now_ms(), {})
+            await actors.register_worker(w, {})
         inst = await y.instances(T).create("a", key="k")
         assert inst.worker_id is None  # no executor here: unowned
         assert await actors.adopt_instances(T, "w1", 2) == 1
@@ -194,7 +194,7 @@ async def test_a_run_never_outlives_its_lease(fresh_url: str, tmp_path) -> None:
     """A row claimed while the event loop was blocked must not start after its
     lease ran out: by then the claim would hand it out again, and a
     concurrency-1 instance would run one event twice at once."""
-    from yoke.events import now_ms
+    from tests.conftest import now_ms
 
     app = App()
     log: list[tuple[str, int]] = []

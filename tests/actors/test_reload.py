@@ -1,6 +1,6 @@
 """--reload: isolated actors pick up changed code on new hosts; no queue row
 is lost or run twice; the new code is a new deploy version, so subscriptions
-halted under the old one resume (docs/hosts.md#reloading)."""
+halted under the old one resume (docs/advanced/hosts.md#reloading)."""
 
 from __future__ import annotations
 

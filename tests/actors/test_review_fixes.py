@@ -8,7 +8,7 @@ import pytest
 
 import yoke
 from yoke import App, Filter, InvalidFilter, PortalRequest
-from yoke.events import now_ms
+from tests.conftest import now_ms
 from yoke.store.actors import Policy, QueueItem, Schedule
 
 T = "acme"
@@ -109,7 +109,7 @@ async def test_an_instance_that_changed_hands_waits_for_the_old_leases(fresh_url
         actors = y.store.actors
         t0 = now_ms()
         for w in ("w1", "w2"):
-            await actors.register_worker(w, t0, {})
+            await actors.register_worker(w, {})
         inst = await y.instances(T).create("a", key="k")
         await actors.adopt_instances(T, "w1", 1)
         event = '{"id":"e","at":0,"type":"x"}'
@@ -119,8 +119,7 @@ async def test_an_instance_that_changed_hands_waits_for_the_old_leases(fresh_url
         first = await actors.claim(T, "w1", policy, t0, 1)
         assert len(first) == 1
         # w1 is reaped while its run holds a lease; w2 adopts the instance.
-        await actors.reap_workers(t0 + 1)
-        await actors.register_worker("w2", t0 + 2, {})
+        await actors.reap_workers("w2", -60_000)  # every other worker counts as silent
         await actors.release_instances(T, ["w1"])
         assert await actors.adopt_instances(T, "w2", 1) == 1
         assert await actors.claim(T, "w2", policy, t0 + 10, 10) == []  # the other group waits too
@@ -131,7 +130,7 @@ async def test_an_instance_that_changed_hands_waits_for_the_old_leases(fresh_url
 async def test_workers_adopt_only_instances_of_their_actors(fresh_url: str, tmp_path) -> None:
     async with yoke.open(fresh_url, data_dir=str(tmp_path)) as y:
         actors = y.store.actors
-        await actors.register_worker("w", now_ms(), {})
+        await actors.register_worker("w", {})
         await y.instances(T).create("mine", key="k")
         other = await y.instances(T).create("theirs", key="k")
         assert await actors.adopt_instances(T, "w", 1, ["mine"]) == 1
@@ -148,5 +147,6 @@ async def test_wait_idle_with_an_application_without_actors(fresh_url: str, tmp_
     async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
         from yoke.actors.portals import handle_request
 
-        assert await handle_request(y, app, "p", PortalRequest("POST", "/")) == (204, None)
+        request = PortalRequest("POST", "/")
+        assert await handle_request(y.actor_kernel, app, "p", request, worker_id=y.worker_id) == (204, None)
         await y.wait_idle(timeout_s=5)

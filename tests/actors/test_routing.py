@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from yoke import App, Filter, InvalidFilter
+from yoke.routing.evaluation import Evaluations
 from yoke.routing.filters import path_matches
 from yoke.routing.index import Route, RoutingIndex
 
 
 def doc(type_: str, path: str = "/", **payload):
     return {"type": type_, "path": path, "payload": payload, "id": "e1"}
+
+
+def targets(index: RoutingIndex, *documents):
+    """The targets of each document (of the only one, when one is given)."""
+    async def route():
+        evaluations = Evaluations(2)
+        try:
+            return await index.targets("t", list(documents), evaluations)
+        finally:
+            await evaluations.close()
+
+    found = asyncio.run(route())
+    return found[0] if len(documents) == 1 else found
 
 
 def test_types_exact_prefix_and_all() -> None:
@@ -75,14 +91,14 @@ def test_index_routes_by_type_then_expression() -> None:
         Route(Filter(types=["order.placed"], key="payload.order_id"), actor="per-order"),
     ]
     index = RoutingIndex(routes)
-    small = index.targets(doc("order.placed", total=5, order_id=7))
+    small = targets(index, doc("order.placed", total=5, order_id=7))
     assert {(t.instance_id, t.actor, t.key) for t in small} == {
         ("i-prefix", None, None), (None, "per-order", "7")
     }
-    big = index.targets(doc("order.placed", total=500, order_id="a"))
+    big = targets(index, doc("order.placed", total=500, order_id="a"))
     assert {t.instance_id or t.key for t in big} == {"i-prefix", "i-big", "a"}
-    assert [t.instance_id for t in index.targets(doc("user.created", "/audit"))] == ["i-audit"]
-    assert index.targets(doc("user.created", "/")) == []
+    assert [t.instance_id for t in targets(index, doc("user.created", "/audit"))] == ["i-audit"]
+    assert targets(index, doc("user.created", "/")) == []
 
 
 def test_a_failing_expression_skips_the_route_only() -> None:
@@ -90,7 +106,7 @@ def test_a_failing_expression_skips_the_route_only() -> None:
         Route(Filter(types=["x"], where="$number(payload.v) > 1"), instance_id="i-num"),
         Route(Filter(types=["x"]), instance_id="i-all"),
     ])
-    assert [t.instance_id for t in index.targets(doc("x", v="not a number"))] == ["i-all"]
+    assert [t.instance_id for t in targets(index, doc("x", v="not a number"))] == ["i-all"]
 
 
 EXPRESSIONS = [
@@ -115,7 +131,7 @@ def test_the_equality_index_agrees_with_jsonata(payload) -> None:
     routes = [Route(Filter(types=["x"], where=e), instance_id=e) for e in EXPRESSIONS]
     document = {"type": "x", "path": "/", "payload": payload, "id": "e"}
     expected = {e for e in EXPRESSIONS if _matches(e, document)}
-    got = {t.instance_id for t in RoutingIndex(routes).targets(document)}
+    got = {t.instance_id for t in targets(RoutingIndex(routes), document)}
     assert got == expected
 
 
@@ -125,6 +141,20 @@ def test_thousands_of_equality_filters_route_without_jsonata(monkeypatch) -> Non
     index = RoutingIndex(
         [Route(Filter(types=["job"], where=f"payload.k = {i}"), instance_id=f"i{i}") for i in range(5000)]
     )
-    monkeypatch.setattr(filters, "where_true", None)  # any JSONata run would now fail
-    monkeypatch.setattr("yoke.routing.index.where_true", None)
-    assert [t.instance_id for t in index.targets(doc("job", k=4321))] == ["i4321"]
+    monkeypatch.setattr(filters, "evaluate", None)  # any JSONata run would now fail
+    monkeypatch.setattr("yoke.routing.evaluation.outcome", None)
+    assert [t.instance_id for t in targets(index, doc("job", k=4321))] == ["i4321"]
+
+
+def test_expensive_expressions_route_as_light_ones_do() -> None:
+    """Routes whose where or key is expensive (a regex) are decided in the
+    evaluator processes, together with light ones, each as JSONata says."""
+    index = RoutingIndex([
+        Route(Filter(types=["x"], where="$contains(payload.s, /^ab+c$/)"), instance_id="i-regex"),
+        Route(Filter(types=["x"], where='$contains(payload.s, "b")'), instance_id="i-light"),
+        Route(Filter(types=["x"], key="$match(payload.s, /b+/).match"), actor="by-bs"),
+        Route(Filter(types=["x"], where="$number(payload.s) > 1 or $contains(payload.s, /x/)"),
+              instance_id="i-failing"),
+    ])
+    found = targets(index, doc("x", s="abbbc"), doc("x", s="ac"), doc("y", s="abc"))
+    assert [{t.instance_id or t.key for t in ts} for ts in found] == [{"i-regex", "i-light", "bbb"}, set(), set()]

@@ -8,7 +8,7 @@ import pytest
 
 import yoke
 from yoke import App, Filter, InvalidSchedule
-from yoke.events import now_ms
+from tests.conftest import now_ms
 from yoke.store.actors import Schedule
 
 T = "acme"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import yoke
 from yoke import App, Filter
-from yoke.events import now_ms
+from yoke.actors.membership import Membership
+from yoke.streams.wakeups import WakeupHub
 
 T = "acme"
 
@@ -12,21 +15,21 @@ T = "acme"
 async def test_stale_workers_lose_their_instances_to_live_ones(fresh_url: str, tmp_path) -> None:
     async with yoke.open(fresh_url, data_dir=str(tmp_path)) as y:
         actors = y.store.actors
-        t0 = now_ms()
         for w in ("w1", "w2"):
-            await actors.register_worker(w, t0, {"pid": 1})
+            await actors.register_worker(w, {"pid": 1})
         made = [await y.instances(T).create("a", key=str(i)) for i in range(6)]
         assert all(m.worker_id is None for m in made)
         # Fair shares: each of two workers adopts at most half.
         assert await actors.adopt_instances(T, "w1", 2) == 3
         assert await actors.adopt_instances(T, "w1", 2) == 0
         assert await actors.adopt_instances(T, "w2", 2) == 3
-        # w2 stops heartbeating; w1 keeps going.
-        assert await actors.heartbeat("w1", t0 + 5000) is True
-        gone = await actors.reap_workers(t0 + 1000)
-        assert gone == ["w2"]
-        assert await actors.heartbeat("w2", t0 + 6000) is False  # w2 learns it was reaped
-        assert await actors.release_instances(T, gone) == 3
+        # w2 falls silent; w1 keeps going and reaps it (a negative stale_ms:
+        # every heartbeat counts as old, w1 is never its own victim).
+        assert await actors.heartbeat("w1") is True
+        gone = await actors.reap_workers("w1", -60_000)
+        assert [(g.worker_id, g.info) for g in gone] == [("w2", {"pid": 1})]
+        assert await actors.heartbeat("w2") is False  # w2 learns it was reaped
+        assert await actors.release_instances(T, ["w2"]) == 3
         assert await actors.adopt_instances(T, "w1", 1) == 3
         owners = {i.worker_id for i in await y.instances(T).list()}
         assert owners == {"w1"}
@@ -46,12 +49,12 @@ async def test_instances_of_an_unregistered_owner_are_adopted(fresh_url: str, tm
         seen.append(ctx.instance.key)
 
     async with yoke.open(fresh_url, data_dir=str(tmp_path)) as y:
-        await y.store.actors.register_worker("ghost", now_ms(), {})
+        await y.store.actors.register_worker("ghost", {})
         assert await y.store.actors.adopt_instances(T, "ghost", 1) == 0
         # No app in this runtime: the filter is given explicitly.
         inst = await y.instances(T).create("a", key="k", filter={"types": ["job"]})
         await y.store.actors.adopt_instances(T, "ghost", 1)
-        await y.store.actors.reap_workers(now_ms() + 1)  # removed, instances still marked
+        await y.store.actors.reap_workers("nobody", -60_000)  # removed, instances still marked
         assert (await y.instances(T).get(inst.instance_id)).worker_id == "ghost"
     async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
         await y.stream("/", T).append({"type": "job"})
@@ -75,3 +78,53 @@ async def test_a_closed_executor_leaves_cleanly(fresh_url: str, tmp_path) -> Non
     async with yoke.open(fresh_url, data_dir=str(tmp_path)) as y:
         assert worker not in await y.store.actors.live_workers()
         assert (await y.instances(T).get(inst.instance_id)).worker_id is None
+
+
+class _SlowFirstAdoption:
+    """The real actor store, but the adoption pass waits for ``release`` and
+    each heartbeat is signalled: a first pass over many tenants on a loaded
+    machine, made to last as long as the test needs."""
+
+    def __init__(self, actors) -> None:
+        self._actors = actors
+        self.release = asyncio.Event()
+        self.beats = 0
+        self.beaten = asyncio.Event()
+
+    def __getattr__(self, name):
+        return getattr(self._actors, name)
+
+    async def tenants(self):
+        await self.release.wait()
+        return await self._actors.tenants()
+
+    async def heartbeat(self, worker_id: str) -> bool:
+        alive = await self._actors.heartbeat(worker_id)
+        self.beats += 1
+        if self.beats >= 3:
+            self.beaten.set()
+        return alive
+
+
+async def test_a_joining_worker_heartbeats_during_its_first_adoption(fresh_url: str, tmp_path) -> None:
+    """The first adoption pass (and the host warm-up after it) can outlast
+    worker_stale_s; a worker that only began to beat after them was reaped
+    by its peers before it started."""
+    async with yoke.open(fresh_url, data_dir=str(tmp_path)) as y:
+        actors = _SlowFirstAdoption(y.store.actors)
+        member = Membership(
+            lambda: actors, WakeupHub(), "joining", heartbeat_s=0.05, stale_s=0.5,
+            on_adopted=lambda tenant: None, on_evicted=lambda: None, actors=["a"],
+        )
+        joining = asyncio.create_task(member.register())
+        await asyncio.wait_for(actors.beaten.wait(), timeout=10)  # beats while the pass hangs
+        assert not joining.done()
+        actors.release.set()
+        await joining
+        assert await y.store.actors.live_workers() == ["joining"]
+        await member.leave()  # stops the beat, then leaves
+        beats = actors.beats
+        assert await y.store.actors.live_workers() == []
+        await asyncio.sleep(0.2)  # four heartbeat periods: a beat left running would rejoin
+        assert actors.beats == beats
+        assert await y.store.actors.live_workers() == []

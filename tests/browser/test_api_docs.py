@@ -76,7 +76,7 @@ def test_redoc_renders_offline(page: Any, offline: Any, server: Server) -> None:
     page.goto(server.url + "/redoc")
     expect(page.get_by_role("heading", name=re.compile("^Yoke"))).to_be_visible()
     menu = page.locator(".menu-content")
-    for tag in ("streams", "objects", "subscriptions", "actors", "workflow streams (seed 004)"):
+    for tag in ("streams", "objects", "subscriptions", "actors", "workflow streams"):
         expect(menu.get_by_text(tag, exact=True)).to_be_visible()
     append = page.locator('[data-section-id="tag/streams/operation/append_v1_streams_path____events_post"]')
     expect(append).to_contain_text("Append one event or a batch")

@@ -12,7 +12,7 @@ error responses a test provokes on purpose.
 
 Every page is saved as a screenshot per run under ``artifacts/console/``
 (ignored by git); with ``YOKE_DOC_SCREENSHOTS=1`` the SQLite run also
-refreshes the ones the docs show (``docs/console/``).
+refreshes the ones the docs show (``docs/basics/console/``).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from tests.http.test_subscriptions_api import Hook
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "console"
-DOC_SHOTS = ROOT / "docs" / "console"
-# The screenshots docs/console.md and the README show.
+DOC_SHOTS = ROOT / "docs" / "basics" / "console"
+# The screenshots docs/basics/console.md and the README show.
 DOC_PAGES = {"overview", "stream-events", "instance-dead-letters", "subscription", "stream-phone", "overview-dark"}
 DEADLINE_S = 30
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import click
@@ -234,6 +236,12 @@ def test_json_output_of_every_command(cli, server, tmp_path):
         "revoked": new["token_id"], "tenant": "jsonland"
     }
     assert js("migrate", db=True)["applied"] == []
+    # backup of the running server, then restore into a new place.
+    backed = js("backup", str(tmp_path / "bk"), db=True)
+    assert backed["database"] == "yoke.db" and backed["instances"] >= 0
+    restored = js("restore", str(tmp_path / "bk"), "--db", f"sqlite:///{tmp_path}/r/yoke.db", db=True,
+                  YOKE_DATA_DIR=str(tmp_path / "r" / ".yoke"))
+    assert restored["database_url"] == f"sqlite:///{tmp_path}/r/yoke.db"
 
     # demo (its own database): the tailed events as JSON lines.
     demo = run_yoke("demo", "--json", "--db", f"sqlite:///{tmp_path}/demo.db", cwd=tmp_path)
@@ -277,5 +285,36 @@ def test_json_output_of_every_command(cli, server, tmp_path):
 
 
 def test_version(tmp_path):
-    assert run_yoke("--version", cwd=tmp_path).stdout == f"yoke {yoke.__version__}\n"
-    assert run_yoke("-V", cwd=tmp_path).stdout == f"yoke {yoke.__version__}\n"
+    """From this checkout: the version and its commit."""
+    root = Path(yoke.__file__).resolve().parent.parent
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    for flag in ("--version", "-V"):
+        printed = run_yoke(flag, cwd=tmp_path).stdout
+        assert re.fullmatch(rf"yoke {re.escape(yoke.__version__)}\+{head}(\.dirty)?\n", printed), printed
+
+
+def test_version_tells_builds_apart(tmp_path):
+    """Two builds of one version (two commits of a copy of the package)
+    print two versions; outside a checkout, the version alone."""
+    shutil.copytree(Path(yoke.__file__).parent, tmp_path / "yoke",
+                    ignore=shutil.ignore_patterns("__pycache__", "node_modules"))
+
+    def version() -> str:
+        env = {**clean_env(), "PYTHONPATH": str(tmp_path)}
+        return subprocess.run([sys.executable, "-m", "yoke.cli", "--version"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, check=True).stdout
+
+    assert version() == f"yoke {yoke.__version__}\n"  # not a checkout
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    first = version()
+    (tmp_path / "yoke" / "events.py").write_text((tmp_path / "yoke" / "events.py").read_text() + "\n")
+    assert version() == first.replace("\n", ".dirty\n")
+    subprocess.run([*git, "commit", "-qam", "two"], check=True)
+    second = version()
+    assert first != second
+    for printed in (first, second):
+        assert re.fullmatch(rf"yoke {re.escape(yoke.__version__)}\+[0-9a-f]{{12}}\n", printed), printed

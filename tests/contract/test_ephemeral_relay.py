@@ -1,4 +1,4 @@
-"""Ephemeral events across processes (seed 003, "Events marked ephemeral"):
+"""Ephemeral events across processes (the relay):
 on PostgreSQL an ephemeral event appended through one runtime reaches the
 reads and tails of every other, in offset order with the durable events,
 under the reader's own caps; a restart forgets them. Two runtimes here

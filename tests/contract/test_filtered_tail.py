@@ -1,4 +1,4 @@
-"""Filtered tails (the seed's session connections), on both backends."""
+"""Filtered tails (as session connections use them), on both backends."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A repaired live gap leaves evidence (seed 004): events a tail finds on
+"""A repaired live gap leaves evidence (workflow streams' gap evidence): events a tail finds on
 its periodic reread, with no wake-up for them, give a metric, a log line
 and a record operators can fetch. The lost notification is real: the
 events are committed straight through the store, which wakes nobody in
@@ -12,7 +12,8 @@ import logging
 from prometheus_client import REGISTRY
 
 import yoke
-from yoke.events import now_ms, prepare
+from yoke.events import prepare
+from tests.conftest import now_ms
 from yoke.streams.append import new_stream_id
 
 

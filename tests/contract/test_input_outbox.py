@@ -1,5 +1,5 @@
-"""Input records and their delivery outbox (seed 004, "Input and
-large-object recovery"): records and outbox rows commit together; the
+"""Input records and their delivery outbox (the input outbox of workflow
+streams): records and outbox rows commit together; the
 dispatcher publishes one deterministic wake event per record on the wake
 stream, whatever crashes in between. Both backends; the crash is a real
 one (a writer process killed with SIGKILL)."""

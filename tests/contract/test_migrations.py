@@ -147,7 +147,9 @@ async def test_an_edited_migration_and_a_missing_number_fail_fast(fresh_db, monk
         await conn.execute("UPDATE yoke_schema_version SET checksum = NULL WHERE version = 2")
         assert await migrate.migrate(conn) == []  # filled in again from the file
         # A number the database holds but this version has no file for (below
-        # its newest): renumbered. Above its newest: a newer version's, left alone.
+        # its newest): renumbered. Above its newest: a newer version's, refused
+        # (tests/production/test_schema_versions.py), though /readyz's check
+        # (pending) still passes: a running process serves on.
         files = migrate.migrations()
         monkeypatch.setattr(migrate, "migrations", lambda: [m for m in files if m.version != 3])
         with pytest.raises(errors.SchemaMismatch) as caught:
@@ -155,7 +157,9 @@ async def test_an_edited_migration_and_a_missing_number_fail_fast(fresh_db, monk
         assert "this Yoke has no migration 3" in caught.value.message
         monkeypatch.undo()
         await conn.execute("INSERT INTO yoke_schema_version (version, name) VALUES (9999, '9999_future.sql')")
-        assert await migrate.migrate(conn) == [] and await migrate.pending(conn) == []
+        with pytest.raises(errors.SchemaNewer, match="9999_future.sql"):
+            await migrate.migrate(conn)
+        assert await migrate.pending(conn) == []
     finally:
         await conn.close()
 
@@ -198,7 +202,7 @@ def _sqlite(path):
 async def test_sqlite_records_and_checks_its_migrations(tmp_path):
     import yoke
     from yoke import errors
-    from yoke.store.sqlite.store import _migrations
+    from yoke.store.sqlite.migrate import migrations as _migrations
 
     path = tmp_path / "yoke.db"
     async with yoke.open(f"sqlite:///{path}") as y:
@@ -233,7 +237,7 @@ async def test_sqlite_files_from_before_the_record_are_taken_as_applied(tmp_path
     """A file migrated by an older Yoke (user_version only): the files up to
     its user_version are recorded on open, and checked from then on."""
     import yoke
-    from yoke.store.sqlite.store import _migrations
+    from yoke.store.sqlite.migrate import migrations as _migrations
 
     path = tmp_path / "yoke.db"
     async with yoke.open(f"sqlite:///{path}") as y:
@@ -254,14 +258,19 @@ async def test_sqlite_files_from_before_the_record_are_taken_as_applied(tmp_path
         db.close()
 
 
+# How to undo the migrations after 0014 that could not run twice (reopening
+# the file applies them again) beyond the tables they create, which go too.
+UNDO_LATER = {"0017_token_expiry.sql": "ALTER TABLE tokens DROP COLUMN expires_at"}
+
+
 def _undo_sqlite_migrations(path, since: str) -> None:
     """Return a file written by this Yoke to the layout it had before the
     migration named ``since`` (0013 or 0014): the table of events as those
-    migrations found it (its rows keeping their row ids), no event_blocks.
-    The store's code cannot write the old layouts any more; the migrations
-    must still read them."""
+    migrations found it (its rows keeping their row ids), no event_blocks,
+    and the later migrations undone (UNDO_LATER). The store's code cannot
+    write the old layouts any more; the migrations must still read them."""
     from yoke.store.sqlite.group_writes import INSERT_COLUMNS
-    from yoke.store.sqlite.store import _migrations
+    from yoke.store.sqlite.migrate import migrations as _migrations
 
     files = _migrations()
     cut = next(i for i, m in enumerate(files) if m.name == since)
@@ -272,6 +281,16 @@ def _undo_sqlite_migrations(path, since: str) -> None:
         "SELECT sql FROM sqlite_master WHERE tbl_name = 'events' AND sql IS NOT NULL ORDER BY type DESC"
     )]
     old.close()
+    # The tables of the migrations after 0014 go too: opening applies them again.
+    blocks = next(i for i, m in enumerate(files) if m.name == "0014_event_blocks.sql")
+    tables = []
+    for upto in (blocks + 1, len(files)):
+        db = _sqlite(":memory:")
+        for m in files[:upto]:
+            db.executescript(m.sql)
+        tables.append({r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")})
+        db.close()
+    newer = tables[1] - tables[0]
     columns = ", ".join(INSERT_COLUMNS)
     keep_ids = "WITHOUT ROWID" not in ddl[0]
     db = _sqlite(path)
@@ -285,6 +304,11 @@ def _undo_sqlite_migrations(path, since: str) -> None:
             f" SELECT {'row_id, ' if keep_ids else ''}{columns} FROM event_rows ORDER BY row_id"
         )
         db.execute("DROP TABLE event_rows")
+        for table in sorted(newer):
+            db.execute(f"DROP TABLE {table}")
+        for m in files[cut + 1:]:
+            if m.name in UNDO_LATER:
+                db.execute(UNDO_LATER[m.name])
         db.execute("DELETE FROM yoke_schema_version WHERE version >= ?", (files[cut].version,))
         db.execute(f"PRAGMA user_version = {files[cut - 1].version}")
         db.execute("COMMIT")

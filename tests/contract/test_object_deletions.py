@@ -1,5 +1,4 @@
-"""Object deletion through a deletion outbox (seed 004, "Operations":
-"deletion outboxes"). On SQLite object bytes are files, which no
+"""Object deletion through a deletion outbox. On SQLite object bytes are files, which no
 transaction can delete: the rows that delete objects queue their files in
 the same transaction, and a crash after the commit leaves them queued for
 the next cleanup pass, never a row without its file nor a file forever. On
@@ -40,7 +39,9 @@ async def test_files_queued_when_a_crash_follows_the_commit_are_deleted_later(db
         if backend == "sqlite":
             assert len(files(db_url, tenant)) == 3
             # The process dies right after each commit: nothing drains the queue.
-            monkeypatch.setattr(type(y.store), "_drain_deletions", lambda self: 0)
+            from yoke.store.sqlite.objects import SqliteObjects
+
+            monkeypatch.setattr(SqliteObjects, "drain_deletions", lambda self: 0)
         await doomed.delete()
         await y.prune()  # the aborted object's row goes
         if backend == "sqlite":

@@ -8,7 +8,8 @@ import hashlib
 import pytest
 
 from yoke import errors
-from yoke.events import now_ms, prepare
+from yoke.events import prepare
+from tests.conftest import now_ms
 from yoke.store.contract import ObjectInfo
 from yoke.streams.append import new_stream_id
 from yoke.streams.objects import object_reference

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from yoke import errors
-from yoke.events import now_ms
+from tests.conftest import now_ms
 from yoke.http.durable_streams.messages import message_event
-from yoke.store.protocol import CreateSpec, Guard
+from yoke.store.durable_streams import CreateSpec, Guard
 
 JSON = CreateSpec(content_type="application/json")
 
@@ -70,7 +70,7 @@ async def test_a_soft_deleted_stream_is_gone(y, tenant):
     # Twice: the SQLite writer notes the lifetime in its copy of the row.
     for offset in (1, 2):
         assert (await _commit(y, tenant, "/soft", [Guard(stream_id=stream.stream_id)])).outcomes[0].offset == offset
-    await y.store.protocol.soft_delete(tenant, stream.sid)
+    await y.store.protocol.soft_delete(tenant, stream.sid, now_ms())
     result = await _commit(y, tenant, "/soft", [Guard(stream_id=stream.stream_id)])
     assert [g.status for g in result.guards] == ["gone"]
     assert (await y.stream("/soft", tenant=tenant).info()).head == 2

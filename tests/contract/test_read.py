@@ -240,7 +240,7 @@ async def test_read_payloads_joins_the_page_read_stored_would_return(y, tenant):
 
 async def test_read_payloads_leaves_other_pages_to_read_stored(y, tenant):
     from yoke.http.durable_streams.messages import MESSAGE_TYPE, message_event
-    from yoke.store.protocol_forks import bytes_event
+    from yoke.store.durable_stream_forks import bytes_event
 
     path = "/mixed"
     messages = [message_event('{"pad":"%s"}' % ("x" * 50)) for _ in range(3)]
@@ -263,7 +263,7 @@ async def test_pages_long_and_short_follow_the_cap_rule(y, tenant):
     # read_stored cut every page by the rule (the first event always, then
     # while the total stays within the cap), and agree with each other.
     from yoke.events import prepare
-    from yoke.store.protocol_forks import bytes_event
+    from yoke.store.durable_stream_forks import bytes_event
 
     s = y.stream("/stored-pages", tenant=tenant)
     events = [_sized(i, 90 * (i % 5)) for i in range(78)]

@@ -1,4 +1,4 @@
-"""The PostgreSQL schema stays distributable by tenant (docs/scaling.md).
+"""The PostgreSQL schema stays distributable by tenant (docs/production/scaling.md).
 
 Citus distributes a table by one column and routes a statement to one node
 when it filters on that column; a unique index or primary key must contain
@@ -24,6 +24,8 @@ GLOBAL_TABLES = {
     "yoke_schema_version": "migration bookkeeping, one row per migration",
     "runtime_workers": "worker heartbeats; workers serve every tenant",
     "yoke_relay": "one row: the secret channel name of the ephemeral relay",
+    "actor_state_home": "one row: where every instance's state lives (storage, data directory), for all tenants",
+    "delivery_owners": "delivering processes' heartbeats (their subscription leases); they deliver every tenant's",
 }
 
 # Unique indexes that do not lead with tenant_id, and why they are allowed.

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import yoke
-from yoke.events import now_ms
+from tests.conftest import now_ms
 from yoke.http.durable_streams.messages import events_of
-from yoke.store.protocol import CreateSpec, Guard
+from yoke.store.durable_streams import CreateSpec, Guard
 
 
 def blocks_broken(db: sqlite3.Connection) -> dict[str, int]:

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 import yoke
-from yoke.events import now_ms, prepare
+from yoke.events import prepare
+from tests.conftest import now_ms
 from yoke.store.contract import Admitted
 
 from tests.faults.common import wait_until
@@ -24,10 +25,10 @@ async def queued_together(store: Any, starts: list[Callable[[], Awaitable[Any]]]
     """Run ``starts`` as commits queued while the writer is busy, so that
     they go into one group, and return their results."""
     gate = threading.Event()
-    holding = asyncio.ensure_future(store._write(gate.wait))
+    holding = asyncio.ensure_future(store.db.write(gate.wait))
     try:
         tasks = [asyncio.ensure_future(start()) for start in starts]
-        await wait_until(lambda: len(store._commits) == len(starts), 10, "the commits queued")
+        await wait_until(lambda: len(store.db._commits) == len(starts), 10, "the commits queued")
     finally:
         gate.set()
     await holding
@@ -155,7 +156,7 @@ async def test_a_guarded_commit_sees_what_the_group_held_back(tmp_path) -> None:
     stream's held-back head says it was taken: a guarded (protocol) commit
     later in the same group reads the stream row after that head is
     written, and takes the next offset, not the same one."""
-    from yoke.store.protocol import Guard
+    from yoke.store.durable_streams import Guard
 
     async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
         store = y.store
@@ -179,7 +180,7 @@ async def test_a_guarded_close_reaches_the_next_plain_commit(tmp_path) -> None:
     by appending: the writer's copy of it is dropped, so the next plain
     append through Yoke's own API finds the stream closed."""
     from yoke import errors
-    from yoke.store.protocol import Guard
+    from yoke.store.durable_streams import Guard
 
     async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
         store = y.store
@@ -226,7 +227,7 @@ async def test_a_new_file_gets_8k_pages_and_an_old_file_keeps_its_own(tmp_path) 
     SQLite's default 4 KiB pages opens, takes appends and reads them back."""
     import sqlite3
 
-    from yoke.store.sqlite.store import PAGE_SIZE
+    from yoke.store.sqlite.connection import PAGE_SIZE
 
     async with yoke.open(f"sqlite:///{tmp_path}/new.db", executor=False) as y:
         await y.stream("/p").append({"type": "e"})

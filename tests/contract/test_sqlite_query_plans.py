@@ -16,10 +16,11 @@ import re
 import sqlite3
 
 import yoke
-from yoke.events import now_ms
+from tests.conftest import now_ms
 from yoke.http.durable_streams.messages import events_of
-from yoke.store.protocol import CreateSpec, Guard
-from yoke.store.sqlite import store as sqlite_store
+from yoke.store.durable_streams import CreateSpec, Guard
+from yoke.store.sqlite.connection import SqliteDb
+from yoke.store.sqlite.migrate import migrations
 
 ON_EVENTS = re.compile(r"\b(FROM|JOIN|UPDATE|INTO)\s+(event_rows|event_blocks)\b", re.IGNORECASE)
 SCAN = re.compile(r"SCAN (event_rows|event_blocks|b|e)\b")
@@ -27,14 +28,14 @@ SCAN = re.compile(r"SCAN (event_rows|event_blocks|b|e)\b")
 
 async def test_statements_on_events_use_an_index(tmp_path, monkeypatch) -> None:
     statements: list[str] = []
-    connect = sqlite_store.SqliteStore._connect
+    connect = SqliteDb.connect
 
-    def traced(self: sqlite_store.SqliteStore) -> sqlite3.Connection:
+    def traced(self: SqliteDb) -> sqlite3.Connection:
         conn = connect(self)
         conn.set_trace_callback(statements.append)
         return conn
 
-    monkeypatch.setattr(sqlite_store.SqliteStore, "_connect", traced)
+    monkeypatch.setattr(SqliteDb, "connect", traced)
     path = tmp_path / "yoke.db"
     async with yoke.open(f"sqlite:///{path}", executor=False) as y:
         s = y.stream("/planned")
@@ -61,10 +62,10 @@ async def test_statements_on_events_use_an_index(tmp_path, monkeypatch) -> None:
         assert [e.type for e in await store.subscriptions.events_of_types("default", "/planned", ["e"], 45, 9)] == ["e"] * 5
         await s.delete()
 
-    migrations = "\n".join(m.sql for m in sqlite_store._migrations())
+    migrations_sql = "\n".join(m.sql for m in migrations())
     on_events = [
         sql for sql in statements
-        if ON_EVENTS.search(sql) and sql.strip() not in migrations
+        if ON_EVENTS.search(sql) and sql.strip() not in migrations_sql
         and not re.match(r"\s*INSERT INTO \w+ \([^)]*\) VALUES", sql)  # rows given, nothing found
     ]
     assert len(on_events) >= 8, on_events  # the workload above reached the events table

@@ -222,7 +222,7 @@ async def test_postgres_forgets_the_pids_of_closed_connections(db_url, tenant):
                     if h._con is not None and not h._con.is_closed()}  # noqa: SLF001
 
         await asyncio.gather(*(stream.read() for _ in range(6)))
-        first = set(store._own_pids)  # noqa: SLF001
+        first = set(store.db.own_pids)  # noqa: SLF001
         assert first and first == open_pids()
         ended: set[int] = set()
         admin = await asyncpg.connect(db_url)
@@ -234,13 +234,13 @@ async def test_postgres_forgets_the_pids_of_closed_connections(db_url, tenant):
                     list(pids))
                 ended |= pids
                 async with asyncio.timeout(10):
-                    while store._own_pids & ended:  # noqa: SLF001
+                    while store.db.own_pids & ended:  # noqa: SLF001
                         await asyncio.sleep(0.01)
                 await asyncio.gather(*(stream.read() for _ in range(6)))  # the pool opens new ones
         finally:
             await admin.close()
-        assert store._own_pids == open_pids()  # noqa: SLF001
-        assert len(store._own_pids) <= store._pool_max  # noqa: SLF001
+        assert store.db.own_pids == open_pids()  # noqa: SLF001
+        assert len(store.db.own_pids) <= store.db.pool_max  # noqa: SLF001
         # A NOTIFY from a pid this process used to have is another process's now.
         listener = store.listener
         waiter = y.hub.subscribe(tenant, "/pids")

@@ -277,3 +277,42 @@ async def test_a_runtime_login_that_owns_the_tables_is_refused(tenant):
         await admin_sql(f'DROP ROLE IF EXISTS "{member}"')
         await admin_sql(f'DROP ROLE IF EXISTS "{app}"')
         await admin_sql(f'DROP ROLE IF EXISTS "{owner}"')
+
+
+# --- expiry ----------------------------------------------------------------------------
+
+
+async def test_tokens_expire_and_say_so_only_to_their_holder(y, tenant):
+    import hashlib
+    import secrets
+
+    from tests.conftest import now_ms
+    from yoke.store.contract import TokenInfo
+
+    new = await y.tokens.create(tenant, ["read"], name="short", expires_in_s=3600)
+    info = await y.tokens.authenticate(new.token)
+    assert info.expires_at == info.created_at + 3_600_000
+    assert [t.to_dict()["expires_at"] for t in await y.tokens.list(tenant)] == [info.expires_at]
+    assert (await y.tokens.authenticate((await y.tokens.create(tenant, ["read"])).token)).expires_at is None
+
+    # A token whose expiry has passed, as it is stored: refused with its own code.
+    secret = secrets.token_urlsafe(32)
+    token_id = "tok_" + secrets.token_hex(8)
+    await y.store.create_token(TokenInfo(
+        token_id, tenant, "old", ("read",), hashlib.sha256(secret.encode()).hexdigest(), now_ms() - 60_000, None,
+        expires_at=now_ms() - 1,
+    ))
+    with pytest.raises(errors.TokenExpired) as exc:
+        await y.tokens.authenticate(f"yk_{token_id}.{secret}")
+    assert (exc.value.code, exc.value.http_status, exc.value.details["token_id"]) == ("token_expired", 401, token_id)
+    # Without the secret nothing tells an expired token from an unknown one.
+    wrong = secret[:-1] + ("A" if secret[-1] != "A" else "B")
+    with pytest.raises(errors.Unauthorized) as exc:
+        await y.tokens.authenticate(f"yk_{token_id}.{wrong}")
+    assert exc.value.code == "unauthorized"
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, True, "30d", 11 * 366 * 86400])
+async def test_an_expiry_is_whole_seconds_up_to_ten_years(y, tenant, bad):
+    with pytest.raises(errors.InvalidInput):
+        await y.tokens.create(tenant, ["read"], expires_in_s=bad)

@@ -164,7 +164,7 @@ async def test_datetimes_and_dataclasses_are_refused_not_converted(y, tenant):
 
 
 async def test_uuids_and_enums_are_written_as_their_json_value(y, tenant):
-    """Documented conversions (docs/events.md): they read back as str / int."""
+    """Documented conversions (docs/reference/events.md): they read back as str / int."""
     import enum
     import uuid as uuid_module
 

@@ -71,7 +71,15 @@ def test_cli_bulk_discard_and_misuse(served: Served, admin: httpx.Client) -> Non
         (("failures", "discard", "dl_WzFd"), "--reason"),
         (("failures", "show", "dl_WzEyMzQ1XQ"), "failure_not_found"),
         (("failures", "list", "--since", "yesterday"), "--since takes"),
+        # Outside what the server takes (signed 64 bits, not before 1970), or
+        # beyond int()'s digits or a float's range: a message, not a traceback.
+        (("failures", "list", "--since", str(2**63)), "--since takes ms since the epoch (0 to"),
+        (("failures", "list", "--until", "1" * 40), "--until takes"),
+        (("failures", "list", "--since", "9" * 5000), "--since takes"),
+        (("failures", "list", "--since", "9" * 400 + "d"), "--since takes"),
+        (("failures", "list", "--since", "99999999999d"), "not before 1970"),
+        (("failures", "list", "--since", "\u00b2"), "--since takes"),
         (("failures", "replay", "dl_WzEyMzQ1XQ", "--event", "{"), "--event is not valid JSON"),
     ]:
         done = cli(served, token, *args, check=False)
-        assert done.returncode != 0 and message in done.stderr, (args, done.stderr)
+        assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)

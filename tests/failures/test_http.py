@@ -6,6 +6,7 @@ scopes and errors."""
 
 from __future__ import annotations
 
+import base64
 import time
 import uuid
 from typing import Any
@@ -81,10 +82,11 @@ def test_list_show_replay_corrected_and_discard(served: Served, admin: httpx.Cli
         shown = admin.get(f"/v1/failures/{f['id']}")
         assert shown.status_code == 200 and shown.json() == f
         assert f["event"]["id"] == poisoned["id"] and f["attempts"][-1]["error"] == f["error"]
-    # The metrics count them (sampled at scrape).
-    scraped = admin.get("/metrics").text
-    for kind, receiver in (("dead_letter", "actor"), ("halted", "copy"), ("skipped", "call")):
-        assert f'yoke_failures{{age="under_1m",kind="{kind}",receiver="{receiver}",tenant="{tenant}"}} 1.0' in scraped
+    # The metrics count them (sampled from the database in the background).
+    counted = [f'yoke_failures{{age="under_1m",kind="{kind}",receiver="{receiver}",tenant="{tenant}"}} 1.0'
+               for kind, receiver in (("dead_letter", "actor"), ("halted", "copy"), ("skipped", "call"))]
+    scraped = wait_for(lambda: admin.get("/metrics").text, lambda text: all(c in text for c in counted))
+    for kind in ("dead_letter", "halted", "skipped"):
         assert f'yoke_failure_oldest_age_seconds{{kind="{kind}",tenant="{tenant}"}}' in scraped
     # Filters.
     assert [f["id"] for f in failures(admin, kind="halted")] == [halted["id"]]
@@ -169,7 +171,7 @@ def test_scopes_and_errors(served: Served, admin: httpx.Client, tenant: str) -> 
     assert len(failures(admin)) == 3  # nothing changed
 
 
-PINS = {  # a workflow stream that pins its data handling (tests/http/test_workflow_seed.py)
+PINS = {  # a workflow stream that pins its data handling (tests/http/test_workflow_streams.py)
     "redaction": [{"path": "$.payload.user.email", "lifted_by": ["pii:read"]}],
     "authorization": {"read": {"scopes": ["run:read", "admin"]}, "append": {"scopes": ["run:write", "admin"]}},
     "content_classes": ["model_output"],
@@ -202,3 +204,53 @@ def test_a_pinned_streams_events_stay_out_of_the_generic_routes(served: Served, 
     assert failures(admin) != []  # nothing was replayed
     assert admin.post(f"/v1/failures/{f['id']}/discard", json={"reason": "test"}).status_code == 200
     assert failures(admin) == []
+
+
+def raw_id(prefix: str, coordinates: bytes) -> str:
+    """An id made by hand from its JSON coordinates (model.make_id refuses what these hold)."""
+    return prefix + base64.urlsafe_b64encode(coordinates).decode().rstrip("=")
+
+
+# ht_WyIvYVx1MDAwMGIiLCJzIiwxXQ: the issue's own example, ["/a\u0000b","s",1].
+NOT_TEXT_IDS = [
+    "ht_WyIvYVx1MDAwMGIiLCJzIiwxXQ",
+    raw_id("sk_", rb'["/s","rec\u0000",1]'),
+    raw_id("ht_", rb'["/s","archive\ud800",1]'),
+    raw_id("dl_", rb'["\u0000"]'),
+    raw_id("dl_", b"[9223372036854775808]"),
+]
+
+
+def test_time_bounds_beyond_64_bits_are_invalid_input_and_change_nothing(admin: httpx.Client) -> None:
+    """since and until beyond signed 64 bits, in the query and in the
+    bodies of both bulk actions: 400 invalid_input naming the field (both
+    backends answered 500). Nothing is resolved."""
+    before = setup_poison(admin)["by_kind"]
+    for name in ("since", "until"):
+        for value in (2**63, 10**40):
+            r = admin.get("/v1/failures", params={name: str(value)})
+            assert error_field(r) == (400, "invalid_input", name), r.text
+            for url, extra in (("/v1/failures/replay", {}), ("/v1/failures/discard", {"reason": "x"})):
+                assert error_field(admin.post(url, json={"filter": {name: value}, **extra})) == (
+                    400, "invalid_input", name)
+    # A corrected event outside the domain is refused before any failure is selected.
+    r = admin.post("/v1/failures/replay", json={"filter": {"stream": "/nowhere"}, "event": {"payload": {"n": 2**63}}})
+    assert error_field(r) == (400, "invalid_event", "payload.n"), r.text
+    assert {f["kind"]: f for f in failures(admin)} == before
+
+
+def test_ids_whose_coordinates_no_store_holds_name_no_failure(admin: httpx.Client) -> None:
+    """An id whose coordinates no store can hold (NUL, a lone surrogate, an
+    offset past 2^63-1) names no failure: 404 failure_not_found on both
+    backends (PostgreSQL answered 500 for NUL), for show, replay and discard."""
+    before = setup_poison(admin)["by_kind"]
+    for failure_id in NOT_TEXT_IDS:
+        for r in (admin.get(f"/v1/failures/{failure_id}"), admin.post(f"/v1/failures/{failure_id}/replay"),
+                  admin.post(f"/v1/failures/{failure_id}/discard", json={"reason": "x"})):
+            assert (r.status_code, r.json()["error"]["code"]) == (404, "failure_not_found"), (failure_id, r.text)
+    assert {f["kind"]: f for f in failures(admin)} == before
+
+
+def error_field(r: httpx.Response) -> tuple[int, str, str | None]:
+    error = r.json()["error"]
+    return r.status_code, error["code"], error.get("field")

@@ -281,6 +281,17 @@ async def test_ids_and_input_are_checked(y) -> None:  # noqa: ANN001
         await inbox.replay("dl_WzEyMzQ1XQ", {"offset": 3})
     with pytest.raises(errors.ReservedEventType):
         await inbox.replay("dl_WzEyMzQ1XQ", {"type": "yoke.nope"})
+    # Outside what the stores hold: refused by name before any SQL (was
+    # OverflowError on SQLite, DataError on PostgreSQL).
+    for bounds in ({"since": 2**63}, {"until": 10**40}, {"since": -1}):
+        with pytest.raises(errors.InvalidInput) as refused:
+            await inbox.list(**bounds)
+        assert refused.value.details["field"] in bounds
+        with pytest.raises(errors.InvalidInput):
+            await inbox.discard_all("x", **bounds)
+    # A path with NUL (PostgreSQL cannot take it as text) names no failure.
+    with pytest.raises(errors.FailureNotFound):
+        await inbox.get("ht_WyIvYVx1MDAwMGIiLCJzIiwxXQ")
 
 
 async def test_a_processor_halt_is_replayed_as_is_never_corrected(fresh_url: str) -> None:
@@ -317,7 +328,7 @@ async def test_a_processor_halt_is_replayed_as_is_never_corrected(fresh_url: str
 
 
 async def test_a_corrected_replay_repeats_no_effect_the_failed_runs_committed(fresh_url: str, tmp_path) -> None:
-    """The dead row keeps its effects journal (docs/effects.md): the replayed
+    """The dead row keeps its effects journal (docs/advanced/effects.md): the replayed
     run's identical append returns the recorded one, nothing is appended twice."""
     app = yoke.App()
 

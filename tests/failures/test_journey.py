@@ -7,8 +7,8 @@ them, and every receiver then holds each event exactly once."""
 from __future__ import annotations
 
 import yoke
-from yoke import Filter, metrics
-from yoke.events import now_ms
+from yoke import Filter, sampling
+from tests.conftest import now_ms
 
 from ..subscriptions.common import FAST, until
 from ..subscriptions.webhook_server import Response, WebhookReceiver
@@ -18,7 +18,12 @@ T = "journey"
 
 
 def gauge(metric, *labels: str) -> float:  # noqa: ANN001
-    return metric.labels(*labels)._value.get()
+    """A sampled gauge's value; 0 when it has no such series (only values other than 0 have one)."""
+    for family in metric.collect():
+        for s in family.samples:
+            if tuple(s.labels.values()) == labels:
+                return s.value
+    return 0
 
 
 async def test_a_poisoned_event_through_every_kind_fixed_and_replayed_once(fresh_url: str, tmp_path) -> None:
@@ -55,16 +60,16 @@ async def test_a_poisoned_event_through_every_kind_fixed_and_replayed_once(fresh
         assert {f.event["id"] for f in listed} == {poison.id} and {f.path for f in listed} == {"/orders"}
         failed_at = {f.kind: f.failed_at for f in listed}
         before = now_ms()
-        await metrics.sample_failure_gauges(y)
+        await y.sampler().pass_once()
         after = now_ms()
         parked = (("dead_letter", "actor"), ("skipped", "webhook"), ("halted", "copy"))
         for kind, receiver in parked:
-            assert gauge(metrics.FAILURES, T, kind, receiver, "under_1m") == 1
-            assert gauge(metrics.FAILURES, T, kind, receiver, "over_1d") == 0
+            assert gauge(sampling.FAILURES, T, kind, receiver, "under_1m") == 1
+            assert gauge(sampling.FAILURES, T, kind, receiver, "over_1d") == 0
             # The age at the scrape (0 within the failure's own millisecond).
-            oldest = gauge(metrics.FAILURE_OLDEST, T, kind)
+            oldest = gauge(sampling.FAILURE_OLDEST, T, kind)
             assert (before - failed_at[kind]) / 1000 <= oldest <= (after - failed_at[kind]) / 1000
-        assert gauge(metrics.FAILURES, T, "halted", "webhook", "under_1m") == 0
+        assert gauge(sampling.FAILURES, T, "halted", "webhook", "under_1m") == 0
 
         bulk = await inbox.replay_all(stream="/orders", event={"payload": {"n": 1}})
         assert len(bulk.done) == 3 and bulk.failed == []
@@ -83,10 +88,10 @@ async def test_a_poisoned_event_through_every_kind_fixed_and_replayed_once(fresh
         audit = [e.payload["kind"] for e in await s.read(limit=100) if e.type == "yoke.failure.replayed"]
         assert sorted(audit) == ["dead_letter", "halted", "skipped"]
 
-        await metrics.sample_failure_gauges(y)
+        await y.sampler().pass_once()
         for kind, receiver in parked:
-            assert gauge(metrics.FAILURES, T, kind, receiver, "under_1m") == 0
-            assert gauge(metrics.FAILURE_OLDEST, T, kind) == 0
+            assert gauge(sampling.FAILURES, T, kind, receiver, "under_1m") == 0
+            assert gauge(sampling.FAILURE_OLDEST, T, kind) == 0
 
 
 async def test_a_process_without_deliveries_replays_a_skipped_webhook(fresh_url: str) -> None:

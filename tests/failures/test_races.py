@@ -108,9 +108,9 @@ async def test_a_stale_skip_is_resolved_once_across_processes(fresh_url: str) ->
         stale = await skipped_one(y, s)
         await y.failures(T).replay(stale.id, {"payload": {"n": 1}})
         with pytest.raises(errors.FailureNotFound):
-            await subscription_failures.replay(y, T, stale, {**stale.event, "payload": {"n": 2}}, {"payload": {"n": 2}})
+            await subscription_failures.replay(y.failures(T).services, T, stale, {**stale.event, "payload": {"n": 2}}, {"payload": {"n": 2}})
         with pytest.raises(errors.FailureNotFound):
-            await subscription_failures.discard(y, T, stale, "late")
+            await subscription_failures.discard(y.failures(T).services, T, stale, "late")
         assert len(await audits(s, "replayed")) == 1 and await audits(s, "discarded") == []
         assert seen[0] == (stale.offset, {"n": 1})
 
@@ -141,7 +141,7 @@ async def test_a_stale_corrected_halt_replay_delivers_nothing(fresh_url: str) ->
         stale = await halted_one(y, s)
         await y.failures(T).discard(stale.id, "test data")
         with pytest.raises(errors.FailureNotFound):
-            await subscription_failures.replay(y, T, stale, {**stale.event, "payload": {"n": 1}}, {"payload": {"n": 1}})
+            await subscription_failures.replay(y.failures(T).services, T, stale, {**stale.event, "payload": {"n": 1}}, {"payload": {"n": 1}})
         assert seen == [] and await audits(s, "replayed") == []
 
 

@@ -1,4 +1,4 @@
-"""Atomic mode under SIGKILL (docs/effects.md): a worker process is killed
+"""Atomic mode under SIGKILL (docs/advanced/effects.md): a worker process is killed
 at every step boundary of an atomic run's commit, in turn, and restarted;
 in the end each event's effects exist exactly once: the state counter
 equals the number of events, each event's row, appended event, child

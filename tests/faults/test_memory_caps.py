@@ -2,7 +2,7 @@
 per-process caps, and the other per-stream / per-connection structures
 (appenders, wake-up waiters, shared reads, blocked producers, the token
 cache, the SSE frame cache, the fan-out cursor and instance caches) freed
-or capped. docs/memory.md describes them."""
+or capped. docs/production/memory.md describes them."""
 
 from __future__ import annotations
 

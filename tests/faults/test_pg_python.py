@@ -349,7 +349,7 @@ async def test_an_unkeyed_append_waits_out_refused_connections(caplog) -> None:
             await admin_sql(f'ALTER DATABASE "{cutter.database}" ALLOW_CONNECTIONS false')
             try:
                 await cutter.cut()
-                pool = y.store._pool
+                pool = y.store.db.pool
                 await wait_until(  # the pool has seen its connections end
                     lambda: all(h._con is None or h._con.is_closed() for h in pool._holders), 10, "closed pool"
                 )

@@ -33,17 +33,17 @@ async def test_each_rolled_back_class_is_unavailable(pg_url: str, sqlstate: str,
         store = y.store
         pids = {h._con.get_server_pid() for h in store.pool._holders if h._con is not None}  # noqa: SLF001
         with pytest.raises(errors.Unavailable) as caught:
-            await store._execute(raise_it)  # noqa: SLF001 - the statement path itself
+            await store.db.execute(raise_it)  # noqa: SLF001 - the statement path itself
         assert caught.value.details["reason"] == reason and caught.value.http_status == 503
         assert "nothing was written" in caught.value.message
         assert not is_driver_error(caught.value)
         # In a transaction: what it wrote before the failure is rolled back.
         with pytest.raises(errors.Unavailable) as caught:
-            async with store._tx(tenant) as conn:  # noqa: SLF001
+            async with store.db.tx(tenant) as conn:  # noqa: SLF001
                 await conn.execute("INSERT INTO yoke_tenants VALUES ($1, 0)", tenant)
                 await conn.execute(raise_it)
         assert caught.value.details["reason"] == reason
-        async with store._tx(tenant) as conn:  # noqa: SLF001
+        async with store.db.tx(tenant) as conn:  # noqa: SLF001
             assert await conn.fetchval("SELECT count(*) FROM yoke_tenants WHERE tenant_id=$1", tenant) == 0
         # The connections stayed open (none was replaced).
         assert {h._con.get_server_pid() for h in store.pool._holders if h._con is not None} >= pids  # noqa: SLF001
@@ -62,6 +62,10 @@ async def test_a_stream_row_held_by_another_session(monkeypatch, setting: str, r
 
     monkeypatch.setattr(append, "APPEND_RETRY_S", 0.5)
     async with pg_database() as url:
+        # Migrated first: the 100 ms limit is for the appends (a migration's
+        # statement can take longer on a loaded machine: it failed the open).
+        async with yoke.open(url, executor=False):
+            pass
         await admin_sql(f'ALTER DATABASE "{database_name(url)}" SET {setting} = \'100ms\'')
         async with yoke.open(url, executor=False) as y:
             stream = y.stream("/held", tenant=TENANT)
@@ -109,7 +113,7 @@ async def test_a_deadlock_victim_is_unavailable_and_rolled_back() -> None:
                 locked_b, other_waits = asyncio.Event(), asyncio.Event()
 
                 async def runtime_side() -> None:
-                    async with y.store._tx(TENANT) as conn:  # noqa: SLF001
+                    async with y.store.db.tx(TENANT) as conn:  # noqa: SLF001
                         await conn.execute(
                             "UPDATE streams SET metadata = '{\"by\": \"runtime\"}' WHERE path = '/b'")
                         locked_b.set()

@@ -28,7 +28,7 @@ async def test_a_write_lock_held_beyond_the_busy_timeout_is_unavailable(tmp_path
         await stream.append({"type": "before"})
         store = y.store
         # The default busy timeout is 10 s; a test needs it short.
-        await store._write(lambda: store._wconn.execute("PRAGMA busy_timeout=100"))
+        await store.db.write(lambda: store.db.writer.execute("PRAGMA busy_timeout=100"))
         other = sqlite3.connect(path, isolation_level=None)
         try:
             other.execute("BEGIN IMMEDIATE")  # another writer, holding the lock
@@ -54,7 +54,7 @@ async def test_a_sql_error_is_not_translated(tmp_path) -> None:
     async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
         store = y.store
         with pytest.raises(sqlite3.OperationalError, match="no such table"):
-            await store._read(lambda: store._rconn().execute("SELECT * FROM no_such_table").fetchall())
+            await store.db.read(lambda: store.db.reader().execute("SELECT * FROM no_such_table").fetchall())
 
 
 async def test_commits_that_wait_together_fail_alone(tmp_path) -> None:
@@ -67,18 +67,18 @@ async def test_commits_that_wait_together_fail_alone(tmp_path) -> None:
 
     async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
         store = y.store
-        await store._write(lambda: store._wconn.execute(
+        await store.db.write(lambda: store.db.writer.execute(
             "CREATE TRIGGER refuse_boom BEFORE INSERT ON event_rows WHEN NEW.type = 'boom'"
             " BEGIN SELECT RAISE(ABORT, 'boom refused'); END"
         ))
         gate = threading.Event()
-        holding = asyncio.ensure_future(store._write(gate.wait))  # the writer thread, busy
+        holding = asyncio.ensure_future(store.db.write(gate.wait))  # the writer thread, busy
         try:
             fine = [asyncio.ensure_future(y.stream(f"/ok{i}", tenant=TENANT).append({"type": "e"})) for i in range(5)]
             bad = asyncio.ensure_future(
                 y.stream("/bad", tenant=TENANT).append_many([{"type": "e"}, {"type": "boom"}])
             )
-            await wait_until(lambda: len(store._commits) == 6, 10, "six commits waiting")
+            await wait_until(lambda: len(store.db._commits) == 6, 10, "six commits waiting")
         finally:
             gate.set()
         await holding
@@ -102,14 +102,14 @@ async def test_a_full_disk_fails_every_commit_waiting_together_as_unavailable(tm
         store = y.store
         for i in range(3):
             await y.stream(f"/full{i}", tenant=TENANT).append({"type": "before"})
-        pages = await store._write(lambda: store._wconn.execute("PRAGMA page_count").fetchone()[0])
-        await store._write(lambda: store._wconn.execute(f"PRAGMA max_page_count={pages}"))
+        pages = await store.db.write(lambda: store.db.writer.execute("PRAGMA page_count").fetchone()[0])
+        await store.db.write(lambda: store.db.writer.execute(f"PRAGMA max_page_count={pages}"))
         gate = threading.Event()
-        holding = asyncio.ensure_future(store._write(gate.wait))
+        holding = asyncio.ensure_future(store.db.write(gate.wait))
         big = {"type": "big", "payload": "x" * 50_000}
         try:
             appends = [asyncio.ensure_future(y.stream(f"/full{i}", tenant=TENANT).append(big)) for i in range(3)]
-            await wait_until(lambda: len(store._commits) == 3, 10, "three commits waiting")
+            await wait_until(lambda: len(store.db._commits) == 3, 10, "three commits waiting")
         finally:
             gate.set()  # never leave the writer thread waiting (closing would wait behind it)
         await holding
@@ -117,7 +117,7 @@ async def test_a_full_disk_fails_every_commit_waiting_together_as_unavailable(tm
             with pytest.raises(errors.Unavailable) as caught:
                 await append
             assert caught.value.details["reason"] == "disk_full"
-        await store._write(lambda: store._wconn.execute("PRAGMA max_page_count=1073741823"))
+        await store.db.write(lambda: store.db.writer.execute("PRAGMA max_page_count=1073741823"))
         for i in range(3):
             s = y.stream(f"/full{i}", tenant=TENANT)
             assert [e.type for e in await s.read()] == ["before"]  # nothing half written
@@ -127,18 +127,19 @@ async def test_a_full_disk_fails_every_commit_waiting_together_as_unavailable(tm
 async def test_a_commit_cancelled_before_the_writer_takes_it_writes_nothing(tmp_path) -> None:
     import threading
 
-    from yoke.events import now_ms, prepare
+    from yoke.events import prepare
+    from tests.conftest import now_ms
 
     async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
         store = y.store
         gate = threading.Event()
-        holding = asyncio.ensure_future(store._write(gate.wait))
+        holding = asyncio.ensure_future(store.db.write(gate.wait))
         try:
             cancelled = asyncio.ensure_future(
                 store.commit(TENANT, "/gone", [prepare({"type": "e"})], [0], now_ms(), "s1")
             )
             kept = asyncio.ensure_future(store.commit(TENANT, "/kept", [prepare({"type": "e"})], [0], now_ms(), "s2"))
-            await wait_until(lambda: len(store._commits) == 2, 10, "two commits waiting")
+            await wait_until(lambda: len(store.db._commits) == 2, 10, "two commits waiting")
             cancelled.cancel()
         finally:
             gate.set()

@@ -168,6 +168,7 @@ CONSOLE_FAST = {
     "YOKE_WORKER_HEARTBEAT_S": "0.2",
     "YOKE_SUBSCRIPTION_RETRY_BASE_S": "0.01",
     "YOKE_SUBSCRIPTION_RETRY_MAX_S": "0.02",
+    "YOKE_METRICS_SAMPLE_S": "0.1",
 }
 
 
@@ -176,7 +177,8 @@ def console_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     """``yoke serve --app tests.http.console_app:app`` on a database of its own."""
     base = tmp_path_factory.mktemp("console")
     with own_database(request.param, base, "yoke_console") as db_url:
-        srv = start_server(db_url, base / ".yoke", args=("--app", CONSOLE_APP), **CONSOLE_FAST)
+        # --print-token: the console's sign-in link is printed off a terminal too (the tests read it).
+        srv = start_server(db_url, base / ".yoke", args=("--app", CONSOLE_APP, "--print-token"), **CONSOLE_FAST)
         try:
             yield srv
         finally:

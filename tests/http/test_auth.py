@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 import uuid
 
+import orjson
+
 from .conftest import events_url
 
 
@@ -92,3 +94,31 @@ def test_cli_tokens(server):
         while c.get("/v1/streams").status_code != 401:
             assert time.monotonic() < deadline
             time.sleep(0.1)
+
+
+def test_an_expiring_token_is_refused_once_expired_even_while_remembered(server, http):
+    r = http.post("/v1/tokens", json={"scopes": ["read"], "name": "brief", "expires_in_s": 3})
+    assert r.status_code == 201, r.text
+    created = r.json()
+    assert created["expires_at"] == created["created_at"] + 3000
+    listed = {t["token_id"]: t for t in http.get("/v1/tokens").json()["tokens"]}
+    assert listed[created["token_id"]]["expires_at"] == created["expires_at"]
+    with server.client(created["token"]) as c:
+        assert c.get("/v1/streams").status_code == 200  # authenticated: the server now remembers it
+        deadline = time.monotonic() + 15
+        while (answer := c.get("/v1/streams")).status_code == 200:
+            assert time.monotonic() < deadline, "the token did not expire"
+            time.sleep(0.1)
+        assert code(answer) == (401, "token_expired")
+        assert answer.json()["error"]["token_id"] == created["token_id"]
+    for bad in (0, -1, 1.5, "30d", True):
+        assert code(http.post("/v1/tokens", json={"scopes": ["read"], "expires_in_s": bad})) == (400, "invalid_input")
+
+
+def test_cli_tokens_with_an_expiry(server):
+    tenant = "exp-" + uuid.uuid4().hex[:6]
+    made = orjson.loads(server.cli("tokens", "create", "--tenant", tenant, "--expires", "30d", "--json").stdout)
+    assert made["expires_at"] == made["created_at"] + 30 * 86_400_000
+    assert "active, expires" in server.cli("tokens", "list", "--tenant", tenant).stdout
+    refused = server.cli("tokens", "create", "--tenant", tenant, "--expires", "0", check=False)
+    assert refused.returncode == 2 and "30d" in refused.stderr

@@ -1,4 +1,4 @@
-"""The connection level of ``yoke serve`` (yoke/http/protocol.py), with raw
+"""The connection level of ``yoke serve`` (yoke/http/connection_limits.py), with raw
 sockets: head and body deadlines, the connection cap, oversized and
 malformed requests, all answered with the JSON error shape."""
 
@@ -309,7 +309,7 @@ def test_an_answer_before_the_body_closes_the_connection_soon_after(server):
     # closes within LINGER_S however slowly the rest of the body trickles
     # (it held the connection, and a slot of the cap, until the 60 s body
     # deadline).
-    from yoke.http.protocol import LINGER_S
+    from yoke.http.connection_limits import LINGER_S
 
     sock = connect(server)
     status, headers = answered_before_the_body(sock)
@@ -368,7 +368,7 @@ def test_trickling_bodies_cannot_fill_the_cap(slots):
     # trickle held their slots until the body deadline; a few per second kept
     # a server full, and then even /healthz answered 503. Now each closes
     # soon after its answer and its slot is free again.
-    from yoke.http.protocol import LINGER_S
+    from yoke.http.connection_limits import LINGER_S
 
     socks = [connect_from(slots, "127.0.0.1"), connect_from(slots, "127.0.0.1"), connect_from(slots, "127.0.0.2")]
     for sock in socks:

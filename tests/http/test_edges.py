@@ -1,6 +1,6 @@
 """The edges of the HTTP API, on both backends: NUL characters, error shapes
 and codes, Content-Type, missing streams, PUT definitions, tails of closed
-streams (see docs/http.md)."""
+streams (see docs/reference/http.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Ephemeral events across real ``yoke serve`` processes on one PostgreSQL
-database (seed 003): a tail on one server gets what another appends, in
+database: a tail on one server gets what another appends, in
 offset order with the durable events; the receiving process's memory stays
 under its caps; a restart forgets them."""
 

@@ -1,4 +1,4 @@
-"""Large objects over HTTP and the seed-004 /api/workflow-streams surface."""
+"""Large objects over HTTP and the /api/workflow-streams surface."""
 
 from __future__ import annotations
 

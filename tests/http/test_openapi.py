@@ -18,7 +18,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from yoke.http.app import create_app
-from yoke.http.hotpath import APPEND_ROUTE
+from yoke.http.fast_append import APPEND_ROUTE
 
 WRITES = {"post", "put", "patch"}
 # Operations that take no body (a body sent to them is ignored).
@@ -129,7 +129,7 @@ def test_examples_keep_their_nulls(document: dict[str, Any]) -> None:
 
 
 def test_the_append_hot_path_is_documented(document: dict[str, Any]) -> None:
-    """POST .../-/events is answered outside FastAPI (yoke/http/hotpath.py);
+    """POST .../-/events is answered outside FastAPI (yoke/http/fast_append.py);
     the document still describes it, body and answer."""
     append = document["paths"]["/v1/streams{path}/-/events"]["post"]
     assert APPEND_ROUTE.match("/v1/streams/orders/-/events")

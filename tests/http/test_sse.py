@@ -179,3 +179,16 @@ def test_a_backtracking_regex_in_a_filter_is_cut_off_and_the_server_answers_mean
     error = _tail_error(server, path, "$count($match(payload.s, /(a|aa)+$/)) > 0")
     assert error["code"] == "filter_failed" and "timed out" in error["message"]
     assert http.get("/healthz").status_code == 200
+
+
+def test_a_stream_created_again_is_tailed_with_its_own_events(server, http, path):
+    """Tails share encoded frames, keyed by stream and offset: a stream
+    deleted and created again reuses its offsets, so the key holds the
+    event's id too, or the new stream's tail would replay the old events."""
+    http.post(events_url(path), json=[{"type": "old", "payload": i} for i in range(3)])
+    assert [e["payload"] for _, e in collect(http, path, 3, after=0)] == [0, 1, 2]
+    assert http.delete(f"/v1/streams{path}").status_code == 200
+    http.post(events_url(path), json=[{"type": "new", "payload": i} for i in range(10, 13)])
+    assert [(e["type"], e["payload"]) for _, e in collect(http, path, 3, after=0)] == [
+        ("new", 10), ("new", 11), ("new", 12)
+    ]

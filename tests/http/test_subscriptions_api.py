@@ -374,7 +374,7 @@ async def test_wait_answers_503_when_the_server_stops(tmp_path, monkeypatch):
     stop, so it never holds the graceful shutdown (in process: the wait's
     start is observable there)."""
     from yoke.http.app import create_app
-    from yoke.streams.handle import Stream
+    from yoke.streams.stream import Stream
 
     entered = asyncio.Event()
     original = Stream.wait_until_processed

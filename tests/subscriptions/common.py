@@ -14,6 +14,14 @@ FAST = {
 }
 
 
+def copying(y):  # noqa: ANN001, ANN201
+    """What ``copy.send`` needs, built from the runtime's parts (as its
+    deliveries build it; a runtime opened with ``executor=False`` has none)."""
+    from yoke.subscriptions.copies import Copying
+
+    return Copying(lambda: y.store, y.appends, y.stream, y.settings.max_event_bytes)
+
+
 async def control_events(stream, after: int = 0) -> list:  # noqa: ANN001
     """The first-hand ``yoke.subscription.*`` events of a stream."""
     return [e for e in await stream.read(after=after, limit=10_000) if e.type.startswith("yoke.subscription.")]

@@ -1,5 +1,5 @@
-"""The subscription catalogue is a rebuildable cache (seed 003, "Core
-processor"): a process that opens rebuilds a catalogue that is missing,
+"""The subscription catalogue is a rebuildable cache of the
+control events in the log: a process that opens rebuilds a catalogue that is missing,
 invalid or from another reducer version, and a long rebuild resumes from
 its saved stage."""
 

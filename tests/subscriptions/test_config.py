@@ -302,7 +302,7 @@ async def test_version_history_stops_flip_flopping_resumes(fresh_url: str) -> No
         await halted_by(y2, "v2")
     async with yoke.open(fresh_url, app=failing_app("v1"), **FAST) as y1, \
             yoke.open(fresh_url, app=failing_app(None), **FAST) as y0:
-        await asyncio.gather(y1.deliveries._sweep(), y0.deliveries._sweep())
+        await asyncio.gather(y1.deliveries.sweep(), y0.deliveries.sweep())
         assert y1.deliveries._runners == {} and y0.deliveries._runners == {}
         resumed = [e for e in await control_events(y1.stream("/s")) if e.type == "yoke.subscription.resumed"]
         assert [e.payload["version"] for e in resumed] == ["v2"]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 import yoke
-from yoke.subscriptions import copy
-from yoke.subscriptions.delivery import Batch
+from yoke.subscriptions import copies as copy
+from yoke.subscriptions.runner import Batch
 
-from .common import FAST
+from .common import FAST, copying
 
 
 async def _settle(stream, name: str) -> None:  # noqa: ANN001
@@ -79,7 +79,7 @@ async def test_hop_bound_drops_a_copy_with_32_hops(fresh_url: str) -> None:
 
 
 def _batch(y, info, generation: int, events) -> Batch:  # noqa: ANN001
-    return Batch(y, "default", "/a", "s", info.stream_id, info.created_at, generation, 1, events)
+    return Batch("default", "/a", "s", info.stream_id, info.created_at, generation, 1, events)
 
 
 async def test_retried_batch_is_a_no_op_and_a_replay_after_a_cursor_move_copies_again(fresh_url: str) -> None:
@@ -91,7 +91,7 @@ async def test_retried_batch_is_a_no_op_and_a_replay_after_a_cursor_move_copies_
         assert len(await b.read()) == 3
         # The same batch sent again (an acknowledgement lost in the network).
         events = (await a.read())[1:]
-        await copy.send(_batch(y, await a.info(), sub.offset, events), "/b")
+        await copy.send(_batch(y, await a.info(), sub.offset, events), "/b", copying(y))
         assert len(await b.read()) == 3
         # A deliberate replay: the operator moves the cursor back.
         moved = await a.set_cursor("s", sub.offset)
@@ -107,15 +107,15 @@ async def test_passive_fence_rejects_an_older_generation(fresh_url: str) -> None
         await a.append_many([{"type": "x"}, {"type": "y"}])
         info = await a.info()
         events = await a.read()
-        await copy.send(_batch(y, info, 5, events[:1]), "/b")
+        await copy.send(_batch(y, info, 5, events[:1]), "/b", copying(y))
         with pytest.raises(copy.Fenced):
-            await copy.send(_batch(y, info, 4, events[1:]), "/b")  # a superseded run
+            await copy.send(_batch(y, info, 4, events[1:]), "/b", copying(y))  # a superseded run
         assert [e.type for e in await b.read()] == ["x"]
-        await copy.send(_batch(y, info, 5, events), "/b")  # equal stamps: redelivery, deduplicated
+        await copy.send(_batch(y, info, 5, events), "/b", copying(y))  # equal stamps: redelivery, deduplicated
         assert [e.type for e in await b.read()] == ["x", "y"]
-        older_lifetime = Batch(y, "default", "/a", "s", "str_old", info.created_at - 1, 9, 1, events)
+        older_lifetime = Batch("default", "/a", "s", "str_old", info.created_at - 1, 9, 1, events)
         with pytest.raises(copy.Fenced):
-            await copy.send(older_lifetime, "/b")
+            await copy.send(older_lifetime, "/b", copying(y))
         [record] = await y.store.subscriptions.inbound("default", "/b")
         assert (record.generation, record.received) == (5, 2)
 

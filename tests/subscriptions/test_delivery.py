@@ -9,7 +9,7 @@ import pytest
 
 import yoke
 from yoke import errors
-from yoke.subscriptions.delivery import MAX_ATTEMPTS
+from yoke.subscriptions.runner import MAX_ATTEMPTS
 
 from .common import FAST, control_events
 from .common import until as _until
@@ -154,7 +154,7 @@ async def test_halt_resumes_once_under_a_new_deployment_version(fresh_url: str) 
     # The same broken version never resumes by itself.
     async with yoke.open(fresh_url, app=broken, **FAST) as y:
         s = y.stream("/s")
-        await y.deliveries._sweep()
+        await y.deliveries.sweep()
         assert (await s.subscription("rec")).halted is not None
     # Two processes of the fixed deployment: exactly one resumed event.
     fixed_a, got_a = recording_app("v2")
@@ -162,7 +162,7 @@ async def test_halt_resumes_once_under_a_new_deployment_version(fresh_url: str) 
     async with yoke.open(fresh_url, app=fixed_a, **FAST) as ya, yoke.open(fresh_url, app=fixed_b, **FAST) as yb:
         s = ya.stream("/s")
         await s.wait_until_processed("rec", 2, timeout_s=10)
-        await asyncio.gather(ya.deliveries._sweep(), yb.deliveries._sweep())
+        await asyncio.gather(ya.deliveries.sweep(), yb.deliveries.sweep())
         resumed = [e for e in await control_events(s) if e.type == "yoke.subscription.resumed"]
         assert [e.payload for e in resumed] == [{"name": "rec", "reason": "deploy", "version": "v2"}]
         assert delivered(got_a + got_b) == [2]
@@ -221,7 +221,7 @@ async def test_due_retry_runs_while_the_source_is_quiet(fresh_url: str) -> None:
 
 
 async def test_retry_ladder_doubles_with_jitter() -> None:
-    from yoke.subscriptions.delivery import backoff_s
+    from yoke.subscriptions.runner import backoff_s
 
     for attempt, nominal in [(1, 1), (2, 2), (3, 4), (11, 1024), (12, 1800), (15, 1800)]:
         samples = [backoff_s(attempt, 1.0, 1800.0) for _ in range(200)]
@@ -305,7 +305,7 @@ async def test_one_process_delivers_a_subscription_and_another_takes_over(fresh_
         async with yoke.open(fresh_url, app=app_b, **settings) as yb:
             s = ya.stream("/s")
             await s.subscribe("rec", yoke.call("rec"), filter={"types": ["x"]})
-            await asyncio.gather(ya.deliveries._sweep(), yb.deliveries._sweep())
+            await asyncio.gather(ya.deliveries.sweep(), yb.deliveries.sweep())
             results = await s.append_many([{"type": "x"}] * 20)
             await s.wait_until_processed("rec", results[-1].offset, timeout_s=10)
             assert bool(got_a) != bool(got_b)  # one holder
@@ -328,10 +328,9 @@ async def test_takeover_after_close_resumes_from_the_cursor(fresh_url: str) -> N
     first = await s.append({"type": "x"})
     await s.wait_until_processed("rec", first.offset, timeout_s=10)
     async with yoke.open(fresh_url, app=app_b, **settings) as yb:
-        await yb.deliveries._sweep()  # a leased subscription is left to its holder
-        assert yb.deliveries._runners == {}
-        await ya_cm.__aexit__(None, None, None)  # releases its leases
-        await yb.deliveries._sweep()
+        await yb.deliveries.sweep()  # it stays with a, or moves to b between two deliveries
+        await ya_cm.__aexit__(None, None, None)  # gives up its leases
+        await yb.deliveries.sweep()
         second = await yb.stream("/s").append({"type": "x"})
         await yb.stream("/s").wait_until_processed("rec", second.offset, timeout_s=10)
     assert delivered(got_a) == [first.offset] and delivered(got_b) == [second.offset]
@@ -342,7 +341,7 @@ async def test_call_and_processor_subscriptions_wait_for_a_process_that_register
         s = plain.stream("/s")
         await s.subscribe("rec", yoke.call("rec"))
         sent = await s.append({"type": "x"})
-        await plain.deliveries._sweep()
+        await plain.deliveries.sweep()
         assert plain.deliveries._runners == {}
         assert (await s.subscription("rec")).delivering is None  # visible: nobody delivers it
         app, batches = recording_app()
@@ -352,21 +351,41 @@ async def test_call_and_processor_subscriptions_wait_for_a_process_that_register
 
 
 async def test_delivery_metrics(fresh_url: str, tenant: str) -> None:
+    """The series of the subscriptions a process delivers, read from its
+    runners at each scrape: the path only with metrics_path_labels."""
     from yoke import metrics
 
     app, _ = recording_app(fail_on=(3,))
-    async with yoke.open(fresh_url, app=app, **FAST) as y:
+    async with yoke.open(fresh_url, app=app, metrics_path_labels=True, **FAST) as y:
         s = y.stream("/m", tenant)
         await s.subscribe("rec", yoke.call("rec"), filter={"types": ["x"]}, on_failing_event="skip")
         results = await s.append_many([{"type": "x"}] * 3)
         await s.wait_until_processed("rec", results[-1].offset, timeout_s=10)
-        labels = (tenant, "/m", "rec")
-        assert metrics.SUB_DELIVERED.labels(*labels)._value.get() == 2
-        assert metrics.SUB_FAILURES.labels(*labels)._value.get() == 3
-        assert metrics.SUB_HALTED.labels(*labels)._value.get() == 0
-        # The gauge is set just after the acknowledgement commits.
-        await _until(lambda: _value(metrics.SUB_LAG.labels(*labels)), lambda lag: lag == 0)
+        labels = {"tenant": tenant, "path": "/m", "name": "rec"}
+        assert _scraped(y, "yoke_subscription_delivered_total", labels) == 2
+        assert _scraped(y, "yoke_subscription_failures_total", labels) == 3
+        assert _scraped(y, "yoke_subscription_halted", labels) == 0
+        # The lag is set just after the acknowledgement commits.
+        await _until(lambda: _async(_scraped(y, "yoke_subscription_lag_offsets", labels)), lambda lag: lag == 0)
+        await s.unsubscribe("rec")
+        await y.deliveries.sweep()
+        assert _scraped(y, "yoke_subscription_delivered_total", labels) is None  # gone with its subscription
+    async with yoke.open(fresh_url, app=app, **FAST) as y:  # paths out of the labels (the default)
+        await y.stream("/m", tenant).subscribe("rec", yoke.call("rec"), filter={"types": ["x"]})
+        await y.deliveries.sweep()
+        assert _scraped(y, "yoke_subscription_halted", {**labels, "path": ""}) == 0
 
 
-async def _value(metric):  # noqa: ANN001, ANN202
-    return metric._value.get()
+def _scraped(y, name: str, labels: dict) -> float | None:  # noqa: ANN001
+    from yoke import metrics
+
+    y.exposition()  # refreshes the held subscriptions' series
+    for family in metrics.SUBSCRIPTIONS.collect():
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return None
+
+
+async def _async(value):  # noqa: ANN001, ANN202
+    return value

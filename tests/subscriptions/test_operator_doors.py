@@ -1,4 +1,4 @@
-"""Operator doors (seed 003): pause and halt by command, parked status, and
+"""Operator doors (control events appended on the source): pause and halt by command, parked status, and
 halts that no deployment resumes."""
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ async def test_a_halt_recorded_without_a_version_waits_for_the_operator(fresh_ur
     fixed, got = recording_app("v2")
     async with yoke.open(fresh_url, app=fixed, **FAST) as y:
         s = y.stream("/s")
-        await y.deliveries._sweep()
-        await y.deliveries._sweep()
+        await y.deliveries.sweep()
+        await y.deliveries.sweep()
         status = await s.subscription("rec")
         assert status.halted is not None and status.delivering is None
         assert not [e for e in await control_events(s) if e.type == "yoke.subscription.resumed"]
@@ -49,7 +49,7 @@ async def test_pause_parks_keeps_the_cursor_and_resume_continues(fresh_url: str)
         assert paused.processed_through_offset == 3
         assert (await s.pause("rec")).parked == paused.parked  # pausing again changes nothing
         await s.append_many([{"type": "x"}] * 2)  # 5, 6: not delivered while parked
-        await y.deliveries._sweep()
+        await y.deliveries.sweep()
         await asyncio.sleep(0)
         status = await s.subscription("rec")
         # A pass already running when the pause landed may still acknowledge
@@ -64,7 +64,7 @@ async def test_pause_parks_keeps_the_cursor_and_resume_continues(fresh_url: str)
         # A deployment of another version does not resume a pause.
         other, got = recording_app("v2")
         async with yoke.open(fresh_url, app=other, **FAST) as y2:
-            await y2.deliveries._sweep()
+            await y2.deliveries.sweep()
             assert (await s.subscription("rec")).state == "parked" and got == []
         resumed = await s.resume("rec")
         assert resumed.state == "running" and resumed.parked is None
@@ -94,7 +94,7 @@ async def test_halt_by_command_is_recorded_and_only_the_operator_resumes_it(fres
     other, got = recording_app("v2")
     async with yoke.open(fresh_url, app=other, **FAST) as y:
         s = y.stream("/s")
-        await y.deliveries._sweep()
+        await y.deliveries.sweep()
         assert (await s.subscription("rec")).state == "halted" and got == []
         # A paused one halted by command is halted; a halted one paused stays halted.
         assert (await s.pause("rec")).state == "halted"

@@ -1,4 +1,4 @@
-"""Stream processors (seed 003, "Hosted processor"): durable folds of a stream.
+"""Stream processors: durable folds of a stream.
 
 A processor's state must equal folding its stream's committed (durable)
 events; its checkpoint (offset, state, version, source lifetime) is saved

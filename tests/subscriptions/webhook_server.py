@@ -83,6 +83,7 @@ class WebhookReceiver:
         self._changed = asyncio.Condition()
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self.connections = 0  # TCP connections accepted so far
         self.url = ""
 
     async def __aenter__(self) -> WebhookReceiver:
@@ -138,6 +139,7 @@ class WebhookReceiver:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        self.connections += 1
         conn = h11.Connection(h11.SERVER)
         head: h11.Request | None = None
         body = bytearray()

@@ -9,7 +9,7 @@ import asyncio
 from types import SimpleNamespace
 
 from yoke.events import prepare
-from yoke.store.protocol import Guard
+from yoke.store.durable_streams import Guard
 from yoke.streams.append import Appender, _Request
 
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from yoke.events import prepare
-from yoke.store.sqlite.store import batch_counts
+from yoke.store.sqlite.appends import batch_counts
 
 EVENT = st.one_of(
     st.builds(lambda n: {"type": "t", "payload": "x" * n}, st.integers(0, 40)),

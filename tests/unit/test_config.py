@@ -14,7 +14,7 @@ def test_environment_and_overrides():
 def test_http_connection_settings():
     import pytest
 
-    from yoke.http.protocol import ConnectionLimits
+    from yoke.http.connection_limits import ConnectionLimits
 
     s = Settings.from_env({"YOKE_HTTP_HEADER_TIMEOUT_S": "2.5", "YOKE_HTTP_MAX_CONNECTIONS": "50"}, http_body_timeout_s=7)
     assert (s.http_header_timeout_s, s.http_body_timeout_s, s.http_max_connections) == (2.5, 7, 50)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from yoke.events import prepare
 from yoke.store.sqlite.group_writes import INSERT_COLUMNS, Block, insert_events
-from yoke.store.sqlite.store import _migrations
+from yoke.store.sqlite.migrate import migrations as _migrations
 
 from ..contract.test_sqlite_event_blocks import INTACT, blocks_broken
 

@@ -39,14 +39,14 @@ class ActorDef:
     singleton: bool = False
     retry_base_s: float = 1.0  # backoff: base * 2**(attempt-1), +-20% jitter, capped
     retry_max_s: float = 300.0
-    # "process": process() runs in a host process (docs/hosts.md);
+    # "process": process() runs in a host process (docs/advanced/hosts.md);
     # "inprocess": in the runtime's event loop; None: the worker's default.
     isolation: str | None = None
     # "python", or the host that runs ``script`` (app.node_actor: "node").
     language: str = "python"
     script: str | None = None
     # "default": effects commit one by one, journaled per queue row;
-    # "atomic": a run's effects commit together with its completion (docs/effects.md).
+    # "atomic": a run's effects commit together with its completion (docs/advanced/effects.md).
     effects: str = "default"
 
     @property

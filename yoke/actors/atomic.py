@@ -1,4 +1,4 @@
-"""Atomic runs: ``@app.actor(..., effects="atomic")`` (docs/effects.md).
+"""Atomic runs: ``@app.actor(..., effects="atomic")`` (docs/advanced/effects.md).
 
 Everything a run does becomes visible with its queue row's completion, or
 not at all. The run holds its instance's database from start to commit
@@ -35,16 +35,16 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from ..events import now_ms, prepare, validate_path
+from ..events import prepare, validate_path
 from ..lifecycle import GLOBAL
 from ..store.actors import InstanceInfo, Message, QueueRow, RunAppend, RunCommit, Schedule
 from ..streams.append import new_stream_id, refusal_error
 from . import crash_points
-from .ops import CONVERSATION_STREAM
+from .context import CONVERSATION_STREAM
 
 if TYPE_CHECKING:
     from ..events import PreparedEvent
-    from ..runtime import Runtime
+    from .kernel import ActorKernel
 
 
 log = logging.getLogger("yoke.actors.atomic")
@@ -57,12 +57,12 @@ class RunLost(Exception):
 class AtomicRun:
     """One atomic run of queue row ``row`` of ``instance``."""
 
-    def __init__(self, runtime: Runtime, instance: InstanceInfo, row: QueueRow) -> None:
-        self._runtime = runtime
+    def __init__(self, kernel: ActorKernel, instance: InstanceInfo, row: QueueRow) -> None:
+        self._kernel = kernel
         self.tenant = instance.tenant
         self.instance = instance
         self.row = row
-        self.db = runtime.state_databases().get(self.tenant, instance.instance_id)
+        self.db = kernel.state_databases().get(self.tenant, instance.instance_id)
         self.records: list[dict[str, Any]] = []  # the effects, in call order, as JSON
         self._holding = False
         self.replaying = False
@@ -80,7 +80,7 @@ class AtomicRun:
             if marker is not None:
                 self.records, self.replaying = marker["records"], True
                 if marker["event_id"] != self.row.event.get("id"):
-                    # Replayed with a corrected event (docs/failures.md): the
+                    # Replayed with a corrected event (docs/advanced/failures.md): the
                     # original run's state is in, so its effects complete it.
                     log.warning(
                         "queue row %s: its atomic run of event %s committed its state; its recorded"
@@ -151,7 +151,7 @@ class AtomicRun:
     async def cancel_schedule(self, name: str) -> dict[str, Any]:
         """Answers whether the schedule exists as the run sees it (stored,
         then this run's own upserts and cancels)."""
-        existing = await self._runtime.store.actors.schedules(self.tenant, self.instance.instance_id)
+        existing = await self._kernel.actors().schedules(self.tenant, self.instance.instance_id)
         found = any(s.name == name for s in existing)
         for r in self.records:
             if r["op"] == "schedule" and r["schedule"]["name"] == name:
@@ -166,7 +166,7 @@ class AtomicRun:
         for r in self.records:
             if r["op"] == "instance" and (r["instance"]["actor"], r["instance"]["key"]) == (new.actor, new.key):
                 return InstanceInfo(**r["instance"])
-        existing = await self._runtime.store.actors.find_instance(self.tenant, new.actor, new.key)
+        existing = await self._kernel.actors().find_instance(self.tenant, new.actor, new.key)
         if existing is not None:
             return existing
         self.records.append({"op": "instance", "instance": dataclasses.asdict(new)})
@@ -191,7 +191,7 @@ class AtomicRun:
         return {"actor": self.instance.actor, "instance": self.instance.instance_id}
 
     def _prepare(self, event: dict[str, Any], event_id: str | None = None) -> PreparedEvent:
-        prepared = prepare(event, max_event_bytes=self._runtime.settings.max_event_bytes)
+        prepared = prepare(event, max_event_bytes=self._kernel.settings.max_event_bytes)
         if event_id is not None:
             prepared.id = event_id  # the id the run was given
         return prepared
@@ -217,18 +217,18 @@ class AtomicRun:
 
     async def _store_commit(self, image: bytes | None) -> None:
         run = self._run_commit(image)
-        status, path = await self._runtime.store.actors.commit_run(self.tenant, run, now_ms())
+        kernel = self._kernel
+        status, path = await kernel.actors().commit_run(self.tenant, run, kernel.now_ms())
         if status == "lost":
             raise RunLost(f"queue row {self.row.qid} is no longer this run's: nothing committed")
         if status != "ok":
             assert path is not None
             raise refusal_error(status, path, [a.event for a in run.appends if a.path == path])
-        rt = self._runtime
         for stream, appends in run.by_stream():
-            rt.appends.appended(self.tenant, stream, len(appends))
+            kernel.appended(self.tenant, stream, len(appends))
         if run.schedules:
-            rt.timers_changed()
+            kernel.signals.timers_changed.emit()
         if run.instances:
-            rt.routing_changed(self.tenant)
-            rt.hub.wake(self.tenant, GLOBAL)
+            kernel.signals.routing_changed.emit(self.tenant)
+            kernel.hub.wake(self.tenant, GLOBAL)
 

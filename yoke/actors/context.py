@@ -2,28 +2,55 @@
 
 Every call goes through the op handler (ops.py) as a method name and JSON
 params. There is deliberately no way to read or tail a stream from here.
+This module does not import the op handler: in a host process ``ctx.ops``
+is the host's ``RemoteOps`` (hosts/python.py), and nothing here may lead
+to the kernel.
 """
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 from .. import errors
 from ..events import Event
 from ..store.actors import InstanceInfo
 from .journal import run_idempotency_key
-from .ops import OpHandler, as_epoch_s, params
 
 # ctx.state.update retries a lost compare-and-set this many times.
 MAX_UPDATE_RETRIES = 1000
 
 
+class Ops(Protocol):
+    """What ``ctx`` calls: ops.OpHandler in the kernel, RemoteOps in a host."""
+
+    tenant: str
+
+    async def call(self, method: str, params: dict[str, Any]) -> Any: ...
+
+    def update_lock(self) -> asyncio.Lock: ...
+
+
+def as_epoch_s(at: Any) -> Any:
+    """``at`` as epoch seconds: datetimes are converted, numbers pass."""
+    if isinstance(at, dt.datetime):
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=dt.timezone.utc)
+        return at.timestamp()
+    return at
+
+
+def params(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
 class State:
     """The instance's JSON state document with a version."""
 
-    def __init__(self, ops: OpHandler) -> None:
+    def __init__(self, ops: Ops) -> None:
         self._ops = ops
 
     async def get(self, default: Any = None) -> Any:
@@ -59,7 +86,7 @@ class State:
 class Sqlite:
     """User tables in the instance's SQLite database."""
 
-    def __init__(self, ops: OpHandler) -> None:
+    def __init__(self, ops: Ops) -> None:
         self._ops = ops
 
     async def exec(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> dict[str, int]:
@@ -72,7 +99,7 @@ class Sqlite:
 
 
 class Schedules:
-    def __init__(self, ops: OpHandler) -> None:
+    def __init__(self, ops: Ops) -> None:
         self._ops = ops
 
     async def upsert(
@@ -100,8 +127,14 @@ class Schedules:
         return await self._ops.call("schedules_list", {})
 
 
+# Where ctx.conversations.post_message's events go (the message is stored
+# apart; its event carries ids only), and their type.
+CONVERSATION_STREAM = "/"
+CONVERSATION_EVENT = "conversation.message.posted"
+
+
 class Conversations:
-    def __init__(self, ops: OpHandler) -> None:
+    def __init__(self, ops: Ops) -> None:
         self._ops = ops
 
     async def post_message(
@@ -126,7 +159,7 @@ class Conversations:
 
 
 class Portals:
-    def __init__(self, ops: OpHandler) -> None:
+    def __init__(self, ops: Ops) -> None:
         self._ops = ops
 
     async def call(
@@ -142,7 +175,7 @@ class Portals:
 
 
 class ChildInstances:
-    def __init__(self, ops: OpHandler) -> None:
+    def __init__(self, ops: Ops) -> None:
         self._ops = ops
 
     async def create(
@@ -156,7 +189,7 @@ class ChildInstances:
 
 
 class BaseContext:
-    def __init__(self, ops: OpHandler) -> None:
+    def __init__(self, ops: Ops) -> None:
         self.ops = ops
         self.tenant = ops.tenant
 
@@ -179,7 +212,7 @@ class Context(BaseContext):
     """The context of one ``process()`` call."""
 
     def __init__(
-        self, ops: OpHandler, instance: InstanceInfo, event: Event, attempt: int, queue_row: int | None = None
+        self, ops: Ops, instance: InstanceInfo, event: Event, attempt: int, queue_row: int | None = None
     ) -> None:
         super().__init__(ops)
         self.instance = instance
@@ -190,7 +223,7 @@ class Context(BaseContext):
     def idempotency_key(self, name: str = "") -> str:
         """A key for a call to the outside world (a payment, an e-mail): the
         same on every retry and redrive of this event's queue row, different
-        for every other row and ``name`` (docs/effects.md). Without a queue
+        for every other row and ``name`` (docs/advanced/effects.md). Without a queue
         row there is no such key: InvalidInput (rather than one key shared
         by every row)."""
         if self.queue_row is None:
@@ -219,6 +252,6 @@ class Context(BaseContext):
 class PortalContext(BaseContext):
     """The context of a portal request or loop."""
 
-    def __init__(self, ops: OpHandler, portal: str) -> None:
+    def __init__(self, ops: Ops, portal: str) -> None:
         super().__init__(ops)
         self.portal = portal

@@ -12,20 +12,18 @@ import asyncio
 import contextlib
 import logging
 import secrets
-import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from ..hosts.languages import node_launch, python_launch
 from ..hosts.pool import HostPool
 from .app import App, app_spec, check_isolation
 from .fanout import Fanout
+from .kernel import ActorKernel
 from .portals import run_loop
 from .scheduler import Scheduler
-from .timers import Timers
-from .workers import Membership
-
-if TYPE_CHECKING:
-    from ..runtime import Runtime
+from .schedules import Timers
+from .membership import Membership
 
 log = logging.getLogger("yoke.actors.executor")
 
@@ -33,9 +31,13 @@ IDLE_POLL_S = 0.05  # while the store still reports rows (retries due later, oth
 
 
 class Executor:
-    def __init__(self, runtime: Runtime, app: App) -> None:
-        settings = runtime.settings
-        self._runtime = runtime
+    """Built from the actor kernel (kernel.py) and the application. While it
+    runs it listens to the hub (appends, resyncs) and to the kernel's
+    signals: routing, queues and timers changed, streams deleted, new code."""
+
+    def __init__(self, kernel: ActorKernel, app: App) -> None:
+        settings = kernel.settings
+        self._kernel = kernel
         self.app = app
         self.worker_id = "wrk_" + secrets.token_hex(8)
         check_isolation(settings.isolation)
@@ -56,21 +58,27 @@ class Executor:
                 memory_limit_bytes=settings.host_memory_mb * 2**20,
             )
         self.scheduler = Scheduler(
-            runtime, app, self.worker_id,
+            kernel, app, self.worker_id,
             max_in_flight=settings.max_in_flight, sweep_s=settings.scheduler_sweep_s,
             shards=settings.claim_shards,
             pools={n: self.pools[lang] for lang, names in by_language.items() for n in names},
         )
         self.fanout = Fanout(
-            runtime, app, self.worker_id, self.scheduler.wake, sweep_s=settings.scheduler_sweep_s
+            app, self.worker_id, self.scheduler.wake, store=kernel.actors, read=kernel.read, hub=kernel.hub,
+            evaluations=kernel.evaluations, sweep_s=settings.scheduler_sweep_s, clock=kernel.clock,
         )
-        self.timers = Timers(runtime, poll_s=settings.schedule_poll_s, on_enqueued=self.scheduler.wake)
+        self.timers = Timers(
+            kernel.actors, kernel.stream, poll_s=settings.schedule_poll_s, on_enqueued=self.scheduler.wake,
+            clock=kernel.clock,
+        )
         self.membership = Membership(
-            runtime, self.worker_id,
+            kernel.actors, kernel.hub, self.worker_id,
             heartbeat_s=settings.worker_heartbeat_s, stale_s=settings.worker_stale_s,
             on_adopted=self.scheduler.wake, on_evicted=self._evicted, actors=list(app.actors),
+            clock=kernel.clock,
         )
         self._tasks: list[asyncio.Task[Any]] = []
+        self._disconnect: list[Callable[[], None]] = []
 
     @property
     def hosts(self) -> HostPool | None:
@@ -79,21 +87,33 @@ class Executor:
 
     def _evicted(self) -> None:
         self.scheduler.forget_instances()
-        self._runtime.state_databases().forget_all()
+        self._kernel.state_databases().forget_all()
 
     def _resync(self) -> None:
         self.fanout.resync()
         self.scheduler.wake()
 
+    async def _stream_deleted(self, tenant: str, path: str) -> None:
+        self.fanout.forget(tenant, path)
+
+    def _code_changed(self, version: str) -> None:
+        """--reload saw new code: new hosts for new runs."""
+        for pool in self.pools.values():
+            pool.recycle()
+
     async def start(self) -> None:
         await self.membership.register()
-        hub = self._runtime.hub
+        hub = self._kernel.hub
         hub.observers.append(self.fanout.appended)
         hub.resync_observers.append(self._resync)
-        store = self._runtime.store
-        listener = getattr(store, "listener", None)
-        if listener is not None:
-            listener.on_queue = self.scheduler.wake
+        signals = self._kernel.signals
+        self._disconnect = [
+            signals.routing_changed.connect(self.fanout.routing_changed),
+            signals.queue_changed.connect(self.scheduler.wake),
+            signals.timers_changed.connect(self.timers.changed),
+            signals.stream_deleted.connect(self._stream_deleted),
+            signals.code_changed.connect(self._code_changed),
+        ]
         jobs = {
             "fanout": self.fanout.run(),
             "scheduler": self.scheduler.run(),
@@ -102,7 +122,9 @@ class Executor:
         }
         for portal in self.app.portals.values():
             if portal.start_fn is not None:
-                jobs[f"portal-{portal.name}"] = run_loop(self._runtime, portal)
+                jobs[f"portal-{portal.name}"] = run_loop(
+                    self._kernel, self.app, portal, worker_id=self.worker_id
+                )
         for pool in self.pools.values():
             pool.warm()
         for pool in self.pools.values():
@@ -111,10 +133,13 @@ class Executor:
             self._tasks.append(asyncio.create_task(job, name=f"yoke-{name}"))
 
     async def stop(self, timeout_s: float) -> None:
-        hub = self._runtime.hub
+        hub = self._kernel.hub
         with contextlib.suppress(ValueError):
             hub.observers.remove(self.fanout.appended)
             hub.resync_observers.remove(self._resync)
+        for disconnect in self._disconnect:
+            disconnect()
+        self._disconnect = []
         await self.scheduler.stop(timeout_s)
         for pool in self.pools.values():
             await pool.close()
@@ -132,7 +157,8 @@ class Executor:
     async def wait_idle(self, timeout_s: float) -> None:
         """Return once fan-out has caught up and no queue row is pending or
         processing (dead rows excepted); ``TimeoutError`` otherwise."""
-        deadline = time.monotonic() + timeout_s
+        clock = self._kernel.clock
+        deadline = clock.monotonic() + timeout_s
 
         async def quiet() -> None:
             while True:
@@ -144,14 +170,14 @@ class Executor:
         while True:
             # This process looks idle first; then the store must agree (rows
             # may wait for a retry, or belong to instances of other workers).
-            remaining = deadline - time.monotonic()
+            remaining = deadline - clock.monotonic()
             try:
                 async with asyncio.timeout(max(remaining, 0)):
                     await quiet()
             except TimeoutError:
                 raise TimeoutError(f"not idle after {timeout_s}s") from None
-            if await self._runtime.store.actors.unfinished(list(self.app.actors)) == 0:
+            if await self._kernel.actors().unfinished(list(self.app.actors)) == 0:
                 return
-            if time.monotonic() >= deadline:
+            if clock.monotonic() >= deadline:
                 raise TimeoutError(f"not idle after {timeout_s}s")
             await asyncio.sleep(IDLE_POLL_S)

@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import orjson
 
-from ..events import now_ms
+from ..clock import SYSTEM, Clock
 from ..lifecycle import GLOBAL
 from ..routing.filters import Filter
 from ..routing.index import Route, RoutingIndex
@@ -29,7 +30,10 @@ from ..store.faults import log_retried
 from .app import App
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime
+    from ..routing.evaluation import Evaluations
+    from ..store.actors import ActorStore
+    from ..store.contract import ReadPage
+    from ..streams.wakeups import WakeupHub
 
 log = logging.getLogger("yoke.actors.fanout")
 
@@ -38,10 +42,20 @@ MAX_CURSORS = 100_000  # streams whose fan-out cursor is cached
 
 
 class Fanout:
+    """``store()``: the actor store (cursors, routing, queues); ``read``: a
+    page of a stream's events; ``hub``: tails of ``/`` hear of keyed
+    instances made; ``evaluations``: where JSONata filters run."""
+
     def __init__(
-        self, runtime: Runtime, app: App, worker_id: str, on_enqueued, *, sweep_s: float  # noqa: ANN001
+        self, app: App, worker_id: str, on_enqueued: Callable[[str], None], *,
+        store: Callable[[], ActorStore], read: Callable[[str, str, int, int], Awaitable[ReadPage]],
+        hub: WakeupHub, evaluations: Evaluations, sweep_s: float, clock: Clock = SYSTEM,
     ) -> None:
-        self._runtime = runtime
+        self._store = store
+        self._read = read
+        self._hub = hub
+        self._evaluations = evaluations
+        self._clock = clock
         self._sweep_s = sweep_s
         self._app = app
         self._worker_id = worker_id
@@ -107,8 +121,9 @@ class Fanout:
             try:
                 if self._everything:
                     self._everything = False
-                    for tenant in await self._runtime.store.actors.tenants():
-                        for lag in await self._runtime.store.actors.fanout_lag(tenant):
+                    actors = self._store()
+                    for tenant in await actors.tenants():
+                        for lag in await actors.fanout_lag(tenant):
                             self._dirty[tenant].add(lag.path)
                 dirty, self._dirty = self._dirty, defaultdict(set)
             except asyncio.CancelledError:
@@ -143,7 +158,7 @@ class Fanout:
     async def _index(self, tenant: str) -> tuple[int, RoutingIndex]:
         cached = self._indexes.get(tenant)
         if cached is None:
-            version, instances = await self._runtime.store.actors.routing(tenant)
+            version, instances = await self._store().routing(tenant)
             keyed = {d.name for d in self._app.actors.values() if d.keyed}
             routes = [
                 Route(filter=Filter.from_dict(i.filter), instance_id=i.instance_id)
@@ -156,7 +171,7 @@ class Fanout:
         return cached
 
     async def _fan_stream(self, tenant: str, path: str) -> None:
-        actors = self._runtime.store.actors
+        actors = self._store()
         # The cursor as this process last left it; a stale one is corrected
         # by the commit ('moved').
         through = self._cursors.get((tenant, path))
@@ -165,7 +180,7 @@ class Fanout:
             if through is None:
                 return
         while True:
-            page = await self._runtime.store.read(tenant, path, through, PAGE)
+            page = await self._read(tenant, path, through, PAGE)
             if page.head < through:
                 # A head never goes back: the stream was deleted and created
                 # again since this cursor was cached (in another process).
@@ -182,9 +197,9 @@ class Fanout:
             new_through = page.events[-1].offset if full else page.head
             version, index = await self._index(tenant)
             items = []
-            for event in page.events:
-                document = event.to_dict()
-                targets = index.targets(document) if index.size else ()
+            documents = [event.to_dict() for event in page.events] if index.size else []
+            routed = await index.targets(tenant, documents, self._evaluations)
+            for event, document, targets in zip(page.events, documents, routed):
                 if not targets:
                     continue
                 event_json = orjson.dumps(document).decode()
@@ -197,7 +212,8 @@ class Fanout:
                         )
                     )
             status = await actors.fanout_commit(
-                tenant, path, through, new_through, version, items, self._worker_id, now_ms()
+                tenant, path, through, new_through, version, items, self._worker_id,
+                int(self._clock.wall() * 1000),
             )
             if status == "stale":
                 self._indexes.pop(tenant, None)
@@ -213,7 +229,7 @@ class Fanout:
             if items:
                 self._on_enqueued(tenant)
                 if any(item.instance_id is None for item in items):  # keyed instances may be new:
-                    self._runtime.hub.wake(tenant, GLOBAL)  # their yoke.instance.created facts
+                    self._hub.wake(tenant, GLOBAL)  # their yoke.instance.created facts
             if not full:
                 # Caught up with the head this read saw; a later append
                 # marks the stream dirty again.

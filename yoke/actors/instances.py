@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 from .. import errors
-from ..events import check_text, json_text, now_ms, validate_tenant
+from ..events import check_text, json_text, validate_tenant
 from ..lifecycle import GLOBAL
 from ..routing.filters import Filter
 from ..routing.index import MAX_KEY_CHARS, SINGLETON_KEY
@@ -19,7 +19,8 @@ from ..store.actors import Effect, InstanceInfo, QueueDepth, QueueRow, Schedule,
 from .state import InstanceDatabase, QueryResult
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime
+    from .app import App
+    from .kernel import ActorKernel
 
 MAX_QID = 2**63 - 1
 MAX_QIDS = 10_000  # queue row ids one redrive or drop names
@@ -48,14 +49,22 @@ def check_limit(limit: Any) -> int:
 
 
 class Instances:
-    def __init__(self, runtime: Runtime, tenant: str) -> None:
+    """``app``: the application whose actors' definitions (singleton, keyed,
+    filters) apply; ``worker_id``: this process's executor, which new
+    instances go to (None: none runs here, they wait to be adopted)."""
+
+    def __init__(
+        self, kernel: ActorKernel, tenant: str, *, app: App | None = None, worker_id: str | None = None
+    ) -> None:
         validate_tenant(tenant)
-        self._runtime = runtime
+        self._kernel = kernel
+        self._app = app
+        self._worker_id = worker_id
         self.tenant = tenant
 
     @property
     def _store(self):  # noqa: ANN202
-        return self._runtime.store.actors
+        return self._kernel.actors()
 
     async def create(
         self,
@@ -95,8 +104,8 @@ class Instances:
             self.new_instance(actor, key, config, filter=filter, parent_id=parent_id), effect
         )
         if created:
-            self._runtime.routing_changed(self.tenant)
-            self._runtime.hub.wake(self.tenant, GLOBAL)  # its yoke.instance.created fact
+            self._kernel.signals.routing_changed.emit(self.tenant)
+            self._kernel.hub.wake(self.tenant, GLOBAL)  # its yoke.instance.created fact
         return info, created
 
     def new_instance(
@@ -109,7 +118,7 @@ class Instances:
         parent_id: str | None = None,
     ) -> InstanceInfo:
         """The instance ``create`` would insert, checked (not stored)."""
-        app = self._runtime.app
+        app = self._app
         if config is not None and not isinstance(config, Mapping):
             raise errors.InvalidInput("config must be an object", field="config")
         config = dict(config or {})
@@ -150,8 +159,8 @@ class Instances:
             config=orjson.loads(orjson.dumps(config)),
             filter=None if resolved is None else resolved.to_dict(),
             parent_id=parent_id,
-            worker_id=self._runtime.worker_id,
-            created_at=now_ms(),
+            worker_id=self._worker_id,
+            created_at=self._kernel.now_ms(),
         )
 
     async def remove(self, instance_id: str) -> InstanceInfo:
@@ -164,9 +173,9 @@ class Instances:
         info = await self._store.remove_instance(self.tenant, instance_id)
         if info is None:
             raise errors.InstanceNotFound(instance_id=instance_id)
-        self._runtime.state_databases().remove(self.tenant, instance_id)
-        self._runtime.routing_changed(self.tenant)
-        self._runtime.hub.wake(self.tenant, GLOBAL)
+        self._kernel.state_databases().remove(self.tenant, instance_id)
+        self._kernel.signals.routing_changed.emit(self.tenant)
+        self._kernel.hub.wake(self.tenant, GLOBAL)
         return info
 
     async def get(self, instance_id: str) -> InstanceInfo:
@@ -220,8 +229,9 @@ class Instances:
         does not own it) reads the stored copy afresh instead of caching one
         that would go stale."""
         info = await self.get(instance_id)
-        databases = self._runtime.state_databases()
-        if self._runtime.worker_id is not None and info.worker_id == self._runtime.worker_id:
+        await self._kernel.state_home.check()  # never an empty database where the state is not
+        databases = self._kernel.state_databases()
+        if self._worker_id is not None and info.worker_id == self._worker_id:
             db = databases.get(self.tenant, instance_id)
             async with db.run_lock:  # not inside an atomic run's open transaction
                 return await work(db)
@@ -254,8 +264,8 @@ class Instances:
     async def redrive(self, instance_id: str, qids: Sequence[int] | None = None) -> int:
         """Dead rows (all, or those listed) back to pending with attempts reset."""
         await self.get(instance_id)
-        count = await self._store.redrive(self.tenant, instance_id, _qids(qids), now_ms())
-        self._runtime.queue_changed(self.tenant)
+        count = await self._store.redrive(self.tenant, instance_id, _qids(qids), self._kernel.now_ms())
+        self._kernel.signals.queue_changed.emit(self.tenant)
         return count
 
     async def drop(self, instance_id: str, qids: Sequence[int] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""The journal of a run's effects (docs/effects.md, the default mode).
+"""The journal of a run's effects (docs/advanced/effects.md, the default mode).
 
 Every run of a queue row numbers its effect ops (appends, schedule upserts
 and cancels, child instance creates, conversation posts) by content: the

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 import math
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -18,18 +19,24 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .. import errors
-from ..events import MAX_DEPTH, MAX_INT, MIN_INT, PreparedEvent, json_bytes, new_event_id, now_ms, prepare, validate_path
+from ..events import MAX_DEPTH, MAX_INT, MIN_INT, PreparedEvent, json_bytes, new_event_id, prepare, validate_path
 from ..store.actors import Effect, InstanceInfo, Message, Schedule
 from ..streams.append import new_stream_id, refusal_error
+from ..streams.rules import APPEND
+from .context import CONVERSATION_EVENT, CONVERSATION_STREAM, PortalContext
+from .instances import Instances
 from .journal import EFFECT_OPS, Journal
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime
+    from .app import App
     from .atomic import AtomicRun
+    from .kernel import ActorKernel
+
+log = logging.getLogger("yoke.actors.portals")  # what it logs: portal methods' failures
 
 MAX_SCHEDULE_NAME = 200
-CONVERSATION_STREAM = "/"
-CONVERSATION_EVENT = "conversation.message.posted"
+CALL_TIMEOUT_S = 30.0  # ctx.portals.call's default
+MAX_CALL_TIMEOUT_S = 3600.0
 # How deep an op's params wrap its documents: {"event": {"payload": ...}}.
 PARAMS_WRAPPING = 2
 
@@ -69,12 +76,17 @@ def message_dict(m: Message) -> dict[str, Any]:
 class OpHandler:
     """Ops of one instance (``instance`` may be None for portals). With a
     ``journal`` (a run of a queue row), effect ops are journaled: a retry of
-    the row repeats none that already committed (journal.py)."""
+    the row repeats none that already committed (journal.py). ``app`` and
+    ``worker_id`` are the application (its actors and portals) and this
+    process's executor, as ``Instances`` takes them."""
 
     def __init__(
-        self, runtime: Runtime, tenant: str, instance: InstanceInfo | None, journal: Journal | None = None
+        self, kernel: ActorKernel, app: App | None, tenant: str, instance: InstanceInfo | None,
+        journal: Journal | None = None, *, worker_id: str | None = None,
     ) -> None:
-        self._runtime = runtime
+        self.kernel = kernel
+        self.app = app
+        self.worker_id = worker_id
         self.tenant = tenant
         self.instance = instance
         self.journal = journal
@@ -108,7 +120,7 @@ class OpHandler:
         if self.atomic is not None:  # the run's own, even when its owner forgot it
             return self.atomic.db
         instance = self._need_instance()
-        return self._runtime.state_databases().get(self.tenant, instance.instance_id)
+        return self.kernel.state_databases().get(self.tenant, instance.instance_id)
 
     # --- streams -------------------------------------------------------------
 
@@ -117,9 +129,17 @@ class OpHandler:
         if self.instance is not None and event.get("source") is None:
             event["source"] = {"actor": self.instance.actor, "instance": self.instance.instance_id}
         path = p.get("stream") or "/"
+        stream = self.kernel.stream(path, self.tenant)
         if self.atomic is not None:
+            # Committed with the run, not through the stream: its rules first.
+            admission = await stream.admission(APPEND)
+            admission.check_records([event])
+            if admission.input_wake is not None:
+                raise errors.DataHandlingPinned(
+                    f"stream {path} takes input records with their delivery outbox: an atomic run cannot "
+                    "append to it", path=path,
+                )
             return self.atomic.append(path, event)
-        stream = self._runtime.stream(path, self.tenant)
         if effect is not None and self.journal is not None and event.get("idempotency_key") is None \
                 and not event.get("ephemeral"):
             # The journal is the key: a retry's identical append finds its event.
@@ -152,7 +172,7 @@ class OpHandler:
 
     async def _instances_create(self, p: dict[str, Any], effect: Effect | None) -> dict[str, Any]:
         parent = None if self.instance is None else self.instance.instance_id
-        instances = self._runtime.instances(self.tenant)
+        instances = Instances(self.kernel, self.tenant, app=self.app, worker_id=self.worker_id)
         if self.atomic is not None:
             new = instances.new_instance(p["actor"], p.get("key"), p.get("config"), filter=p.get("filter"),
                                          parent_id=parent)
@@ -166,8 +186,6 @@ class OpHandler:
     # --- portals -------------------------------------------------------------
 
     async def _portal_call(self, p: dict[str, Any]) -> Any:
-        from .portals import CALL_TIMEOUT_S, call_method, check_timeout
-
         self._need_instance()
         name, method = p.get("portal"), p.get("method")
         for field, value in (("portal", name), ("method", method)):
@@ -175,7 +193,7 @@ class OpHandler:
                 raise errors.InvalidInput(f"{field} must be 1-200 characters", field=field)
         timeout_s = check_timeout(p.get("timeout_s", CALL_TIMEOUT_S))
         json_bytes(p.get("params"), "params")  # the seam let them nest deeper than the domain
-        return await call_method(self._runtime, self.tenant, name, method, p.get("params"), timeout_s)
+        return await call_method(self, self.tenant, name, method, p.get("params"), timeout_s)
 
     # --- schedules -----------------------------------------------------------
 
@@ -183,8 +201,8 @@ class OpHandler:
         schedule = self._schedule(p)
         if self.atomic is not None:
             return self.atomic.upsert_schedule(schedule)
-        due = await self._runtime.store.actors.upsert_schedule(schedule, effect)
-        self._runtime.timers_changed()
+        due = await self.kernel.actors().upsert_schedule(schedule, effect)
+        self.kernel.signals.timers_changed.emit()
         return {"name": schedule.name, "due_at": due}
 
     def _schedule(self, p: dict[str, Any]) -> Schedule:
@@ -196,7 +214,7 @@ class OpHandler:
         when = [k for k in ("at", "after_s", "cron") if p.get(k) is not None]
         if len(when) != 1:
             raise errors.InvalidSchedule("give exactly one of at, after_s or cron")
-        now = now_ms()
+        now = self.kernel.now_ms()
         cron = p.get("cron")
         if cron is not None:
             due = next_cron(cron, now)
@@ -223,14 +241,14 @@ class OpHandler:
         instance = self._need_instance()
         if self.atomic is not None:
             return await self.atomic.cancel_schedule(str(p["name"]))
-        found = await self._runtime.store.actors.cancel_schedule(
+        found = await self.kernel.actors().cancel_schedule(
             self.tenant, instance.instance_id, str(p["name"]), effect
         )
         return {"cancelled": found}
 
     async def _schedules_list(self, p: dict[str, Any]) -> list[dict[str, Any]]:
         instance = self._need_instance()
-        rows = await self._runtime.store.actors.schedules(self.tenant, instance.instance_id)
+        rows = await self.kernel.actors().schedules(self.tenant, instance.instance_id)
         return [
             {"name": s.name, "due_at": s.due_at, "cron": s.cron, "event": s.event, "stream": s.stream}
             for s in rows
@@ -242,13 +260,13 @@ class OpHandler:
         message, event = self._message(p)
         if self.atomic is not None:
             return self.atomic.post_message(message, event)
-        message, outcome = await self._runtime.store.actors.post_message(
-            self.tenant, CONVERSATION_STREAM, message, event, now_ms(), new_stream_id(), effect,
+        message, outcome = await self.kernel.actors().post_message(
+            self.tenant, CONVERSATION_STREAM, message, event, self.kernel.now_ms(), new_stream_id(), effect,
         )
         if message is None:
             raise refusal_error(outcome.status, CONVERSATION_STREAM, [event])
         if outcome.status == "ok":  # not a journaled repeat
-            self._runtime.appends.appended(self.tenant, CONVERSATION_STREAM, 1)
+            self.kernel.appended(self.tenant, CONVERSATION_STREAM, 1)
         return message_dict(message)
 
     def _message(self, p: dict[str, Any]) -> tuple[Message, PreparedEvent]:
@@ -280,7 +298,7 @@ class OpHandler:
         limit = p.get("limit", 100)
         if not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise errors.InvalidInput("limit must be 1-1000", field="limit")
-        rows = await self._runtime.store.actors.messages(
+        rows = await self.kernel.actors().messages(
             self.tenant, str(p["conversation_id"]), p.get("after"), limit
         )
         return [message_dict(m) for m in rows]
@@ -304,6 +322,61 @@ OPS: dict[str, Callable[[OpHandler, dict[str, Any]], Awaitable[Any]]] = {
 }
 
 
+def check_timeout(timeout_s: Any) -> float:
+    if (
+        isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
+        or not 0 < timeout_s <= MAX_CALL_TIMEOUT_S
+    ):
+        raise errors.InvalidInput(
+            f"timeout_s must be more than 0 and at most {MAX_CALL_TIMEOUT_S:g} seconds", field="timeout_s"
+        )
+    return float(timeout_s)
+
+
+async def call_method(
+    caller: OpHandler, tenant: str, name: str, method: str, params: Any, timeout_s: float
+) -> Any:
+    """Run a portal method of ``caller``'s application for an actor of
+    ``tenant``: the method gets a portal context in that tenant and
+    ``params`` (JSON); its answer goes back as JSON. A YokeError it raises
+    reaches the caller as it is; any other exception, or an answer that is
+    not JSON, is ``PortalCallFailed``; no answer within ``timeout_s`` is
+    ``PortalTimeout`` (the method is cancelled)."""
+    app = caller.app
+    portal = None if app is None else app.portals.get(name)
+    if portal is None:
+        raise errors.PortalNotFound(f"no portal named {name!r}", portal=name)
+    fn = portal.methods.get(method)
+    if fn is None:
+        raise errors.PortalMethodNotFound(
+            f"portal {name!r} has no method {method!r}", portal=name, method=method
+        )
+    try:
+        async with asyncio.timeout(timeout_s):
+            ops = OpHandler(caller.kernel, app, tenant, None, worker_id=caller.worker_id)
+            result = await fn(PortalContext(ops, portal.name), params)
+    except TimeoutError:
+        raise errors.PortalTimeout(
+            f"portal {name!r} method {method!r} did not answer within {timeout_s:g}s",
+            portal=name, method=method, timeout_s=timeout_s,
+        ) from None
+    except errors.YokeError:
+        raise
+    except Exception as exc:
+        log.warning("portal %s method %s failed: %r", name, method, exc)
+        raise errors.PortalCallFailed(
+            f"portal {name!r} method {method!r} failed: {type(exc).__name__}: {exc}"[:4096],
+            portal=name, method=method, error=type(exc).__name__,
+        ) from None
+    try:
+        return orjson.loads(json_bytes(result, "result"))
+    except errors.YokeError as exc:
+        raise errors.PortalCallFailed(
+            f"portal {name!r} method {method!r} answered a value that is not JSON: {exc.message}",
+            portal=name, method=method, error="not_json",
+        ) from None
+
+
 def next_cron(expression: Any, after_ms: int) -> int:
     """The first time strictly after ``after_ms`` the cron expression names (UTC)."""
     from croniter import croniter
@@ -312,17 +385,4 @@ def next_cron(expression: Any, after_ms: int) -> int:
         raise errors.InvalidSchedule(f"not a valid cron expression: {expression!r}", field="cron")
     start = dt.datetime.fromtimestamp(after_ms / 1000, tz=dt.timezone.utc)
     return int(croniter(expression, start).get_next(float) * 1000)
-
-
-def as_epoch_s(at: Any) -> Any:
-    """``at`` as epoch seconds: datetimes are converted, numbers pass."""
-    if isinstance(at, dt.datetime):
-        if at.tzinfo is None:
-            at = at.replace(tzinfo=dt.timezone.utc)
-        return at.timestamp()
-    return at
-
-
-def params(**values: Any) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if v is not None}
 

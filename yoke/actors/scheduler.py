@@ -16,13 +16,12 @@ import asyncio
 import heapq
 import logging
 import random
-import time
 import traceback
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from .. import metrics
-from ..events import Event, now_ms
+from ..events import Event
 from ..store.actors import InstanceInfo, Policy, QueueRow
 from ..store.faults import log_retried
 from ..hosts.pool import HandlerFailed, HostFailure, HostPool
@@ -33,7 +32,7 @@ from .journal import Journal
 from .ops import OpHandler
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime
+    from .kernel import ActorKernel
 
 log = logging.getLogger("yoke.actors.scheduler")
 
@@ -101,6 +100,7 @@ class _ClaimLoop:
 
     async def run(self) -> None:
         s = self.scheduler
+        now_ms = s.kernel.now_ms
         while not s.stopping:
             timeout = s.sweep_s
             if self.retries:
@@ -130,7 +130,7 @@ class _ClaimLoop:
 
     async def _claim_pass(self) -> int:
         s = self.scheduler
-        actors = s.runtime.store.actors
+        actors = s.kernel.actors()
         claimed = 0
         if self.all:
             self.all = False
@@ -147,7 +147,7 @@ class _ClaimLoop:
                     break
                 try:
                     rows = await actors.claim(
-                        tenant, s.worker_id, s.policies, now_ms(), free, done,
+                        tenant, s.worker_id, s.policies, s.kernel.now_ms(), free, done,
                         shard=(self.shard, len(s.loops)),
                     )
                 except BaseException:
@@ -170,11 +170,11 @@ class _ClaimLoop:
 
 class Scheduler:
     def __init__(
-        self, runtime: Runtime, app: App, worker_id: str, *, max_in_flight: int, sweep_s: float,
+        self, kernel: ActorKernel, app: App, worker_id: str, *, max_in_flight: int, sweep_s: float,
         shards: int = 2, pools: dict[str, HostPool] | None = None,
     ) -> None:
-        self.runtime = runtime
-        # Actors whose process() runs in a host, and their pools (docs/hosts.md).
+        self.kernel = kernel
+        # Actors whose process() runs in a host, and their pools (docs/advanced/hosts.md).
         self.pools = pools or {}
         self._app = app
         self.worker_id = worker_id
@@ -227,14 +227,14 @@ class Scheduler:
         """Look up the instances of newly claimed rows in one query."""
         missing = {r.instance_id for r in rows if (tenant, r.instance_id) not in self._instances}
         if missing:
-            for info in await self.runtime.store.actors.get_instances(tenant, sorted(missing)):
+            for info in await self.kernel.actors().get_instances(tenant, sorted(missing)):
                 self._remember(info)
 
     async def _instance(self, tenant: str, instance_id: str) -> InstanceInfo | None:
         key = (tenant, instance_id)
         info = self._instances.get(key)
         if info is None:
-            info = await self.runtime.store.actors.get_instance(tenant, instance_id)
+            info = await self.kernel.actors().get_instance(tenant, instance_id)
             if info is not None:
                 self._remember(info)
         return info
@@ -248,7 +248,8 @@ class Scheduler:
 
     async def run_row(self, row: QueueRow, loop: _ClaimLoop) -> None:
         definition = self._app.actors[row.actor]
-        started = time.time()
+        clock = self.kernel.clock
+        started = clock.wall()
         ok = False
         error = tb = ""
         # The run must end before its lease does (another worker may claim
@@ -263,16 +264,19 @@ class Scheduler:
         try:
             # An isolated run waits for a free host first: outside its time.
             host = await pool.acquire() if pool is not None else None
-            budget_s = min(definition.timeout_s, (row.lease_until - LEASE_MARGIN_MS - now_ms()) / 1000)
+            budget_s = min(definition.timeout_s, (row.lease_until - LEASE_MARGIN_MS - self.kernel.now_ms()) / 1000)
             if budget_s <= 0:
                 raise LeaseLost("claimed, but its lease ran out before process() could start")
             async with asyncio.timeout(budget_s):
                 instance = await self._instance(row.tenant, row.instance_id)
                 if instance is None:
                     raise LookupError(f"instance {row.instance_id} does not exist")
-                ops = OpHandler(self.runtime, row.tenant, instance, Journal(row.qid, instance.instance_id))
+                ops = OpHandler(
+                    self.kernel, self._app, row.tenant, instance, Journal(row.qid, instance.instance_id),
+                    worker_id=self.worker_id,
+                )
                 if definition.effects == "atomic":
-                    atomic = ops.atomic = AtomicRun(self.runtime, instance, row)
+                    atomic = ops.atomic = AtomicRun(self.kernel, instance, row)
                 if atomic is not None and await atomic.start():
                     pass  # its run committed here before: commit() performs what it recorded
                 elif host is not None:
@@ -305,7 +309,7 @@ class Scheduler:
                 pool.release(host)  # type: ignore[union-attr]
             if atomic is not None:
                 await atomic.abort()  # nothing if it committed
-        finished = time.time()
+        finished = clock.wall()
         if self.on_run is not None:
             self.on_run(row, started, finished, ok)
         metrics.observe_process(row, definition, ok, finished - started)
@@ -323,6 +327,7 @@ class Scheduler:
             loop.idle.clear()
             loop.wake_flag.set()
             return
+        now_ms = self.kernel.now_ms
         if cancelled:
             retry_at: int | None = now_ms()
         elif row.attempts >= definition.max_attempts:
@@ -333,7 +338,7 @@ class Scheduler:
             retry_at = now_ms() + int(backoff_s(definition, row.attempts) * 1000)
             heapq.heappush(loop.retries, (retry_at, row.tenant))
         try:
-            await self.runtime.store.actors.fail(
+            await self.kernel.actors().fail(
                 row.tenant, row.qid, row.attempts, retry_at=retry_at,
                 error=error[:MAX_ERROR_CHARS], traceback=tb[-MAX_ERROR_CHARS * 4 :],
             )
@@ -345,7 +350,7 @@ class Scheduler:
         for loop in self.loops:
             done, loop.done = loop.done, defaultdict(list)
             for tenant, rows in done.items():
-                await self.runtime.store.actors.complete(tenant, rows)
+                await self.kernel.actors().complete(tenant, rows)
 
     async def stop(self, timeout_s: float) -> None:
         """Stop claiming; let runs finish for ``timeout_s``, then cancel them

@@ -36,7 +36,9 @@ from typing import Any, Protocol, TypeVar
 import orjson
 
 from .. import errors
-from ..events import MAX_DEPTH, json_text, now_ms
+from ..clock import SYSTEM, Clock, wall_ms
+from ..events import MAX_DEPTH, json_text
+from ..files import private_dir, private_file
 from ..store.actors import ActorStore
 from . import crash_points
 
@@ -100,12 +102,18 @@ class FileStorage:
     def __init__(self, root: Path) -> None:
         self.root = root
 
+    @staticmethod
+    def root_in(data_dir: str) -> Path:
+        """Where the instance databases of ``data_dir`` live (yoke backup copies them)."""
+        return Path(data_dir) / "actors"
+
     def path(self, tenant: str, instance_id: str) -> Path:
         return self.root / _safe(tenant) / f"{_safe(instance_id)}.db"
 
     def open(self, tenant: str, instance_id: str) -> sqlite3.Connection:
         path = self.path(tenant, instance_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
+        private_file(path)  # 0600, and so its -wal and -shm
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
@@ -126,7 +134,8 @@ class PgSqliteStorage:
 
     in_store = True
 
-    def __init__(self, store: ActorStore, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, store: ActorStore, loop: asyncio.AbstractEventLoop, clock: Clock = SYSTEM) -> None:
+        self._clock = clock  # when an image was saved
         self._store = store
         self._loop = loop
 
@@ -141,7 +150,7 @@ class PgSqliteStorage:
 
     def persist(self, tenant: str, instance_id: str, conn: sqlite3.Connection) -> Callable[[], Any]:
         image = conn.serialize()
-        return lambda: self._store.save_state(tenant, instance_id, image, now_ms())
+        return lambda: self._store.save_state(tenant, instance_id, image, wall_ms(self._clock))
 
     def durable(self, tenant: str, instance_id: str, conn: sqlite3.Connection) -> None:
         return None  # the run's store transaction writes the image
@@ -316,6 +325,8 @@ class InstanceDatabase:
             raise errors.InvalidInput("sql must be a non-empty string", field="sql")
 
         def run(conn: sqlite3.Connection) -> QueryResult:
+            # The real clock, not the runtime's: it bounds real work (a
+            # statement running on a thread of this process).
             deadline = time.monotonic() + timeout_s
             conn.set_authorizer(_read_only_authorizer)
             conn.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
@@ -432,7 +443,8 @@ class InstanceDatabase:
             # room for the marker's own nesting around a payload at the
             # limit: marker, records, record, schedule, event.
             effects = json_text(marker, "effects", depth=MAX_DEPTH + MARKER_WRAPPING)
-            conn.execute(f"INSERT INTO {APPLIED_TABLE} VALUES (?, ?, ?)", (qid, effects, now_ms()))
+            applied_at = wall_ms(self._owner.clock)
+            conn.execute(f"INSERT INTO {APPLIED_TABLE} VALUES (?, ?, ?)", (qid, effects, applied_at))
             crash_points.reached("applied_marker")  # test only (on the pool thread)
             conn.execute("COMMIT")
             crash_points.reached("sqlite_commit")  # test only (on the pool thread)
@@ -585,8 +597,9 @@ def _check_sql(sql: str) -> None:
 class StateDatabases:
     """The open per-instance databases of this process."""
 
-    def __init__(self, storage: StateStorage, threads: int = 4) -> None:
+    def __init__(self, storage: StateStorage, threads: int = 4, clock: Clock = SYSTEM) -> None:
         self.storage = storage
+        self.clock = clock  # the runtime's: when a run's marker was applied
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="yoke-actor-sqlite")
         self._open: dict[tuple[str, str], InstanceDatabase] = {}
 
@@ -636,13 +649,13 @@ class StateDatabases:
 
 
 def make_storage(
-    mode: str, *, store: ActorStore, data_dir: str, settings: Any, postgres: bool
+    mode: str, *, store: ActorStore, data_dir: str, settings: Any, postgres: bool, clock: Clock = SYSTEM
 ) -> StateStorage:
     mode = mode or ("pg_sqlite" if postgres else "file")
     if mode == "file":
-        return FileStorage(Path(data_dir) / "actors")
+        return FileStorage(FileStorage.root_in(data_dir))
     if mode == "pg_sqlite":
-        return PgSqliteStorage(store, asyncio.get_running_loop())
+        return PgSqliteStorage(store, asyncio.get_running_loop(), clock)
     if mode == "s3":
         from .storage_s3 import S3Storage
 

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import errors
+from ..files import open_private, private_dir, private_file
 from .state import _configure, _safe
 
 log = logging.getLogger("yoke.actors.storage_s3")
@@ -298,14 +299,15 @@ class S3Storage:
                     raise
         except Exception as exc:
             raise self._error(exc, "download", object_key) from None
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         for suffix in _SIDE_FILES:
             _unlink(Path(f"{path}{suffix}"))
         if data is None:
             _unlink(path)
+            private_file(path)  # a new database: 0600, and so its -wal and -shm
             return
         tmp = path.with_name(path.name + ".download")
-        with open(tmp, "wb") as f:
+        with open_private(tmp) as f:
             f.write(data)
             if self.strict:
                 f.flush()

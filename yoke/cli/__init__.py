@@ -1,6 +1,7 @@
 """The ``yoke`` command line, one module per command group:
 
     server.py         serve, worker, migrate            (the database)
+    backup.py         backup, restore                   (SQLite files)
     tokens.py         tokens create|list|revoke         (the database)
     streams.py        append, read, tail, streams, stream info|close|retention|hold
     subscriptions.py  subscriptions list|show|add|remove|resume|cursor|wait
@@ -21,8 +22,9 @@ from __future__ import annotations
 
 import click
 
-from .. import __version__
+from .. import build
 from .actors import dlq, instances
+from .backup import backup, restore
 from .common import Group
 from .demo import demo
 from .failures import failures
@@ -35,7 +37,7 @@ SECTIONS = [
     ("Start here", [demo, serve]),
     ("Streams (over HTTP)", [append, read, tail, streams, stream]),
     ("Subscriptions and actors (over HTTP)", [subscriptions, instances, dlq, failures]),
-    ("Operations (on the database)", [worker, migrate, tokens]),
+    ("Operations (on the database)", [worker, migrate, tokens, backup, restore]),
 ]
 
 
@@ -49,8 +51,18 @@ class Main(Group):
                 formatter.write_dl(rows)
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    # Asked only here: the commit costs a git call, which no other command pays.
+    if value and not ctx.resilient_parsing:
+        click.echo(f"yoke {build.build()}")
+        ctx.exit()
+
+
 @click.group(cls=Main, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, "--version", "-V", prog_name="yoke", message="%(prog)s %(version)s")
+@click.option(
+    "--version", "-V", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+    help="Show the version (with the git commit when run from a checkout) and exit.",
+)
 def main() -> None:
     """Yoke: durable event streams and actors.
 

@@ -1,5 +1,5 @@
 """Actor commands over HTTP: ``instances list|create|show`` and
-``dlq list|redrive|drop`` (docs/actors.md)."""
+``dlq list|redrive|drop`` (docs/basics/actors.md)."""
 
 from __future__ import annotations
 

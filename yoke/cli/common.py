@@ -317,6 +317,6 @@ class SettingsCommand(Command):
             default = f.default if f.default is not MISSING else None
             shown = "(none)" if default in ("", None) else str(default).lower() if isinstance(default, bool) else str(default)
             rows.append((f"YOKE_{f.name.upper()}", shown))
-        with formatter.section("Environment (flags win; the README's Configuration explains each)"):
+        with formatter.section("Environment (flags win; docs/production/configuration.md explains each)"):
             formatter.write_dl(rows)
         super().format_epilog(ctx, formatter)

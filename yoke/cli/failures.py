@@ -1,5 +1,5 @@
 """``yoke failures list|show|replay|discard`` over HTTP: the failures inbox
-(docs/failures.md). ``replay`` and ``discard`` act on one failure (its id)
+(docs/advanced/failures.md). ``replay`` and ``discard`` act on one failure (its id)
 or, with ``--all``, on every failure the filter options select."""
 
 from __future__ import annotations
@@ -20,19 +20,28 @@ AGO = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 def moment(value: str | None, option: str) -> int | None:
     """ms since the epoch from ms, a time ago (``90s``, ``10m``, ``2h``,
-    ``7d``) or an ISO 8601 time (local unless it says its zone)."""
+    ``7d``) or an ISO 8601 time (local unless it says its zone), inside the
+    range the server takes (0 to 2^63-1): anything else is a message, not a
+    traceback or a refusal from the server."""
+    from ..events import DIGITS_RE, MAX_INT  # here: the CLI imports no core module to start
+
     if value is None:
         return None
-    if value.isdigit():
-        return int(value)
-    ago = re.fullmatch(r"(\d+)([smhd])", value)
-    if ago:
-        return int((time.time() - int(ago.group(1)) * AGO[ago.group(2)]) * 1000)
-    try:
-        return int(datetime.fromisoformat(value).timestamp() * 1000)
-    except ValueError:
-        fail(f"{option} takes ms since the epoch, a time ago like 10m, 2h or 7d, or an ISO time like"
-             f" 2026-12-01T09:00; not {value!r}")
+    ms = None
+    ago = re.fullmatch(r"([0-9]+)([smhd])", value)
+    if DIGITS_RE.fullmatch(value):  # ASCII digits, few enough for int()
+        ms = int(value)
+    elif ago and DIGITS_RE.fullmatch(ago.group(1)):  # in integers: no float overflow
+        ms = time.time_ns() // 1_000_000 - int(ago.group(1)) * AGO[ago.group(2)] * 1000
+    elif not ago:
+        try:
+            ms = int(datetime.fromisoformat(value).timestamp() * 1000)
+        except (ValueError, OverflowError, OSError):
+            pass
+    if ms is None or not 0 <= ms <= MAX_INT:
+        fail(f"{option} takes ms since the epoch (0 to {MAX_INT}), a time ago like 10m, 2h or 7d, or an ISO"
+             f" time like 2026-12-01T09:00 (not before 1970); not {value[:80]!r}")
+    return ms
 
 
 def filter_options(fn: Any) -> Any:

@@ -1,5 +1,5 @@
 """``yoke subscriptions list|show|add|remove|pause|halt|resume|cursor|wait`` over HTTP
-(docs/subscriptions.md)."""
+(docs/basics/subscriptions.md)."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ directly (a tenant's first token cannot come from that tenant)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -44,9 +45,29 @@ TOKEN_COLUMNS: list[Column] = [
     ("TENANT", lambda t: t["tenant"], "<"),
     ("SCOPES", lambda t: ",".join(t["scopes"]), "<"),
     ("CREATED", lambda t: when(t["created_at"]), "<"),
-    ("STATE", lambda t: f"revoked {when(t['revoked_at'])}" if t["revoked"] else "active", "<"),
+    ("STATE", lambda t: state(t), "<"),
     ("NAME", lambda t: or_dash(t["name"]), "<"),
 ]
+
+
+def state(token: dict[str, Any]) -> str:
+    if token["revoked"]:
+        return f"revoked {when(token['revoked_at'])}"
+    expires = token.get("expires_at")
+    if expires is None:
+        return "active"
+    return f"expired {when(expires)}" if expires <= time.time() * 1000 else f"active, expires {when(expires)}"
+
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> int:
+    """``30d``, ``12h``, ``90m``, ``3600s`` or ``3600`` as seconds."""
+    value, unit = (text[:-1], text[-1]) if text[-1:] in DURATION_UNITS else (text, "s")
+    if not value.isdigit() or int(value) == 0:
+        raise click.BadParameter(f"{text!r}: a positive whole number with s, m, h or d, like 30d")
+    return int(value) * DURATION_UNITS[unit]
 
 
 @group(short_help="Create, list and revoke API tokens (on the database).")
@@ -61,26 +82,34 @@ def tokens() -> None:
 @click.option("--scopes", default="read,append", show_default=True, metavar="SCOPES",
               help="Comma-separated: read, append, admin (admin includes the others).")
 @click.option("--name", default="", metavar="NAME", help="A label for the token.")
+@click.option("--expires", "expires", default=None, metavar="DURATION",
+              help="Refused (token_expired) after this long: 30d, 12h, 90m or seconds (default: never).")
 @JSON_OPTION
-def tokens_create(database_url: str | None, tenant: str, scopes: str, name: str, as_json: bool) -> None:
+def tokens_create(
+    database_url: str | None, tenant: str, scopes: str, name: str, expires: str | None, as_json: bool,
+) -> None:
     """Create a token and print it (it is shown only this once): the token
     alone on stdout, so that TOKEN=$(yoke tokens create ...) works; its id
     and scopes on stderr."""
     from .server import settings_or_fail
 
     settings = settings_or_fail(database_url=database_url)
+    expires_in_s = None if expires is None else parse_duration(expires)
 
     async def create(y: Any) -> Any:
-        return await y.tokens.create(tenant, [s.strip() for s in scopes.split(",") if s.strip()], name)
+        return await y.tokens.create(
+            tenant, [s.strip() for s in scopes.split(",") if s.strip()], name, expires_in_s=expires_in_s
+        )
 
     new = run_or_fail(settings, create)
     if as_json:
         emit({"token": new.token, **new.info.to_dict()}, True, str)
         return
     click.echo(new.token)
+    until = "" if new.info.expires_at is None else f", expires {when(new.info.expires_at)}"
     click.echo(
-        f"(token id {new.info.token_id}, tenant {tenant}, scopes {','.join(new.info.scopes)}; shown once: "
-        "pass it with --token or YOKE_TOKEN)",
+        f"(token id {new.info.token_id}, tenant {tenant}, scopes {','.join(new.info.scopes)}{until}; shown once:"
+        " pass it with --token or YOKE_TOKEN)",
         err=True,
     )
 

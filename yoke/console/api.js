@@ -29,7 +29,7 @@ export class ApiError extends Error {
 export async function api(method, url, body, options = {}) {
   const headers = { Accept: 'application/json' };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
-  if (method !== 'GET' && session) headers['X-Yoke-CSRF'] = session.csrf;
+  if (method !== 'GET' && session && session.csrf) headers['X-Yoke-CSRF'] = session.csrf;
   let response;
   try {
     response = await fetch(url, {

@@ -86,10 +86,16 @@ function signedIn(current) {
   document.getElementById('nav').hidden = false;
   const who = clear(document.getElementById('who'));
   const writes = current.scopes.includes('admin') ? 'admin' : current.scopes.join(', ');
-  who.append(
-    h('span', { class: 'muted', title: `token ${current.token_id}` }, `${current.tenant} · ${writes}`),
-    h('button', { type: 'button', class: 'small secondary', onclick: signOut }, 'Sign out'),
-  );
+  if (current.dev) {
+    // yoke serve --dev: requests go without a token, as the API's do; nothing to sign out of.
+    who.append(h('span', { class: 'muted', title: 'yoke serve --dev: authentication is off' },
+      `${current.tenant} · ${writes} · dev mode`));
+  } else {
+    who.append(
+      h('span', { class: 'muted', title: `token ${current.token_id}` }, `${current.tenant} · ${writes}`),
+      h('button', { type: 'button', class: 'small secondary', onclick: signOut }, 'Sign out'),
+    );
+  }
   overview.startSampling();
   show();
 }

@@ -1,7 +1,7 @@
-"""The failures inbox (docs/failures.md): every parked failure of a tenant
+"""The failures inbox (docs/advanced/failures.md): every parked failure of a tenant
 (actor dead letters, halted subscriptions, skipped events) in one model."""
 
 from .inbox import Failures
-from .model import Bulk, Failure, Resolution, Selection
+from .model import Bulk, Failure, FailureServices, Resolution, Selection
 
-__all__ = ["Bulk", "Failure", "Failures", "Resolution", "Selection"]
+__all__ = ["Bulk", "Failure", "FailureServices", "Failures", "Resolution", "Selection"]

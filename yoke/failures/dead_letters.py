@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .. import errors
-from ..events import new_event_id, now_ms, prepare
+from ..clock import wall_ms
+from ..events import new_event_id, prepare
 from ..lifecycle import GLOBAL, new_stream_id
 from ..store.actors import QueueRow
 from .model import DEAD_LETTER, DISCARDED, REPLAYED, Attempt, Failure, Selection, corrected, kept, make_id
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime
+    from .model import FailureServices
 
 
 def failure_of(row: QueueRow) -> Failure:
@@ -35,18 +36,18 @@ def failure_of(row: QueueRow) -> Failure:
     )
 
 
-async def dead_failures(runtime: Runtime, tenant: str, sel: Selection, limit: int) -> list[Failure]:
+async def dead_failures(services: FailureServices, tenant: str, sel: Selection, limit: int) -> list[Failure]:
     if sel.kind not in (None, DEAD_LETTER) or sel.receiver not in (None, "actor") or sel.subscription:
         return []
-    rows = await runtime.store.actors.dead_letters(
+    rows = await services.store().actors.dead_letters(
         tenant, instance_id=sel.instance_id, actor=sel.actor, path=sel.stream, since=sel.since,
         until=sel.until, limit=limit,
     )
     return [failure_of(r) for r in rows]
 
 
-async def find(runtime: Runtime, tenant: str, qid: int) -> Failure:
-    rows = await runtime.store.actors.dead_letters(tenant, qid=qid, limit=1)
+async def find(services: FailureServices, tenant: str, qid: int) -> Failure:
+    rows = await services.store().actors.dead_letters(tenant, qid=qid, limit=1)
     if not rows:
         raise errors.FailureNotFound("no such dead letter (replayed, discarded or never dead)", qid=qid)
     return failure_of(rows[0])
@@ -60,7 +61,7 @@ def _audit(event_type: str, failure: Failure, **extra: Any) -> Any:
 
 
 async def replay(
-    runtime: Runtime, tenant: str, failure: Failure, qid: int, correction: dict[str, Any] | None
+    services: FailureServices, tenant: str, failure: Failure, qid: int, correction: dict[str, Any] | None
 ) -> tuple[str, int]:
     extra: dict[str, Any] = {}
     event_json = None
@@ -68,26 +69,26 @@ async def replay(
         document = corrected(failure.event or {}, correction, failure.id, new_event_id())
         event_json = orjson.dumps(document).decode()
         extra = {"corrected": correction, "event_id": document["id"]}
-    done = await _resolve(runtime, tenant, failure, qid, _audit(REPLAYED, failure, **extra), event_json=event_json)
-    runtime.queue_changed(tenant)
+    done = await _resolve(services, tenant, failure, qid, _audit(REPLAYED, failure, **extra), event_json=event_json)
+    services.signals.queue_changed.emit(tenant)
     return done
 
 
-async def discard(runtime: Runtime, tenant: str, failure: Failure, qid: int, reason: str) -> tuple[str, int]:
-    return await _resolve(runtime, tenant, failure, qid, _audit(DISCARDED, failure, reason=reason), drop=True)
+async def discard(services: FailureServices, tenant: str, failure: Failure, qid: int, reason: str) -> tuple[str, int]:
+    return await _resolve(services, tenant, failure, qid, _audit(DISCARDED, failure, reason=reason), drop=True)
 
 
 async def _resolve(
-    runtime: Runtime, tenant: str, failure: Failure, qid: int, audit: Any, *, drop: bool = False,
+    services: FailureServices, tenant: str, failure: Failure, qid: int, audit: Any, *, drop: bool = False,
     event_json: str | None = None,
 ) -> tuple[str, int]:
     """The row change and its audit event on the event's stream, in one transaction."""
     path = failure.path or GLOBAL
-    outcome = await runtime.store.actors.resolve_dead(
-        tenant, qid, drop=drop, event_json=event_json, audit=audit, path=path, now=now_ms(),
+    outcome = await services.store().actors.resolve_dead(
+        tenant, qid, drop=drop, event_json=event_json, audit=audit, path=path, now=wall_ms(services.clock),
         new_stream_id=new_stream_id(),
     )
     if outcome is None:
         raise errors.FailureNotFound("the dead letter was replayed or discarded meanwhile", id=failure.id)
-    runtime.appends.appended(tenant, path, 1)
+    services.appends.appended(tenant, path, 1)
     return path, int(outcome.offset or 0)

@@ -31,7 +31,7 @@ from .model import (
 )
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime
+    from .model import FailureServices
 
 BULK_LIMIT = 1000  # failures one replay or discard by selection covers
 MAX_COUNTED = 100_000  # dead letters one count (the metrics) reads per tenant
@@ -40,7 +40,7 @@ MAX_COUNTED = 100_000  # dead letters one count (the metrics) reads per tenant
 # One lock per (tenant, failure id) while a replay or discard holds or awaits
 # it: in this process, a failure is delivered and recorded by one action at
 # a time, and the next finds it resolved. (Across processes the store's
-# record still lets one action alone succeed; see docs/failures.md.)
+# record still lets one action alone succeed; see docs/advanced/failures.md.)
 _claims: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
 
 
@@ -61,9 +61,9 @@ async def claimed(tenant: str, failure_id: str) -> AsyncIterator[None]:
 
 
 class Failures:
-    def __init__(self, runtime: Runtime, tenant: str) -> None:
+    def __init__(self, services: FailureServices, tenant: str) -> None:
         validate_tenant(tenant)
-        self._runtime = runtime
+        self.services = services
         self.tenant = tenant
 
     async def list(
@@ -78,28 +78,28 @@ class Failures:
 
     async def select(self, sel: Selection, limit: int) -> list[Failure]:
         """``list`` with a ``Selection`` and any limit (metrics count them all)."""
-        runtime, tenant = self._runtime, self.tenant
-        found = await dead_letters.dead_failures(runtime, tenant, sel, limit)  # with their events
+        services, tenant = self.services, self.tenant
+        found = await dead_letters.dead_failures(services, tenant, sel, limit)  # with their events
         if sel.kind != DEAD_LETTER and sel.receiver != "actor" and not sel.actor and not sel.instance_id:
-            rows = [r for r in await subscriptions.subscription_rows(runtime, tenant)
+            rows = [r for r in await subscriptions.subscription_rows(services, tenant)
                     if (sel.stream is None or r.path == sel.stream)
                     and (sel.subscription is None or r.name == sel.subscription)]
-            found += await subscriptions.halted_failures(runtime, rows, events=False)
-            found += await subscriptions.skipped_failures(runtime, tenant, rows, path=sel.stream, events=False)
+            found += await subscriptions.halted_failures(services, rows, events=False)
+            found += await subscriptions.skipped_failures(services, tenant, rows, path=sel.stream, events=False)
         wanted = [f for f in found if sel.wants(f)]
         wanted.sort(key=lambda f: (f.failed_at, f.id))
         # Only the page kept reads its subscription failures' events.
-        return [await subscriptions.with_event(runtime, tenant, f) for f in wanted[:limit]]
+        return [await subscriptions.with_event(services, tenant, f) for f in wanted[:limit]]
 
     async def ages(self) -> list[tuple[str, str, int]]:
         """(kind, receiver, failed_at) of every open failure (up to
         ``MAX_COUNTED`` dead letters), without reading their events: what
         the metrics count at each scrape."""
-        runtime, tenant = self._runtime, self.tenant
-        found = [(DEAD_LETTER, "actor", at) for at in await runtime.store.actors.dead_letter_times(tenant, MAX_COUNTED)]
-        rows = await subscriptions.subscription_rows(runtime, tenant)
-        parked = await subscriptions.halted_failures(runtime, rows, events=False)
-        parked += await subscriptions.skipped_failures(runtime, tenant, rows, events=False)
+        services, tenant = self.services, self.tenant
+        found = [(DEAD_LETTER, "actor", at) for at in await services.store().actors.dead_letter_times(tenant, MAX_COUNTED)]
+        rows = await subscriptions.subscription_rows(services, tenant)
+        parked = await subscriptions.halted_failures(services, rows, events=False)
+        parked += await subscriptions.skipped_failures(services, tenant, rows, events=False)
         return found + [(f.kind, f.receiver, f.failed_at) for f in parked]
 
     async def get(self, failure_id: str) -> Failure:
@@ -107,8 +107,8 @@ class Failures:
         once it was replayed or discarded."""
         kind, c = parse_id(failure_id)
         if kind == DEAD_LETTER:
-            return await dead_letters.find(self._runtime, self.tenant, c[0])
-        return await subscriptions.find(self._runtime, self.tenant, kind, c[0], c[1], c[2])
+            return await dead_letters.find(self.services, self.tenant, c[0])
+        return await subscriptions.find(self.services, self.tenant, kind, c[0], c[1], c[2])
 
     async def replay(self, failure_id: str, event: dict[str, Any] | None = None) -> Resolution:
         """Deliver the failed event again, as it was or corrected
@@ -121,23 +121,23 @@ class Failures:
         subscription resumes after the original); a skipped event is
         delivered once more to that subscription alone. A
         ``yoke.failure.replayed`` event on the failure's stream records it."""
-        runtime = self._runtime
-        correction = None if event is None else check_correction(event, runtime.settings.max_event_bytes)
+        services = self.services
+        correction = None if event is None else check_correction(event, services.max_event_bytes)
         parse_id(failure_id)  # FailureNotFound for what is not an id
         async with claimed(self.tenant, failure_id):
             return await self._replay(failure_id, correction)
 
     async def _replay(self, failure_id: str, correction: dict[str, Any] | None) -> Resolution:
-        runtime = self._runtime
+        services = self.services
         failure = await self.get(failure_id)  # under the claim: open, or resolved by the one before
         if failure.kind == DEAD_LETTER:
             qid = parse_id(failure_id)[1][0]
-            path, offset = await dead_letters.replay(runtime, self.tenant, failure, qid, correction)
+            path, offset = await dead_letters.replay(services, self.tenant, failure, qid, correction)
             return Resolution(failure.id, "replayed", path, offset)
         document = failure.event
         if document is not None and correction is not None:
             document = corrected(document, correction, failure.id, new_event_id())
-        offset, delivered = await subscriptions.replay(runtime, self.tenant, failure, document, correction)
+        offset, delivered = await subscriptions.replay(services, self.tenant, failure, document, correction)
         assert failure.path is not None
         return Resolution(failure.id, "replayed", failure.path, offset, delivered)
 
@@ -154,9 +154,9 @@ class Failures:
         failure = await self.get(failure_id)
         if failure.kind == DEAD_LETTER:
             qid = parse_id(failure_id)[1][0]
-            path, offset = await dead_letters.discard(self._runtime, self.tenant, failure, qid, reason)
+            path, offset = await dead_letters.discard(self.services, self.tenant, failure, qid, reason)
             return Resolution(failure.id, "discarded", path, offset)
-        offset = await subscriptions.discard(self._runtime, self.tenant, failure, reason)
+        offset = await subscriptions.discard(self.services, self.tenant, failure, reason)
         assert failure.path is not None
         return Resolution(failure.id, "discarded", failure.path, offset)
 
@@ -170,6 +170,8 @@ class Failures:
         failures selected before any is replayed: what it raises refuses
         them all (the HTTP API refuses corrections on streams that pin their
         data handling; one selection, so none can slip in between)."""
+        if event is not None:  # refused as a whole, before anything is selected
+            check_correction(event, self.services.max_event_bytes)
         return await self._each(selection, limit, lambda f: self.replay(f.id, event), check)
 
     async def discard_all(self, reason: str, *, limit: int = BULK_LIMIT, **selection: Any) -> Bulk:

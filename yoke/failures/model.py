@@ -23,22 +23,51 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from .. import errors
-from ..events import check_text, prepare
+from ..clock import SYSTEM, Clock
+from ..events import check_int, check_text, prepare
+
+if TYPE_CHECKING:
+    import httpx
+
+    from ..routing.evaluation import Evaluations
+    from ..signals import Signals
+    from ..store import OpenStore
+    from ..streams.append import AppendService
+    from ..subscriptions.copies import Copying
+
+@dataclass(frozen=True, eq=False)
+class FailureServices:
+    """What the inbox uses: the store, the appender (its audit events' wake-ups),
+    the signals (a replayed dead letter is queued; a resolved subscription
+    failure changed the subscription), and what delivering an event once
+    more takes: the evaluations (filter, transform), a copy's target, the
+    application's receiver functions, the running deliveries' webhook client
+    (None when this process delivers none) and the settings values."""
+
+    store: OpenStore
+    appends: AppendService
+    signals: Signals
+    evaluations: Evaluations
+    copying: Copying
+    receivers: Mapping[str, Callable[[dict[str, Any]], Awaitable[Any]]]
+    http: Callable[[], httpx.AsyncClient | None]
+    max_event_bytes: int
+    subscription_timeout_s: float
+    clock: Clock = SYSTEM  # the runtime's: what the resolutions stamp
+
 
 DEAD_LETTER = "dead_letter"
 HALTED = "halted"
 SKIPPED = "skipped"
 KINDS = (DEAD_LETTER, HALTED, SKIPPED)
 RECEIVERS = ("actor", "copy", "webhook", "call", "processor")
-# The receiver whose metric series exist for each kind before any failure
-# (metrics.sample_failure_gauges): every kind reads 0 from the first scrape.
-DEFAULT_RECEIVER = {DEAD_LETTER: "actor", HALTED: "webhook", SKIPPED: "webhook"}
 PREFIX = {DEAD_LETTER: "dl_", HALTED: "ht_", SKIPPED: "sk_"}
 
 # The audit events (lifecycle.PREFIXES makes them local: never copied,
@@ -150,8 +179,8 @@ class Selection:
                 check_text(value, name, errors.InvalidInput)
         for name in ("since", "until"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise errors.InvalidInput(f"{name} is a time in ms since the epoch", field=name)
+            if value is not None:  # compared in the stores' SQL: inside their signed 64 bits
+                check_int(value, name, 0, what="a time in ms since the epoch")
 
     def wants(self, failure: Failure) -> bool:
         return (
@@ -219,11 +248,20 @@ def _shaped(kind: str, c: Any) -> bool:
     def whole(v: Any) -> bool:
         return isinstance(v, int) and not isinstance(v, bool) and 0 < v < 2**63
 
+    def text(v: Any) -> bool:
+        # What a path or a subscription name can be: text both stores hold.
+        # Other text names no failure, on either backend (PostgreSQL would
+        # refuse the lookup, not miss).
+        try:
+            return isinstance(v, str) and check_text(v, "id", errors.InvalidInput) is v
+        except errors.InvalidInput:
+            return False
+
     if not isinstance(c, list):
         return False
     if kind == DEAD_LETTER:
         return len(c) == 1 and whole(c[0])
-    return len(c) == 3 and isinstance(c[0], str) and isinstance(c[1], str) and whole(c[2])
+    return len(c) == 3 and text(c[0]) and text(c[1]) and whole(c[2])
 
 
 # --- corrected events -------------------------------------------------------------

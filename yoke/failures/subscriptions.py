@@ -20,17 +20,19 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from .. import errors
+from ..clock import wall_ms
 from ..events import Event, prepare
 from ..routing.filters import Filter
 from ..store.subscriptions import Change, Probe, SourceState, SubscriptionRow
-from ..subscriptions import copy, webhooks
+from ..subscriptions import copies, webhooks
 from ..subscriptions.catalogue import AUDIT, RESUMED
-from ..subscriptions.delivery import Batch, transformed
-from ..subscriptions.engine import control
+from ..subscriptions.batch import Batch
+from ..subscriptions.runner import transform_one
+from ..subscriptions.deliveries import control
 from .model import DISCARDED, HALTED, REPLAYED, SKIPPED, Attempt, Failure, kept, make_id, parse_id
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime
+    from .model import FailureServices
 
 SKIP_KIND = "subscription_event_skipped"
 SCAN_PAGE = 1000
@@ -44,27 +46,27 @@ def halt_is_failure(halted: dict[str, Any] | None) -> bool:
     return halted is not None and not halted.get("parked") and halted.get("error") is not None
 
 
-async def subscription_rows(runtime: Runtime, tenant: str) -> list[SubscriptionRow]:
-    _, rows = await runtime.store.subscriptions.totals(tenant, MAX_SUBSCRIPTIONS)
+async def subscription_rows(services: FailureServices, tenant: str) -> list[SubscriptionRow]:
+    _, rows = await services.store().subscriptions.totals(tenant, MAX_SUBSCRIPTIONS)
     return rows
 
 
-async def _event_at(runtime: Runtime, tenant: str, path: str, offset: int) -> Event | None:
-    page = await runtime.store.read_one(tenant, path, offset)
+async def _event_at(services: FailureServices, tenant: str, path: str, offset: int) -> Event | None:
+    page = await services.store().read_one(tenant, path, offset)
     return page.events[0] if page.events else None
 
 
-async def halted_failure(runtime: Runtime, row: SubscriptionRow, *, events: bool = True) -> Failure:
+async def halted_failure(services: FailureServices, row: SubscriptionRow, *, events: bool = True) -> Failure:
     """``events=False``: without the event (the metrics count them)."""
     h = row.halted or {}
     offset = int(h["offset"])
     at_offset = int(h.get("at_offset") or 0)
-    event = await _event_at(runtime, row.tenant, row.path, offset) if events else None
+    event = await _event_at(services, row.tenant, row.path, offset) if events else None
     attempts_kept = kept(row.attempt_errors)
     if attempts_kept and attempts_kept[-1].at:
         at = attempts_kept[-1].at  # the halting attempt
     else:  # halted before attempts were kept: the time of its halted event
-        marker = await _event_at(runtime, row.tenant, row.path, at_offset) if at_offset else None
+        marker = await _event_at(services, row.tenant, row.path, at_offset) if at_offset else None
         at = marker.at if marker is not None else row.configured_ms
     attempts = int(h.get("attempts") or 0)
     return Failure(
@@ -75,9 +77,9 @@ async def halted_failure(runtime: Runtime, row: SubscriptionRow, *, events: bool
     )
 
 
-async def halted_failures(runtime: Runtime, rows: list[SubscriptionRow], *, events: bool = True) -> list[Failure]:
+async def halted_failures(services: FailureServices, rows: list[SubscriptionRow], *, events: bool = True) -> list[Failure]:
     return [
-        await halted_failure(runtime, r, events=events)
+        await halted_failure(services, r, events=events)
         for r in rows if halt_is_failure(r.halted) and r.halted.get("at_offset")
     ]
 
@@ -91,7 +93,7 @@ def _skip_of(event: Event, rows: dict[str, SubscriptionRow]) -> SubscriptionRow 
 
 
 async def _open_skips(
-    runtime: Runtime, tenant: str, path: str, named: dict[str, SubscriptionRow], after: int
+    services: FailureServices, tenant: str, path: str, named: dict[str, SubscriptionRow], after: int
 ) -> list[tuple[str, Event, SubscriptionRow]]:
     """(failure id, skip audit line, subscription) of the skips of ``path``
     after ``after`` that no ``yoke.failure.replayed`` or ``discarded`` event
@@ -99,7 +101,7 @@ async def _open_skips(
     skip line, so a resolved skip is dropped as the scan meets it)."""
     open_: dict[str, tuple[Event, SubscriptionRow]] = {}
     while True:
-        page = await runtime.store.subscriptions.events_of_types(
+        page = await services.store().subscriptions.events_of_types(
             tenant, path, (AUDIT, REPLAYED, DISCARDED), after, SCAN_PAGE
         )
         for e in page:
@@ -116,7 +118,7 @@ async def _open_skips(
 
 
 async def skipped_failures(
-    runtime: Runtime, tenant: str, rows: list[SubscriptionRow], *, path: str | None = None,
+    services: FailureServices, tenant: str, rows: list[SubscriptionRow], *, path: str | None = None,
     from_offset: int | None = None, events: bool = True,
 ) -> list[Failure]:
     """The open skips of the skip-policy subscriptions among ``rows`` (of
@@ -131,7 +133,7 @@ async def skipped_failures(
         start = min(r.configured_at for r in named.values())
         if from_offset is not None:
             start = max(start, from_offset - 1)
-        for fid, e, row in await _open_skips(runtime, tenant, source, named, start):
+        for fid, e, row in await _open_skips(services, tenant, source, named, start):
             p = e.payload
             attempts = int(p.get("attempts") or 0)
             out.append(Failure(
@@ -141,21 +143,21 @@ async def skipped_failures(
                 subscription=row.name,
             ))
     if events:
-        out = [await with_event(runtime, tenant, f) for f in out]
+        out = [await with_event(services, tenant, f) for f in out]
     return out
 
 
-async def with_event(runtime: Runtime, tenant: str, failure: Failure) -> Failure:
+async def with_event(services: FailureServices, tenant: str, failure: Failure) -> Failure:
     """A halted or skipped failure with its event (None once retention removed it)."""
     if failure.event is not None or failure.path is None or failure.offset is None:
         return failure
-    event = await _event_at(runtime, tenant, failure.path, failure.offset)
+    event = await _event_at(services, tenant, failure.path, failure.offset)
     return failure if event is None else replace(failure, event=event.to_dict())
 
 
-async def find(runtime: Runtime, tenant: str, kind: str, path: str, name: str, at: int) -> Failure:
+async def find(services: FailureServices, tenant: str, kind: str, path: str, name: str, at: int) -> Failure:
     """The open halted or skipped failure with these coordinates."""
-    row = await runtime.store.subscriptions.get(tenant, path, name)
+    row = await services.store().subscriptions.get(tenant, path, name)
     missing = errors.FailureNotFound(
         f"no open {kind} failure of subscription {name!r} on {path} at {at}", path=path, subscription=name
     )
@@ -164,11 +166,11 @@ async def find(runtime: Runtime, tenant: str, kind: str, path: str, name: str, a
     if kind == HALTED:
         if not halt_is_failure(row.halted) or (row.halted or {}).get("at_offset") != at:
             raise missing
-        return await halted_failure(runtime, row)
-    found = await skipped_failures(runtime, tenant, [row], path=path, from_offset=at, events=False)
+        return await halted_failure(services, row)
+    found = await skipped_failures(services, tenant, [row], path=path, from_offset=at, events=False)
     for f in found:
         if f.id == make_id(SKIPPED, path, name, at):
-            return await with_event(runtime, tenant, f)
+            return await with_event(services, tenant, f)
     raise missing
 
 
@@ -233,20 +235,21 @@ def parse_at(failure: Failure) -> int:
     return int(parse_id(failure.id)[1][2])
 
 
-async def _act(runtime: Runtime, tenant: str, failure: Failure, decide: Any) -> int:
+async def _act(services: FailureServices, tenant: str, failure: Failure, decide: Any) -> int:
     assert failure.path is not None and failure.subscription is not None
     probe = None
     if failure.kind == SKIPPED:  # a resolution of this skip after its audit line
         probe = Probe((REPLAYED, DISCARDED), parse_at(failure), "failure", failure.id)
-    offset = await control(runtime, tenant, failure.path, failure.subscription, decide, probe=probe)
-    deliveries = runtime.deliveries
-    if deliveries is not None:
-        deliveries.changed(tenant, failure.path, failure.subscription)
+    offset = await control(
+        services.store, services.appends, tenant, failure.path, failure.subscription, decide,
+        now=wall_ms(services.clock), probe=probe,
+    )
+    services.signals.subscription_changed.emit(tenant, failure.path, failure.subscription)
     return int(offset)
 
 
 async def replay(
-    runtime: Runtime, tenant: str, failure: Failure, document: dict[str, Any] | None,
+    services: FailureServices, tenant: str, failure: Failure, document: dict[str, Any] | None,
     correction: dict[str, Any] | None,
 ) -> tuple[int, bool]:
     """(audit offset, delivered now). A halted subscription replayed as it
@@ -258,31 +261,31 @@ async def replay(
     extra = {"corrected": correction, "event_id": document["id"]} if correction and document else {}
     audit = audit_event(REPLAYED, failure, **extra)
     if failure.kind == HALTED and correction is None:
-        return await _act(runtime, tenant, failure, _resolve_halt(failure, audit, "replay", False)), False
+        return await _act(services, tenant, failure, _resolve_halt(failure, audit, "replay", False)), False
     if document is None:
         raise errors.FailureNotReplayable(
             "the event is no longer in its stream (retention): discard the failure", id=failure.id
         )
-    delivered = await deliver_once(runtime, tenant, failure, document)
+    delivered = await deliver_once(services, tenant, failure, document)
     if failure.kind == HALTED:
         decide = _resolve_halt(failure, audit, "replay", True)
     else:
         decide = _record_skip(failure, audit)
-    return await _act(runtime, tenant, failure, decide), delivered
+    return await _act(services, tenant, failure, decide), delivered
 
 
-async def discard(runtime: Runtime, tenant: str, failure: Failure, reason: str) -> int:
+async def discard(services: FailureServices, tenant: str, failure: Failure, reason: str) -> int:
     audit = audit_event(DISCARDED, failure, reason=reason)
     if failure.kind == HALTED:
-        return await _act(runtime, tenant, failure, _resolve_halt(failure, audit, "discard", True))
-    return await _act(runtime, tenant, failure, _record_skip(failure, audit))
+        return await _act(services, tenant, failure, _resolve_halt(failure, audit, "discard", True))
+    return await _act(services, tenant, failure, _record_skip(failure, audit))
 
 
-async def deliver_once(runtime: Runtime, tenant: str, failure: Failure, document: dict[str, Any]) -> bool:
+async def deliver_once(services: FailureServices, tenant: str, failure: Failure, document: dict[str, Any]) -> bool:
     """Send one event to the failure's subscription, as its runner would
     (filter, transform, receiver); False when the filter leaves it out."""
     assert failure.path is not None and failure.subscription is not None and failure.offset is not None
-    row = await runtime.store.subscriptions.get(tenant, failure.path, failure.subscription)
+    row = await services.store().subscriptions.get(tenant, failure.path, failure.subscription)
     if row is None:
         raise errors.FailureNotFound("the subscription is gone", id=failure.id)
     if failure.kind == HALTED:  # checked before delivering, again when recording
@@ -294,29 +297,29 @@ async def deliver_once(runtime: Runtime, tenant: str, failure: Failure, document
             "a processor folds its stream in order: replay its halt as it is, or discard the event",
             id=failure.id,
         )
-    page = await runtime.store.read_one(tenant, failure.path, failure.offset)
+    page = await services.store().read_one(tenant, failure.path, failure.offset)
     if page.stream_id != row.source_stream_id:
         raise errors.FailureNotFound("the source stream was deleted", id=failure.id)
     event = Event(**{k: v for k, v in document.items() if k in EVENT_FIELDS})
-    doc = event.to_dict()
-    if c.get("filter") and not Filter.from_dict(c["filter"]).matches(doc):
+    if c.get("filter") and not await services.evaluations.select(tenant, Filter.from_dict(c["filter"]), [event]):
         return False
-    out = transformed(event, doc, c["transform"]) if c.get("transform") else event
+    out = await transform_one(services.evaluations, tenant, event, c["transform"]) if c.get("transform") else event
     batch = Batch(
-        runtime, tenant, row.path, row.name, row.source_stream_id, page.created_at, row.generation,
+        tenant, row.path, row.name, row.source_stream_id, page.created_at, row.generation,
         row.attempts + 1, [out],
     )
-    timeout = runtime.settings.subscription_timeout_s
+    timeout = services.subscription_timeout_s
     if kind == "copy":
-        await copy.send(batch, c["target"])
+        await copies.send(batch, c["target"], services.copying)
     elif kind == "webhook":
-        if runtime.deliveries is not None:
-            await webhooks.send(batch, runtime.deliveries.http, c["url"], row.secret, timeout)
+        http = services.http()
+        if http is not None:
+            await webhooks.send(batch, http, c["url"], row.secret, timeout)
         else:
             async with httpx.AsyncClient(timeout=timeout) as client:
                 await webhooks.send(batch, client, c["url"], row.secret, timeout)
     else:
-        function = None if runtime.app is None else runtime.app.receivers.get(c["function"])
+        function = services.receivers.get(c["function"])
         if function is None:
             raise errors.FailureNotReplayable(
                 f"this process's application has no receiver function {c['function']!r}", id=failure.id

@@ -3,7 +3,7 @@
 The Python host imports the application by its ``module:attribute``; the
 Node host imports the script of each Node actor (``app.node_actor``). A
 host of any other language is a command that takes the socket's descriptor
-number as its last argument and speaks docs/hosts.md#the-protocol.
+number as its last argument and speaks docs/advanced/hosts.md#the-protocol.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The kernel's side of hosts: a pool of host processes that run isolated
-actors' ``process()`` calls (docs/hosts.md).
+actors' ``process()`` calls (docs/advanced/hosts.md).
 
 A host runs one call at a time, so a crash, a hang or a runaway allocation
 costs that run alone: its host is killed or found dead, the run fails with
@@ -19,17 +19,30 @@ import os
 import signal
 import socket
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import errors
-from . import protocol as p
+from . import wire as p
 
 if TYPE_CHECKING:
-    from ..actors.ops import OpHandler
     from ..events import Event
     from ..store.actors import InstanceInfo
 
 log = logging.getLogger("yoke.hosts")
+
+
+class RunJournal(Protocol):
+    qid: int  # the queue row the run processes
+
+
+class RunOps(Protocol):
+    """What a host's ops are answered by: one run's op handler (the
+    executor's ``actors.ops.OpHandler``; hosts sit below actors)."""
+
+    tenant: str
+    journal: RunJournal | None
+
+    async def call(self, method: str, params: dict[str, Any]) -> Any: ...
 
 # What a host is started without: the kernel's settings (database URL,
 # tokens) and the usual database credentials.
@@ -79,7 +92,7 @@ class Host:
         self.outbox = p.Outbox(writer)
         self.ids = itertools.count(1)
         self.waiting: dict[int, asyncio.Future[Any]] = {}
-        self.runs: dict[int, OpHandler] = {}
+        self.runs: dict[int, RunOps] = {}
         self.dead: str | None = None  # why, once it is
         self.killed_because: str | None = None
         self.generation = 0  # the pool's generation (code version) it was started in
@@ -244,7 +257,7 @@ class HostPool:
         return host
 
     async def process(
-        self, host: Host, ops: OpHandler, instance: InstanceInfo, event: Event, attempt: int,
+        self, host: Host, ops: RunOps, instance: InstanceInfo, event: Event, attempt: int,
     ) -> None:
         """Run ``process(ctx, event)`` in ``host`` (from acquire()), then give
         the host back. Cancelled (the run's timeout or shutdown), or failing
@@ -410,6 +423,11 @@ class HostPool:
                     await host.proc.wait()
             except TimeoutError:
                 host.kill("the pool closed")
+                # Reaped, not just signalled: when close returns, no host
+                # process of this pool is left (not even as a zombie).
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(5):
+                        await host.proc.wait()
             await host.closed()
         self.hosts.clear()
         self.idle.clear()

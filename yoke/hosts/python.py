@@ -20,7 +20,7 @@ import traceback
 from typing import Any
 
 from .. import errors
-from . import protocol as p
+from . import wire as p
 
 
 def error_by_code() -> dict[str, type[errors.YokeError]]:

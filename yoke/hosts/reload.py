@@ -5,12 +5,12 @@ module file alone when it has no package) and the scripts of its Node
 actors. Its version is a hash of their
 contents, so the same code always has the same version and any change to it
 a new one. The watch polls modification times and, when the contents'
-hash changes, tells the runtime, which recycles the host pool (pool.py:
-runs in progress finish on the hosts they started on, every later run goes
-to a new host that imports the code afresh; queue rows are not touched, so
-none is lost or run twice) and makes the hash the new deploy version of
-subscriptions (halted ones resume under it). Only isolated actors pick up
-new code: the kernel keeps the App it started with.
+hash changes, emits the ``code_changed`` signal: the executor recycles its
+host pools (pool.py: runs in progress finish on the hosts they started on,
+every later run goes to a new host that imports the code afresh; queue rows
+are not touched, so none is lost or run twice) and the subscriptions take
+the hash as their new deploy version (halted ones resume under it). Only
+isolated actors pick up new code: the kernel keeps the App it started with.
 """
 
 from __future__ import annotations

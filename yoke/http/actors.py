@@ -19,7 +19,7 @@ from ..actors.ops import instance_dict
 from ..events import check_text, json_text
 from ..store.actors import InstanceInfo, QueueRow, Schedule
 from .auth import ADMIN, READ, Principal, runtime_of
-from .pinned import PinnedPaths
+from .pinned_listings import PinnedPaths
 from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_response, parse_json
 from .schemas import (
     DeadRows, Dropped, Instance, InstanceCreated, InstanceDetail, InstanceList, InstanceRequest, QueueRows, Redriven,

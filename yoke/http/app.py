@@ -19,9 +19,12 @@ from . import (
 )
 from .durable_streams import openapi as durable_streams
 from .auth import TokenCache
+from .expensive_tails import ExpensiveTails
 from .durable_streams import DurableStreams
 from .guard import RequestGuard
-from .hotpath import HotPath
+from .cors import Cors, CorsPolicy
+from .fast_append import HotPath
+from .request_ids import RequestIds
 from .responses import http_error_handler, internal_error_handler, validation_error_handler, yoke_error_handler
 from .schemas import complete
 
@@ -43,6 +46,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with open_runtime() as runtime:
             app.state.runtime = runtime
+            app.state.token_cache = TokenCache(clock=runtime.clock)  # its entries age by the runtime's clock
             yield
             app.state.shutdown.set()
 
@@ -61,6 +65,7 @@ def create_app(
     docs.install(app)
     console.install(app)
     app.state.token_cache = TokenCache()
+    app.state.expensive_tails = ExpensiveTails()
     app.state.heartbeat_s = heartbeat_s
     app.state.dev = dev  # no token needed (yoke serve --dev, loopback only)
     app.state.shutdown = shutdown or asyncio.Event()
@@ -91,11 +96,13 @@ def create_app(
     return app
 
 
-def asgi_app(app: FastAPI) -> ASGIApp:
-    """What the server runs: request metrics around the URL guard around the
-    Durable Streams protocol around the append hot path around FastAPI
-    (lifespan events pass straight through)."""
-    return RequestMetrics(RequestGuard(DurableStreams(HotPath(app, app.state), app.state)))
+def asgi_app(app: FastAPI, cors: CorsPolicy | None = None) -> ASGIApp:
+    """What the server runs: request ids around the CORS policy (when one is
+    set) around request metrics around the URL guard around the Durable
+    Streams protocol around the append hot path around FastAPI (lifespan
+    events pass straight through)."""
+    inner: ASGIApp = RequestMetrics(RequestGuard(DurableStreams(HotPath(app, app.state), app.state)))
+    return RequestIds(inner if cors is None else Cors(inner, cors))
 
 
 class RequestMetrics:

@@ -10,7 +10,6 @@ tenant's streams. ``admin`` includes ``read`` and ``append``.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from fastapi import Depends, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from .. import errors
+from ..clock import SYSTEM, Clock
 from ..runtime import Runtime
 from ..store.contract import TokenInfo
 from . import session
@@ -50,8 +50,9 @@ class TokenCache:
 
     def __init__(
         self, max_entries: int = TOKEN_CACHE_MAX, ttl_s: float = TOKEN_CACHE_S,
-        revoked_keep_s: float = REVOKED_KEEP_S,
+        revoked_keep_s: float = REVOKED_KEEP_S, clock: Clock = SYSTEM,
     ) -> None:
+        self._clock = clock  # the runtime's (monotonic): how long entries stay
         self.max_entries = max_entries
         self.ttl_s = ttl_s
         self.revoked_keep_s = revoked_keep_s
@@ -70,13 +71,13 @@ class TokenCache:
         entry = self._entries.get(key)
         if entry is None:
             return None
-        if entry[0] <= time.monotonic():
+        if entry[0] <= self._clock.monotonic():
             del self._entries[key]
             return None
         return entry[1]
 
     def put(self, key: str, info: TokenInfo) -> None:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         self._expire(now)
         if info.token_id in self._revoked:
             return
@@ -87,10 +88,10 @@ class TokenCache:
 
     def revoked(self, token_id: str) -> bool:
         until = self._revoked.get(token_id)
-        return until is not None and until > time.monotonic()
+        return until is not None and until > self._clock.monotonic()
 
     def forget(self, token_id: str) -> None:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         self._expire(now)
         self._revoked.pop(token_id, None)
         self._revoked[token_id] = now + self.revoked_keep_s
@@ -133,6 +134,8 @@ async def authorize(state: Any, token: str | None, tenant: str | None, scope: st
         cache.put(key, info)
         if cache.revoked(info.token_id):  # revoked while we were looking it up
             raise errors.Unauthorized("a valid bearer token is required")
+    else:
+        state.runtime.tokens.check_expiry(info)  # it may have expired while remembered
     if scope is not None and scope not in info.scopes and "admin" not in info.scopes:
         raise errors.Forbidden(f"this token lacks the {scope!r} scope", scope=scope)
     if tenant is not None and tenant != info.tenant:

@@ -6,7 +6,9 @@ a client of ``/v1`` like any other; what it adds here is a browser session
 (``session.py``): ``/ui/session`` exchanges a one-time code (the link
 ``yoke serve`` prints) or a pasted token for an ``HttpOnly``,
 ``SameSite=Strict`` cookie and tells the page its CSRF token, tenant and
-scopes. The pages carry a Content-Security-Policy with no inline script or
+scopes; under ``yoke serve --dev`` a console without a session is signed
+in as the dev tenant, without a cookie, as the API takes requests without
+a token. The pages carry a Content-Security-Policy with no inline script or
 style and no other origin.
 """
 
@@ -22,7 +24,7 @@ from starlette.staticfiles import StaticFiles
 from .. import errors
 from ..store.contract import TokenInfo
 from . import session
-from .auth import runtime_of
+from .auth import DEV, runtime_of
 from .responses import ERROR_RESPONSES, json_body, json_response
 from .schemas import ConsoleSession, SignIn, answer, request_body
 from .streams import object_body
@@ -94,7 +96,10 @@ async def sign_in(request: Request) -> Response:
             raise errors.Unauthorized(
                 "this sign-in link was used already or is not from this server: sign in with a token"
             )
-        new = await runtime.tokens.create("default", ["admin"], name=session.SIGN_IN_TOKEN_NAME)
+        # It ends: a browser that never signs out does not hold an admin token forever.
+        new = await runtime.tokens.create(
+            "default", ["admin"], name=session.SIGN_IN_TOKEN_NAME, expires_in_s=session.SIGN_IN_TOKEN_S
+        )
         info, token = new.info, new.token
     else:
         if not isinstance(token, str) or not token:
@@ -103,9 +108,22 @@ async def sign_in(request: Request) -> Response:
     return with_cookie(json_response(session_json(info, token)), request, token)
 
 
+def dev_session_json() -> dict[str, Any]:
+    """The session of a console without one on a ``yoke serve --dev`` server:
+    its requests go without a token, as the API's do, so they act as tenant
+    default with every scope (auth.DEV); there is no cookie, so no CSRF token."""
+    return {
+        "signed_in": True, "tenant": DEV.tenant, "scopes": list(DEV.scopes), "token_id": DEV.token_id,
+        "name": "dev mode", "csrf": "", "dev": True,
+    }
+
+
 @router.get("/session", responses=SESSION, summary="The console's session (signed_in: false without one)")
 async def current(request: Request) -> Response:
-    """200 either way: a console that is not signed in yet is no error."""
+    """200 either way: a console that is not signed in yet is no error. On
+    a ``--dev`` server a console without a session is signed in as the dev
+    tenant, as the API is, and a stale cookie (its token unknown to this
+    server) is cleared: sent along, it would make every request a 401."""
     token = session.cookie_token(request.headers.get("cookie"))
     answer: dict[str, Any] = {"signed_in": False}
     if token is not None:
@@ -113,7 +131,13 @@ async def current(request: Request) -> Response:
             answer = session_json(await runtime_of(request).tokens.authenticate(token), token)
         except errors.Unauthorized:  # revoked since
             pass
-    return json_response(answer, headers={"Cache-Control": "no-store"})
+    dev = not answer["signed_in"] and getattr(request.app.state, "dev", False)
+    if dev:
+        answer = dev_session_json()
+    response = json_response(answer, headers={"Cache-Control": "no-store"})
+    if dev and token is not None:
+        response.delete_cookie(session.COOKIE, path="/", httponly=True, samesite="strict")
+    return response
 
 
 @router.delete(

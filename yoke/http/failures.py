@@ -1,4 +1,4 @@
-"""``/v1/failures``: the failures inbox of the token's tenant (docs/failures.md).
+"""``/v1/failures``: the failures inbox of the token's tenant (docs/advanced/failures.md).
 
 Reads need ``read``; replays and discards change what runs, so they need
 ``admin`` (like redriving dead letters). The routes call the same
@@ -18,11 +18,12 @@ from typing import Any
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
+from ..events import MAX_INT
 from ..failures import Failure as FailureRecord
 from ..failures import Failures
 from .actors import optional_json_body
 from .auth import ADMIN, READ, Principal, runtime_of
-from .pinned import PinnedPaths, refuse_pinned
+from .pinned_listings import PinnedPaths, refuse_pinned
 from .responses import ERROR_RESPONSES, json_body, json_response
 from .schemas import (
     BulkDiscardRequest, BulkReplayRequest, BulkResult, DiscardRequest, Failure, FailureList, ReplayRequest,
@@ -72,8 +73,8 @@ async def list_failures(
     actor: str | None = Query(None),
     instance_id: str | None = Query(None),
     subscription: str | None = Query(None, description="A subscription's name"),
-    since: int | None = Query(None, description="failed_at at or after (ms since the epoch)"),
-    until: int | None = Query(None, description="failed_at before (ms since the epoch)"),
+    since: int | None = Query(None, ge=0, le=MAX_INT, description="failed_at at or after (ms since the epoch)"),
+    until: int | None = Query(None, ge=0, le=MAX_INT, description="failed_at before (ms since the epoch)"),
     limit: int = Query(100, ge=1, le=1000),
     principal: Principal = READ,
 ) -> Response:

@@ -1,4 +1,4 @@
-"""``/v1/streams/{path}/-/objects``: the large-object flow (seed 004).
+"""``/v1/streams/{path}/-/objects``: the large-object flow (prepare, upload, commit).
 
 prepare (pins key, digest, size, type, expiry) -> upload (PUT the bytes) ->
 commit (appends one record referencing the object; repeating it returns the
@@ -9,22 +9,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Path, Request
 from starlette.responses import Response
 
 from .. import errors
 from ..store.contract import ObjectInfo
-from ..streams.handle import Stream
+from ..streams.stream import Stream
 from ..streams.objects import MAX_OBJECT_BYTES
 from .auth import APPEND, READ, Principal
-from .pinned import generic_routes_guard
 from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_response, limited_body, parse_json
 from .schemas import OBJECT_BYTES, Appended, ObjectCommit, ObjectPrepare, answer, request_body, text_answer
 from .schemas import ObjectInfo as ObjectAnswer
 from .streams import PATH_PARAM, object_body, stream_of
 
 router = APIRouter(
-    prefix="/v1/streams", tags=["objects"], responses=ERROR_RESPONSES, dependencies=[Depends(generic_routes_guard)]
+    prefix="/v1/streams", tags=["objects"], responses=ERROR_RESPONSES
 )
 
 

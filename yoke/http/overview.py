@@ -19,5 +19,8 @@ router = APIRouter(prefix="/v1", tags=["overview"], responses=ERROR_RESPONSES)
     summary="The tenant at a glance",
 )
 async def overview(request: Request, principal: Principal = READ) -> Response:
-    found = await tenant_overview(runtime_of(request), principal.tenant, open_tails=sse.OPEN_TAILS[principal.tenant])
+    runtime = runtime_of(request)
+    found = await tenant_overview(
+        runtime.store, principal.tenant, open_tails=sse.OPEN_TAILS[principal.tenant], clock=runtime.clock
+    )
     return json_response(found.to_dict())

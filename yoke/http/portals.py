@@ -65,7 +65,9 @@ async def call_portal(request: Request, name: str, rest: str) -> Response:
         body=await limited_body(request, MAX_JSON_BODY_BYTES),
     )
     try:
-        status, value = await handle_request(runtime, app, name, portal_request, tenant)
+        status, value = await handle_request(
+            runtime.actor_kernel, app, name, portal_request, tenant, worker_id=runtime.worker_id
+        )
     except errors.YokeError:
         raise  # rendered as {"error": ...} with its status
     except Exception:

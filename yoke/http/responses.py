@@ -43,7 +43,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (410, "Events after the cursor were removed by retention (cursor_gone)"),
         (413, "Too large (event_too_large, object_too_large)"),
         (422, "Uploaded bytes do not match the prepared object (object_mismatch)"),
-        (429, "Unread ceiling reached; see Retry-After (backpressure)"),
+        (429, "Unread ceiling reached (backpressure), or as many tails with an expensive where= open as the token"
+              " or tenant may hold (too_many_expensive_tails); see Retry-After"),
         (503, "The database is unavailable (unavailable, see Retry-After) or the server is shutting down (runtime_closed)"),
         (507, "Total ceiling reached (quota_exhausted)"),
     ]
@@ -79,21 +80,22 @@ def error_body(exc: errors.YokeError) -> bytes:
         return orjson.dumps(body, default=_default)
     except (TypeError, orjson.JSONEncodeError):
         # A detail that echoes the caller's input may be no JSON value of
-        # ours (an integer beyond 64 bits, given as a size): the refusal
-        # must still be the refusal, not a 500.
+        # ours (an integer beyond 64 bits given as a size, a lone surrogate
+        # in a name): the refusal must still be the refusal, not a 500.
         return orjson.dumps(_printable(body))
 
 
 def _printable(value: Any) -> Any:
-    """``value`` with everything orjson refuses written as text."""
+    """``value`` with everything orjson refuses written as text (a lone
+    surrogate as its escape)."""
     if isinstance(value, dict):
-        return {str(k): _printable(v) for k, v in value.items()}
+        return {_printable(str(k)): _printable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_printable(v) for v in value]
     try:
         orjson.dumps(value)
     except (TypeError, orjson.JSONEncodeError):
-        return str(value)
+        return str(value).encode("utf-8", "backslashreplace").decode()
     return value
 
 
@@ -104,11 +106,17 @@ async def yoke_error_handler(_request: Request, exc: Exception) -> Response:
 
 async def validation_error_handler(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
+    found = exc.errors()
     problems = [
         {"location": ".".join(str(p) for p in e.get("loc", ())), "problem": e.get("msg", "")}
-        for e in exc.errors()
+        for e in found
     ]
-    return error_response(errors.InvalidInput("the request is invalid", problems=problems))
+    # ``field``, as every other invalid_input has: the first parameter refused
+    # (its name, as a route's own checks name it; loc is ("query", name)).
+    loc = found[0].get("loc", ()) if found else ()
+    name = str(loc[-1]) if loc else "request"
+    message = f"{name}: {found[0].get('msg', 'invalid')}" if found else "the request is invalid"
+    return error_response(errors.InvalidInput(message, field=name, problems=problems))
 
 
 async def http_error_handler(request: Request, exc: Exception) -> Response:

@@ -28,10 +28,11 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel
 from pydantic.json_schema import models_json_schema
 
 from ..actors.instances import MAX_KEY_CHARS as MAX_INSTANCE_KEY_CHARS
-from ..events import MAX_KEY_CHARS, MAX_OFFSET, PRIORITY_RANGE
-from ..streams.handle import MAX_AGE_S, MAX_COUNT
+from ..events import MAX_INT, MAX_KEY_CHARS, MAX_OFFSET, PRIORITY_RANGE
+from ..streams.stream import MAX_AGE_S, MAX_COUNT
 from ..streams.objects import MAX_EXPIRY_S, MAX_OBJECT_BYTES
 from ..subscriptions.catalogue import MAX_NAME_CHARS as MAX_SUBSCRIPTION_NAME_CHARS
+from ..tokens import MAX_EXPIRY_S as MAX_TOKEN_EXPIRY_S
 
 REF = "#/components/schemas/{model}"
 
@@ -167,7 +168,7 @@ AT = 1767225600000
 
 
 class EventInput(BaseModel):
-    """An event to append. Only ``type`` is required; see docs/events.md for
+    """An event to append. Only ``type`` is required; see docs/reference/events.md for
     the value domain (64-bit integers, finite floats, at most 64 levels) and
     the 64 KiB limit of the serialized event."""
 
@@ -350,7 +351,7 @@ class StreamInfo(BaseModel):
     earliest: int = Field(description="The lowest offset a read can still return")
     closed: bool
     legal_hold: bool
-    pinned: bool = Field(description="A seed-004 definition: its settings never change")
+    pinned: bool = Field(description="A workflow stream definition: its settings never change")
     metadata: JsonObject
     retention: RetentionInfo
     limits: LimitsInfo
@@ -369,7 +370,7 @@ class Ack(BaseModel):
 
 class WorkflowAck(BaseModel):
     model_config = closed_config({"sequence": 1}, {"offset": 1})
-    sequence: Offset | None = Field(None, description="Acknowledge through this sequence (the seed's word)")
+    sequence: Offset | None = Field(None, description="Acknowledge through this sequence (the workflow streams surface's word for offset)")
     offset: Offset | None = Field(None, description="The same (Yoke's word); give one of the two")
 
 
@@ -398,14 +399,18 @@ class TokenRequest(BaseModel):
     scopes: list[Literal["read", "append", "admin"] | Annotated[str, Field(pattern=r"^[a-z][a-z0-9_.-]{0,31}:[a-z0-9_.-]{1,32}$")]] = Field(
         min_length=1,
         description="admin includes the others; scopes of your own (name:thing, such as pii:read) are named by"
-        " workflow stream definitions (docs/workflow.md)",
+        " workflow stream definitions (docs/advanced/workflow-streams.md)",
     )
     name: str = Field(default="", max_length=200)
+    expires_in_s: int | None = Field(
+        default=None, ge=1, le=MAX_TOKEN_EXPIRY_S,
+        description="Refused (401 token_expired) this many seconds from now; omitted or null: never",
+    )
 
 
 TOKEN_EXAMPLE = {
     "token_id": "tok_0123456789abcdef", "tenant": "default", "name": "shop frontend", "scopes": ["read", "append"],
-    "created_at": AT, "revoked_at": None, "revoked": False,
+    "created_at": AT, "revoked_at": None, "revoked": False, "expires_at": None,
 }  # fmt: skip
 
 
@@ -418,6 +423,7 @@ class Token(BaseModel):
     created_at: Millis
     revoked_at: int | None
     revoked: bool
+    expires_at: int | None = Field(description="When it stops working (ms since the epoch); null: never")
 
 
 class NewToken(Token):
@@ -494,7 +500,7 @@ OBJECT_BYTES = {
 }
 
 
-# --- workflow streams (seed 004) --------------------------------------------------------
+# --- workflow streams --------------------------------------------------------------------
 
 
 Region = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")]
@@ -503,7 +509,7 @@ ScopeName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_.-]{0,31}(:[a-z0-9_.-]{
 
 class Placement(BaseModel):
     """Recorded as pinned; only client_egress_regions is enforced (one deployment
-    keeps its data in one database: docs/workflow.md)."""
+    keeps its data in one database: docs/advanced/workflow-streams.md)."""
 
     model_config = closed_config({"metadata_home": "eu-west-1", "client_egress_regions": ["eu-west-1"]})
     metadata_home: Region | None = None
@@ -582,7 +588,7 @@ RECEIPT_EXAMPLE = {
 
 class Receipt(BaseModel):
     """What proves a record was appended: its id, sequence, commit time and
-    the digest of its content (docs/workflow.md)."""
+    the digest of its content (docs/advanced/workflow-streams.md)."""
 
     model_config = config(RECEIPT_EXAMPLE)
     record_id: str
@@ -636,7 +642,7 @@ class WorkflowStream(StreamInfo):
     stream_id: str = Field(description="The stream's name within the run")
     run_id: str
     lifetime_id: str
-    data_handling: DataHandling | None = Field(None, description="The pins of the definition (docs/workflow.md)")
+    data_handling: DataHandling | None = Field(None, description="The pins of the definition (docs/advanced/workflow-streams.md)")
 
 
 # --- subscriptions --------------------------------------------------------------------
@@ -881,7 +887,9 @@ class DeadRows(BaseModel):
     """Some dead rows, or (no body, or no qids) all of them."""
 
     model_config = closed_config({"qids": [17]})
-    qids: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, description="Default: all dead rows")
+    qids: list[Annotated[int, Field(ge=1, le=MAX_INT)]] | None = Field(
+        default=None, description="Default: all dead rows"
+    )
 
 
 class Redriven(BaseModel):
@@ -1027,6 +1035,11 @@ class ConsoleSession(BaseModel):
     csrf: str | None = Field(
         default=None, description="Send it as X-Yoke-CSRF with every write made with the session cookie"
     )
+    dev: bool | None = Field(
+        default=None,
+        description="true on a `yoke serve --dev` server without a session: the console's requests go without"
+        " a token and act as tenant default with every scope, as the API's do (no cookie, no sign-out)",
+    )
 
 
 # --- operations and portals -----------------------------------------------------------
@@ -1090,7 +1103,7 @@ SSE_ANSWER = text_answer(
 )
 
 
-# --- the failures inbox (docs/failures.md) --------------------------------------------
+# --- the failures inbox (docs/advanced/failures.md) --------------------------------------------
 
 FAILURE_ID = "ht_WyIvb3JkZXJzIiwidG8tYXJjaGl2ZSIsNDNd"
 FAILURE_EXAMPLE = {
@@ -1114,7 +1127,7 @@ class FailureAttempt(BaseModel):
 
 
 class Failure(BaseModel):
-    """One parked failure (docs/failures.md)."""
+    """One parked failure (docs/advanced/failures.md)."""
 
     model_config = config(FAILURE_EXAMPLE)
     id: str = Field(description="Opaque and stable while the failure is open")
@@ -1171,8 +1184,8 @@ class FailureFilter(BaseModel):
     actor: str | None = None
     instance_id: str | None = None
     subscription: str | None = None
-    since: int | None = Field(default=None, description="failed_at at or after (ms)")
-    until: int | None = Field(default=None, description="failed_at before (ms)")
+    since: int | None = Field(default=None, ge=0, le=MAX_INT, description="failed_at at or after (ms)")
+    until: int | None = Field(default=None, ge=0, le=MAX_INT, description="failed_at before (ms)")
 
 
 class BulkReplayRequest(BaseModel):

@@ -13,30 +13,65 @@ the actors.
 The listening socket is bound before anything else happens (the runtime
 opens, the banner is printed), so a busy port fails at once with an
 ``OSError`` (``errno.EADDRINUSE``) and nothing announced. The admin token of
-tenant ``default`` goes to ``<data_dir>/token-<port>`` (see ``yoke.tokenfile``).
+tenant ``default`` goes to ``<data_dir>/token-<port>`` (``admin_token.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import uvicorn
 
-from .. import heap
+from .. import errors, heap, metrics
 from .. import runtime as runtime_module
-from .. import tokenfile
 from ..actors.app import App
 from ..config import Settings
 from ..runtime import Runtime
+from . import admin_token
+from .addresses import is_loopback, url_host
 from .app import asgi_app, create_app
-from .protocol import ConnectionLimits, protocol_class
+from .cors import CorsPolicy
+from .metrics_access import MetricsAccess
+from .connection_limits import ConnectionLimits, protocol_class
+
+__all__ = ["bind_socket", "is_loopback", "serve", "url_host"]
+
+
+@asynccontextmanager
+async def _entered(opened: Any, value: Any) -> AsyncIterator[Any]:
+    """The rest of ``async with`` for a context manager already entered."""
+    try:
+        yield value
+    except BaseException as exc:
+        if not await opened.__aexit__(type(exc), exc, exc.__traceback__):
+            raise
+    else:
+        await opened.__aexit__(None, None, None)
+
+
+def _short_startup_failure(app: Any, refused: list[errors.YokeError]) -> Any:
+    """The ASGI app, except that a start refused with a YokeError (a newer
+    schema, a login without the grants it needs) reaches uvicorn without
+    its traceback: the command prints the one line that says what to do."""
+
+    async def lifespan(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            await app(scope, receive, send)
+            return
+
+        async def send_short(message: Any) -> None:
+            if message["type"] == "lifespan.startup.failed" and refused:
+                message = {**message, "message": ""}
+            await send(message)
+
+        await app(scope, receive, send_short)
+
+    return lifespan
 
 
 class _Server(uvicorn.Server):
@@ -49,45 +84,6 @@ class _Server(uvicorn.Server):
         # hand the work to the event loop.)
         asyncio.get_event_loop().call_soon_threadsafe(self._on_exit)
         super().handle_exit(sig, frame)
-
-
-async def ensure_admin_token(runtime: Runtime, token_file: Path) -> str:
-    """The admin token of tenant 'default' in ``token_file`` (mode 0600).
-
-    A token file next to it that authenticates on this database (written by
-    a server on another port, or before restarting on a new port) is reused;
-    otherwise a new token is created. Files that belong to other databases
-    are left alone: their servers keep working."""
-    siblings = [p for p in tokenfile.token_files(token_file.parent) if p != token_file]
-    for candidate in [token_file, *siblings]:
-        token = tokenfile.read_token(candidate)
-        if token is None:
-            continue
-        try:
-            info = await runtime.tokens.authenticate(token)
-        except Exception:  # not valid for this database
-            continue
-        if info.tenant == "default" and "admin" in info.scopes:
-            if candidate != token_file:
-                tokenfile.write_token(token_file, token)
-            return token
-    new = await runtime.tokens.create("default", ["admin"], name="yoke serve admin")
-    tokenfile.write_token(token_file, new.token)
-    return new.token
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or ``localhost``) is a loopback address."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -111,17 +107,21 @@ def serve(
     *,
     app: App | None = None,
     executor: bool = True,
-    on_ready: Callable[[Settings, str, str], None] | None = None,
+    on_ready: Callable[[Settings, str, str | None], None] | None = None,
     sock: socket.socket | None = None,
     dev: bool = False,
     announce: bool = True,
     on_stop: Callable[[], None] | None = None,
+    sign_in_link: bool = True,
+    rotate_token: bool = False,
 ) -> None:
     """Serve until SIGTERM/SIGINT on ``sock`` (from ``bind_socket``), else
     on a socket bound first: a busy port raises OSError before the runtime
     opens. ``on_ready`` gets the settings with the bound port (``port=0``
-    picks a free one), the admin token and the console's sign-in link (a
-    one-time code). ``dev``: requests without a token act as tenant
+    picks a free one), the admin token and, with ``sign_in_link``, the
+    console's sign-in link (a one-time code; else None and no code exists).
+    ``rotate_token``: a new admin token replaces the directory's
+    (``admin_token.py``). ``dev``: requests without a token act as tenant
     ``default`` with every scope; only on a loopback address.
     ``announce=False``: a second process on the same socket (workers.py),
     which neither writes the token file nor calls ``on_ready``. ``on_stop``
@@ -137,22 +137,40 @@ def serve(
         tail_sweep_s=min(settings.tail_sweep_s, settings.sse_heartbeat_s),
     )
     shutdown = asyncio.Event()
-    token_file = tokenfile.token_file(settings.data_dir, settings.port)
+    refused: list[errors.YokeError] = []  # why the runtime would not open (schema, roles, state)
+    cors = CorsPolicy.parse(settings.cors_origins)  # ValueError for a bad list, before anything starts
+    scheme = "https" if settings.tls_cert else "http"
 
     @asynccontextmanager
     async def open_runtime() -> AsyncIterator[Runtime]:
-        async with runtime_module.open(settings=settings, app=app, executor=executor) as runtime:
+        opening = runtime_module.open(settings=settings, app=app, executor=executor)
+        try:
+            runtime = await opening.__aenter__()
+        except errors.YokeError as exc:
+            refused.append(exc)
+            raise
+        async with _entered(opening, runtime):
             heap.settle()
-            if not announce:
+            metrics.announce_build()
+            sampler = runtime.sampler()  # the database-sampled gauges, refreshed in the background
+            sampler.start()
+            try:
+                if announce:
+                    token = await admin_token.ensure(runtime, settings.data_dir, settings.port, rotate=rotate_token)
+                    if on_ready is not None:
+                        link = None
+                        console = f"{scheme}://{url_host(settings.host)}:{settings.port}/ui/"
+                        if dev:  # under --dev the console needs no sign-in
+                            link = console
+                        elif sign_in_link:
+                            link = f"{console}#code={api.state.login_codes.issue()}"
+                        on_ready(settings, token, link)
                 yield runtime
-                return
-            token = await ensure_admin_token(runtime, token_file)
-            if on_ready is not None:
-                code = api.state.login_codes.issue()
-                on_ready(settings, token, f"http://{url_host(settings.host)}:{settings.port}/ui/#code={code}")
-            yield runtime
+            finally:
+                await sampler.stop()
 
     api = create_app(open_runtime, heartbeat_s=settings.sse_heartbeat_s, shutdown=shutdown, dev=dev)
+    api.state.metrics_access = MetricsAccess.of(settings, settings.host, behind_proxy=settings.proxy_headers)
 
     def stop_tails() -> None:
         if on_stop is not None:
@@ -170,16 +188,25 @@ def serve(
         max_head_bytes=settings.http_max_head_bytes,
     )
     config = uvicorn.Config(
-        asgi_app(api),
+        _short_startup_failure(asgi_app(api, cors), refused),
         host=settings.host,
         port=settings.port,
-        log_level="info",
+        # Logging is yoke.logs.setup's (the CLI's): uvicorn's loggers
+        # propagate to its handler, at its level and in its format.
+        log_config=None,
+        log_level=None,
         access_log=settings.access_log,
-        proxy_headers=False,  # no proxy in front by default: skip the per-request layer
+        # Behind a TLS-terminating proxy: the scheme (Secure cookies) and the
+        # client's address from X-Forwarded-Proto/-For, from trusted proxies only.
+        # Off by default: no per-request layer.
+        proxy_headers=settings.proxy_headers,
+        forwarded_allow_ips=settings.forwarded_allow_ips,
+        ssl_certfile=settings.tls_cert or None,
+        ssl_keyfile=settings.tls_key or None,
         timeout_graceful_shutdown=int(settings.shutdown_timeout_s),
         lifespan="on",
         # Deadlines, the connection cap and JSON answers at the connection
-        # level (yoke/http/protocol.py); the cap is ours, not limit_concurrency.
+        # level (yoke/http/connection_limits.py); the cap is ours, not limit_concurrency.
         http=protocol_class(limits),
         timeout_keep_alive=settings.http_keep_alive_s,  # type: ignore[arg-type]
         ws="none",  # no WebSocket routes
@@ -187,5 +214,10 @@ def serve(
     # run() picks uvloop when it is installed (uvicorn[standard] brings it).
     try:
         _Server(config, stop_tails).run(sockets=[sock])
+    except SystemExit:  # uvicorn's exit when the startup failed
+        if not refused:
+            raise
     finally:
         sock.close()
+    if refused:  # the caller says it in one line (uvicorn was told no traceback)
+        raise refused[0]

@@ -8,10 +8,11 @@ CSRF token in ``X-Yoke-CSRF``: an HMAC of the token, which only a page that
 read it from ``/ui/session`` (this origin) can know. A request with a bearer
 token is not ambient and needs none.
 
-``yoke serve`` prints a console link with a one-time code (``LoginCodes``):
-redeeming it creates an admin token for the default tenant named
-``console sign-in`` (listed with the tenant's tokens; signing out revokes
-it). Otherwise the console asks for a token and the session holds that one.
+``yoke serve`` prints a console link with a one-time code (``LoginCodes``) on
+a terminal: redeeming it creates an admin token for the default tenant named
+``console sign-in``, expiring after 7 days (listed with the tenant's tokens;
+signing out revokes it). Otherwise the console asks for a token and the
+session holds that one.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ COOKIE = "yoke_session"
 CSRF_HEADER = "x-yoke-csrf"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SIGN_IN_TOKEN_NAME = "console sign-in"
+SIGN_IN_TOKEN_S = 7 * 86400  # how long a session from the printed link lasts
 
 
 def csrf_of(token: str) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, OrderedDict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import orjson
@@ -32,8 +32,7 @@ from .. import errors, metrics
 from ..events import DIGITS_RE, MAX_OFFSET, Event
 from ..routing.filters import Filter
 from ..streams.connections import Connection
-from ..streams.handle import Stream
-from ..streams.pins import Redactor
+from ..streams.stream import Stream
 from ..streams.tail import follow
 
 HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
@@ -51,7 +50,7 @@ class FrameCache:
     and ``max_bytes`` bytes of them (events may be large), oldest out first."""
 
     def __init__(self, size: int = 4096, max_bytes: int = 8 * 1024 * 1024) -> None:
-        self._frames: OrderedDict[tuple[str, str, int, tuple[str, ...]], bytes] = OrderedDict()
+        self._frames: OrderedDict[tuple[str, str, int, str, tuple[str, ...]], bytes] = OrderedDict()
         self._size = size
         self._max_bytes = max_bytes
         self.bytes = 0
@@ -59,13 +58,15 @@ class FrameCache:
     def __len__(self) -> int:
         return len(self._frames)
 
-    def frame(self, event: Event, redactor: Redactor | None = None) -> bytes:
-        """The event's frame; with ``redactor``, as a reader it masks sees it
-        (cached apart from the unmasked frame)."""
-        key = (event.tenant, event.path, event.offset, redactor.key if redactor is not None else ())
+    def frame(self, event: Event, view: tuple[str, ...] = ()) -> bytes:
+        """The event's frame. ``view`` names the masks a reader's events carry
+        (``Stream.view``): a masked frame is cached apart from the whole one,
+        so it is never sent to a reader who may see the value. The event's id
+        is in the key: a stream deleted and created again reuses its offsets."""
+        key = (event.tenant, event.path, event.offset, event.id, view)
         frame = self._frames.get(key)
         if frame is None:
-            record = event.to_dict() if redactor is None else redactor.apply(event.to_dict())
+            record = event.to_dict()
             frame = b"id: %d\ndata: %s\n\n" % (event.offset, orjson.dumps(record))
             self._frames[key] = frame
             self.bytes += len(frame)
@@ -78,13 +79,13 @@ class FrameCache:
 FRAMES = FrameCache()
 
 
-def chunks(batch: list[Event], redactor: Redactor | None = None) -> Iterator[bytes]:
+def chunks(batch: list[Event], view: tuple[str, ...] = ()) -> Iterator[bytes]:
     """The frames of ``batch``, in order, in pieces of at most ``CHUNK``
     bytes (a frame larger than that is split; SSE does not mind where)."""
     pending: list[bytes] = []
     size = 0
     for event in batch:
-        frame = FRAMES.frame(event, redactor)
+        frame = FRAMES.frame(event, view)
         pending.append(frame)
         size += len(frame)
         if size >= CHUNK:
@@ -131,6 +132,23 @@ async def resolve_cursor(stream: Stream, after: int | None, last_event_id: str |
     return cursor
 
 
+class SseResponse(StreamingResponse):
+    """An SSE response that calls ``free`` when it ends, however it ends
+    (the client gone, the server stopping): a tail's place among the
+    expensive ones (expensive_tails.py)."""
+
+    def __init__(self, content: AsyncIterator[bytes], free: Callable[[], None] | None = None) -> None:
+        super().__init__(content, media_type="text/event-stream", headers=HEADERS)
+        self.free = free
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if self.free is not None:
+                self.free()
+
+
 def tail_response(
     stream: Stream,
     after: int,
@@ -139,13 +157,9 @@ def tail_response(
     heartbeat_s: float,
     shutdown: asyncio.Event,
     event_filter: Filter | None = None,
-    redactor: Redactor | None = None,
+    free: Callable[[], None] | None = None,
 ) -> StreamingResponse:
-    return StreamingResponse(
-        _events(stream, after, include_ephemeral, heartbeat_s, shutdown, event_filter, redactor),
-        media_type="text/event-stream",
-        headers=HEADERS,
-    )
+    return SseResponse(_events(stream, after, include_ephemeral, heartbeat_s, shutdown, event_filter), free)
 
 
 # Closes started by a client that went away: they run on (and record their
@@ -163,19 +177,22 @@ async def connection_response(
     heartbeat_s: float,
     shutdown: asyncio.Event,
     event_filter: Filter | None = None,
+    free: Callable[[], None] | None = None,
 ) -> StreamingResponse:
     """A session connection over SSE. It opens before the answer starts
     (bad input is a plain 4xx); the client reading slowly holds the
     connection back (one batch is buffered), and going away closes it."""
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
-    connection = await stream.open_connection(
-        connection_key=connection_key, on_batch=queue.put, replay_after=after, filter=event_filter,
-        events=events, include_ephemeral=include_ephemeral,
-    )
-    return StreamingResponse(
-        _connection_frames(connection, queue, heartbeat_s, shutdown),
-        media_type="text/event-stream", headers=HEADERS,
-    )
+    try:
+        connection = await stream.open_connection(
+            connection_key=connection_key, on_batch=queue.put, replay_after=after, filter=event_filter,
+            events=events, include_ephemeral=include_ephemeral,
+        )
+    except BaseException:
+        if free is not None:
+            free()
+        raise
+    return SseResponse(_connection_frames(connection, queue, heartbeat_s, shutdown), free)
 
 
 def _connection_chunks(batch: Any) -> Iterator[bytes]:
@@ -229,13 +246,13 @@ async def _connection_frames(
 
 async def _events(
     stream: Stream, after: int, include_ephemeral: bool, heartbeat_s: float, shutdown: asyncio.Event,
-    event_filter: Filter | None, redactor: Redactor | None = None,
+    event_filter: Filter | None,
 ) -> AsyncIterator[bytes]:
     batches = follow(
         stream,
         after,
         include_ephemeral=include_ephemeral,
-        sweep_s=stream.runtime.settings.tail_sweep_s,
+        sweep_s=stream.kernel.tail_sweep_s,
         idle_s=heartbeat_s,
         stop=shutdown,
         event_filter=event_filter,
@@ -248,7 +265,7 @@ async def _events(
             async for batch in batches:
                 if not batch:
                     yield b": ping\n\n"
-                for chunk in chunks(batch, redactor):
+                for chunk in chunks(batch, stream.view):  # masked by the tail for this reader
                     yield chunk
         except errors.StreamDeleted as exc:
             yield encode_deleted(stream, exc)

@@ -11,20 +11,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from fastapi import APIRouter, Header, Path, Query, Request
 from starlette.responses import Response
 
 from .. import errors
-from ..events import check_text
+from ..events import MAX_OFFSET, check_text
 from ..routing.filters import Filter
 from ..runtime import Runtime
 from ..store.contract import GapEvidence, Limits, StreamInfo
-from ..streams.pins import DataHandling, Redactor
-from ..streams.handle import Stream
+from ..streams.data_handling import DataHandling
+from ..streams.rules import Caller
+from ..streams.stream import Stream
 from ..streams.tail import PAGE_BYTES
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
 from .hints import hint_sentence, missing_separator
-from .pinned import generic_routes_guard
 from .responses import ERROR_RESPONSES, ErrorBody, json_body, json_body_bytes, json_response, parse_json
 from .schemas import (
     CONNECTION_ANSWER, SSE_ANSWER, Ack, Acked, AppendAnswer, AppendBody, ConsumerList, EventOutput, EventPage, GapList,
@@ -35,7 +35,7 @@ from .schemas import Limits as LimitsBody, StreamInfo as StreamInfoAnswer
 from .sse import connection_response, resolve_cursor, tail_response
 
 router = APIRouter(
-    prefix="/v1/streams", tags=["streams"], responses=ERROR_RESPONSES, dependencies=[Depends(generic_routes_guard)]
+    prefix="/v1/streams", tags=["streams"], responses=ERROR_RESPONSES
 )
 
 PATH_PARAM = Path(
@@ -48,7 +48,11 @@ def stream_of(request: Request, principal: Principal, path: str) -> Stream:
 
 
 def stream_of_principal(runtime: Runtime, principal: Principal, path: str) -> Stream:
-    return runtime.stream(path or "/", tenant=principal.tenant)
+    """The stream as this token may use it through a surface that cannot carry
+    pins (``/v1/streams``, the console, the CLI): ``rules.Caller.generic``."""
+    return runtime.stream(
+        path or "/", tenant=principal.tenant, caller=Caller.generic(principal.scopes, principal.token_id)
+    )
 
 
 def info_dict(info: StreamInfo) -> dict[str, Any]:
@@ -145,9 +149,7 @@ PAGE_LIMIT = (
 )
 
 
-async def read_page(
-    stream: Stream, after: int, limit: int, include_ephemeral: bool, redactor: Redactor | None = None
-) -> Response:
+async def read_page(stream: Stream, after: int, limit: int, include_ephemeral: bool) -> Response:
     """A page of events; 404 ``stream_not_found`` for a stream never created
     (as its info), where Python's ``Stream.read`` returns ``[]``. At most
     ``limit`` events and ``PAGE_BYTES`` of them (the first whatever its
@@ -161,7 +163,7 @@ async def read_page(
     events = page.events
     return json_response(
         {
-            "events": [e.to_dict() if redactor is None else redactor.apply(e.to_dict()) for e in events],
+            "events": [e.to_dict() for e in events],  # masked by the stream for its caller
             "next_after": events[-1].offset if events else after,
         }
     )
@@ -192,7 +194,7 @@ async def append(
 async def read(
     request: Request,
     path: str = PATH_PARAM,
-    after: int = Query(0, ge=0, description="Return events with offset > after"),
+    after: int = Query(0, ge=0, le=MAX_OFFSET, description="Return events with offset > after"),
     limit: int = Query(1000, ge=1, le=10000, description=PAGE_LIMIT),
     include_ephemeral: bool = Query(False),
     principal: Principal = READ,
@@ -206,7 +208,7 @@ async def read(
 async def read_one(
     request: Request,
     path: str = PATH_PARAM,
-    offset: int = Path(ge=1),
+    offset: int = Path(ge=1, le=MAX_OFFSET),
     principal: Principal = READ,
 ) -> Response:
     event = await stream_of(request, principal, path).get(offset)
@@ -222,7 +224,7 @@ async def read_one(
 async def tail(
     request: Request,
     path: str = PATH_PARAM,
-    after: int | None = Query(None, ge=0),
+    after: int | None = Query(None, ge=0, le=MAX_OFFSET),
     include_ephemeral: bool = Query(True),
     types: str | None = Query(
         None, description="Only these event types, comma-separated: exact names, prefix.* or *"
@@ -233,11 +235,18 @@ async def tail(
 ) -> Response:
     stream = stream_of(request, principal, path)
     event_filter = filter_of(types, where)
-    cursor = await resolve_cursor(stream, after, last_event_id)
     state = request.app.state
+    # Refused before anything is read: a refusal costs the server no query.
+    free = state.expensive_tails.claim(principal, event_filter, state.runtime.settings)
+    try:
+        cursor = await resolve_cursor(stream, after, last_event_id)
+    except BaseException:
+        if free is not None:
+            free()
+        raise
     return tail_response(
         stream, cursor, include_ephemeral=include_ephemeral, heartbeat_s=state.heartbeat_s,
-        shutdown=state.shutdown, event_filter=event_filter,
+        shutdown=state.shutdown, event_filter=event_filter, free=free,
     )
 
 
@@ -254,7 +263,9 @@ async def connection(
         min_length=1, max_length=200,
         description="The connection key: a second connection with the same key on this stream replaces this one",
     ),
-    after: int | None = Query(None, ge=0, description="Replay the events after this offset (omitted: only new ones)"),
+    after: int | None = Query(
+        None, ge=0, le=MAX_OFFSET, description="Replay the events after this offset (omitted: only new ones)"
+    ),
     events: bool = Query(True, description="false: send the stream's state updates instead of its events"),
     include_ephemeral: bool = Query(True),
     types: str | None = Query(
@@ -265,9 +276,11 @@ async def connection(
 ) -> Response:
     stream = stream_of(request, principal, path)
     state = request.app.state
+    event_filter = filter_of(types, where)
     return await connection_response(
         stream, key, after, events=events, include_ephemeral=include_ephemeral, heartbeat_s=state.heartbeat_s,
-        shutdown=state.shutdown, event_filter=filter_of(types, where),
+        shutdown=state.shutdown, event_filter=event_filter,
+        free=state.expensive_tails.claim(principal, event_filter, state.runtime.settings),
     )
 
 
@@ -405,7 +418,7 @@ async def create(request: Request, path: str = PATH_PARAM, principal: Principal 
     return json_response(info_dict(info), status_code=201 if created else 200)
 
 
-# --- definitions: one rule for PUT /v1/streams/{path} and the seed-004 surface ----
+# --- definitions: one rule for PUT /v1/streams/{path} and the workflow streams surface ----
 
 
 async def ensure_definition(

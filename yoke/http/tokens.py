@@ -21,11 +21,13 @@ router = APIRouter(prefix="/v1/tokens", tags=["tokens"], responses=ERROR_RESPONS
     summary="Create a token for this tenant (shown once)",
 )
 async def create(request: Request, principal: Principal = ADMIN) -> Response:
-    body = object_body(await json_body(request), {"scopes", "name"})
+    body = object_body(await json_body(request), {"scopes", "name", "expires_in_s"})
     scopes = body.get("scopes")
     if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
         raise errors.InvalidInput("scopes is a list of read, append, admin or name:thing", field="scopes")
-    new = await runtime_of(request).tokens.create(principal.tenant, scopes, body.get("name", ""))
+    new = await runtime_of(request).tokens.create(
+        principal.tenant, scopes, body.get("name", ""), expires_in_s=body.get("expires_in_s")
+    )
     return json_response({"token": new.token, **new.info.to_dict()}, status_code=201)
 
 

@@ -1,8 +1,10 @@
-"""The seed-004 surface, ``/api/workflow-streams``: workflow data streams.
+"""The workflow streams surface, ``/api/workflow-streams``: workflow data streams.
 
-A definition may also pin data handling (``streams/pins.py``): every route
-checks the request against the stream's pins first (``pinned.guard``), and
-reads mask what the reader's scopes do not lift.
+A definition may also pin data handling (``streams/data_handling.py``): the routes
+open the run's stream for a workflow caller (the token's scopes and id, the
+``Client-Region`` it declares), so every operation is checked against the
+stream's pins by the stream itself (``streams/rules.py``), and reads come
+masked where the token lifts no redaction.
 
 ``/runs/{runID}/streams/{streamID}`` is the stream ``/runs/{runID}/{streamID}``
 of the token's tenant. A definition pins its retention, limits and metadata
@@ -22,13 +24,14 @@ from starlette.responses import Response
 from .. import errors
 from ..events import MAX_OFFSET, PATH_SEGMENT_RE, prepare
 from ..store.contract import StreamInfo
-from ..streams.handle import Stream
-from ..streams.pins import FIELDS as PIN_FIELDS, DataHandling
+from ..streams.stream import Stream
+from ..streams.data_handling import FIELDS as PIN_FIELDS, DataHandling
 from ..streams.receipts import receipt
+from ..streams import rules
+from ..streams.rules import Caller
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
 from .objects import commit_body, object_dict, prepare_body, read_body
-from .pinned import REGION_HEADER, Guarded, guard
-from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_response, parse_json
+from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_response
 from .sse import resolve_cursor, tail_response
 from .objects import COMMIT_BODY, COMMITTED, OBJECT, PREPARE_BODY, PREPARED
 from .schemas import (
@@ -41,7 +44,7 @@ from .streams import (
 )
 
 router = APIRouter(
-    prefix="/api/workflow-streams", tags=["workflow streams (seed 004)"], responses=ERROR_RESPONSES
+    prefix="/api/workflow-streams", tags=["workflow streams"], responses=ERROR_RESPONSES
 )
 
 RUN = Path(alias="runID", description="The workflow run", openapi_examples={"run-1": {"value": "run-1"}})
@@ -50,14 +53,15 @@ STREAM = Path(
 )
 
 
-# The seed's words: records are read after a *cursor* (every read returns
+# This surface's words: records are read after a *cursor* (every read returns
 # sequence > cursor) and acknowledged by *sequence*. Yoke's own words are
 # after and offset; this surface takes both. Anything else in the query is
 # refused rather than ignored, naming the parameter meant where one is.
 MEANT = {"sequence": "cursor", "offset": "cursor", "from": "cursor", "since": "cursor", "start": "cursor"}
 COMMON_QUERY = {"tenant"}
 CURSOR = Query(
-    None, ge=0, description="The seed's word for `after`: records with sequence > cursor. Give one of the two."
+    None, ge=0, le=MAX_OFFSET,
+    description="This surface's word for `after`: records with sequence > cursor. Give one of the two.",
 )
 
 
@@ -77,7 +81,7 @@ def cursor_of(after: int | None, cursor: int | None) -> int | None:
     """``after`` or its synonym ``cursor`` (both: they must agree)."""
     if after is not None and cursor is not None and after != cursor:
         raise errors.InvalidInput(
-            f"after={after} and cursor={cursor} disagree: cursor is the seed's word for after; give one",
+            f"after={after} and cursor={cursor} disagree: cursor is this surface's word for after; give one",
             field="cursor",
         )
     return cursor if cursor is not None else after
@@ -89,9 +93,14 @@ def segment(value: str, name: str) -> str:
     return value
 
 
+REGION_HEADER = "Client-Region"
+
+
 def run_stream(request: Request, principal: Principal, run_id: str, stream_id: str) -> Stream:
+    """The run's stream, as this token and the region the request declares may use it."""
     path = f"/runs/{segment(run_id, 'runID')}/{segment(stream_id, 'streamID')}"
-    return runtime_of(request).stream(path, tenant=principal.tenant)
+    caller = Caller.workflow(principal.scopes, principal.token_id, request.headers.get(REGION_HEADER))
+    return runtime_of(request).stream(path, tenant=principal.tenant, caller=caller)
 
 
 def definition_response(run_id: str, stream_id: str, info: StreamInfo) -> dict[str, Any]:
@@ -102,13 +111,6 @@ def definition_response(run_id: str, stream_id: str, info: StreamInfo) -> dict[s
         **info_json, "run_id": run_id, "stream_id": stream_id, "lifetime_id": info_json["stream_id"],
         "data_handling": info.data_handling,
     }
-
-
-async def guarded(
-    request: Request, principal: Principal, run_id: str, stream_id: str, action: str | None
-) -> Guarded:
-    """The run's stream, once the request passed its pins (``pinned.guard``)."""
-    return await guard(request, principal, run_stream(request, principal, run_id, stream_id), action)
 
 
 DEFINITION = {200: answer(WorkflowStream, "The stream definition")}
@@ -133,7 +135,7 @@ async def create_definition(request: Request, run_id: str = RUN, principal: Prin
         pins.check_egress(request.headers.get(REGION_HEADER))
     info, created = await ensure_definition(stream, body, pinned=True, data_handling=pins)
     if not created:  # an existing definition's own pins decide who sees it
-        await guard(request, principal, stream, "read")
+        await stream.admission(rules.READ)
     result = definition_response(run_id, stream_id, info)
     return json_response(result, status_code=201 if created else 200)
 
@@ -142,7 +144,7 @@ async def create_definition(request: Request, run_id: str = RUN, principal: Prin
 async def read_definition(
     request: Request, run_id: str = RUN, stream_id: str = STREAM, principal: Principal = READ
 ) -> Response:
-    info = await (await guarded(request, principal, run_id, stream_id, "read")).stream.info()
+    info = await run_stream(request, principal, run_id, stream_id).info()
     return json_response(definition_response(run_id, stream_id, info))
 
 
@@ -156,18 +158,15 @@ async def append_records(
     idempotency_key: str | None = Header(None, alias="Idempotency-Key"),
     principal: Principal = APPEND,
 ) -> Response:
-    allowed = await guarded(request, principal, run_id, stream_id, "append")
-    body = await json_body(request)
-    allowed.check_records(body)
-    wake = f"/runs/{run_id}" if allowed.pins is not None and allowed.pins.direction == "input" else None
-    return await append_with_receipts(allowed.stream, body, idempotency_key, wake)
+    stream = run_stream(request, principal, run_id, stream_id)
+    return await append_with_receipts(stream, await json_body(request), idempotency_key)
 
 
-async def append_with_receipts(stream: Stream, body: Any, idempotency_key: str | None, wake: str | None) -> Response:
+async def append_with_receipts(stream: Stream, body: Any, idempotency_key: str | None) -> Response:
     """``append_body`` (one record or a batch, the Idempotency-Key rule), each
-    record answered with its receipt (``streams/receipts.py``). With ``wake``
-    the records are input records: appended with their delivery outbox,
-    their wake events published on ``wake`` (``streams/inputs.py``)."""
+    record answered with its receipt (``streams/receipts.py``). The stream
+    checks the records' content classes, and appends an input stream's
+    records with their delivery outbox (``streams/inputs.py``)."""
     batch = isinstance(body, list)
     if batch:
         if not body:
@@ -186,8 +185,8 @@ async def append_with_receipts(stream: Stream, body: Any, idempotency_key: str |
                 )
             body = {**body, "idempotency_key": idempotency_key}
         records = [body]
-    results = await (stream.append_input(records, wake=wake) if wake else stream.append_many(records))
-    limit = stream.runtime.settings.max_event_bytes
+    results = await stream.append_many(records)
+    limit = stream.kernel.max_event_bytes
     answers = []
     for raw, result in zip(records, results):
         prepared = prepare(raw, max_event_bytes=limit)  # valid: it was just appended
@@ -209,11 +208,7 @@ async def read_receipt(
     sequence: int = Path(ge=1, le=MAX_OFFSET),
     principal: Principal = READ,
 ) -> Response:
-    stream = (await guarded(request, principal, run_id, stream_id, "read")).stream
-    event = await stream.get(sequence)
-    if event.ephemeral:
-        raise errors.EventNotFound(f"record {sequence} is ephemeral: it has no receipt", offset=sequence)
-    return json_response(receipt(event))
+    return json_response(await run_stream(request, principal, run_id, stream_id).receipt(sequence))
 
 
 @router.get(
@@ -224,15 +219,16 @@ async def read_records(
     request: Request,
     run_id: str = RUN,
     stream_id: str = STREAM,
-    after: int | None = Query(None, ge=0, description="Records with sequence (offset) > after; default 0"),
+    after: int | None = Query(
+        None, ge=0, le=MAX_OFFSET, description="Records with sequence (offset) > after; default 0"
+    ),
     cursor: int | None = CURSOR,
     limit: int = Query(1000, ge=1, le=10000, description=PAGE_LIMIT),
     principal: Principal = READ,
 ) -> Response:
     check_query(request, {"after", "cursor", "limit"})
     after = cursor_of(after, cursor) or 0
-    allowed = await guarded(request, principal, run_id, stream_id, "read")
-    return await read_page(allowed.stream, after, limit, False, allowed.redactor)
+    return await read_page(run_stream(request, principal, run_id, stream_id), after, limit, False)
 
 
 @router.get("/runs/{runID}/streams/{streamID}/subscribe", summary="Subscribe (Server-Sent Events)",
@@ -241,18 +237,17 @@ async def subscribe(
     request: Request,
     run_id: str = RUN,
     stream_id: str = STREAM,
-    after: int | None = Query(None, ge=0),
+    after: int | None = Query(None, ge=0, le=MAX_OFFSET),
     cursor: int | None = CURSOR,
     last_event_id: str | None = Header(None, alias="Last-Event-ID"),
     principal: Principal = READ,
 ) -> Response:
     check_query(request, {"after", "cursor"})
-    allowed = await guarded(request, principal, run_id, stream_id, "read")
-    cursor = await resolve_cursor(allowed.stream, cursor_of(after, cursor), last_event_id)
+    stream = run_stream(request, principal, run_id, stream_id)
+    cursor = await resolve_cursor(stream, cursor_of(after, cursor), last_event_id)
     state = request.app.state
     return tail_response(
-        allowed.stream, cursor, include_ephemeral=True, heartbeat_s=state.heartbeat_s, shutdown=state.shutdown,
-        redactor=allowed.redactor,
+        stream, cursor, include_ephemeral=True, heartbeat_s=state.heartbeat_s, shutdown=state.shutdown,
     )
 
 
@@ -265,7 +260,7 @@ async def gaps(
     limit: int = Query(100, ge=1, le=100), principal: Principal = ADMIN,
 ) -> Response:
     check_query(request, {"limit"})
-    stream = (await guarded(request, principal, run_id, stream_id, None)).stream
+    stream = run_stream(request, principal, run_id, stream_id)
     return json_response({"gaps": [gap_dict(g) for g in await stream.gaps(limit)]})
 
 
@@ -281,12 +276,12 @@ async def acknowledge(
     consumer_id: str = Path(alias="consumerID"),
     principal: Principal = READ,
 ) -> Response:
-    stream = (await guarded(request, principal, run_id, stream_id, "read")).stream
+    stream = run_stream(request, principal, run_id, stream_id)
     return await ack_body(stream, consumer_id, sequence_as_offset(await json_body(request)))
 
 
 def sequence_as_offset(body: Any) -> Any:
-    """An acknowledgement by ``sequence`` (the seed's word) or ``offset``."""
+    """An acknowledgement by ``sequence`` (this surface's word) or ``offset``."""
     if not isinstance(body, dict) or "sequence" not in body:
         return body
     body = dict(body)
@@ -299,8 +294,7 @@ def sequence_as_offset(body: Any) -> Any:
 
 @router.post("/runs/{runID}/streams/{streamID}/close", responses=STREAM_INFO, summary="Close")
 async def close(request: Request, run_id: str = RUN, stream_id: str = STREAM, principal: Principal = ADMIN) -> Response:
-    stream = (await guarded(request, principal, run_id, stream_id, None)).stream
-    return json_response(info_dict(await stream.close()))
+    return json_response(info_dict(await run_stream(request, principal, run_id, stream_id).close()))
 
 
 @router.put(
@@ -313,7 +307,7 @@ async def legal_hold(
     body = object_body(await json_body(request), {"on"})
     if "on" not in body:
         raise errors.InvalidInput("give {\"on\": true|false}", field="on")
-    info = await (await guarded(request, principal, run_id, stream_id, None)).stream.set_legal_hold(body["on"])
+    info = await run_stream(request, principal, run_id, stream_id).set_legal_hold(body["on"])
     return json_response(info_dict(info))
 
 
@@ -324,7 +318,7 @@ async def legal_hold(
 async def prepare_object(
     request: Request, run_id: str = RUN, stream_id: str = STREAM, principal: Principal = APPEND
 ) -> Response:
-    stream = (await guarded(request, principal, run_id, stream_id, "append")).stream
+    stream = run_stream(request, principal, run_id, stream_id)
     return await prepare_body(stream, await json_body(request), principal)
 
 
@@ -339,7 +333,7 @@ async def upload_object(
     object_id: str = Path(alias="objectID"),
     principal: Principal = APPEND,
 ) -> Response:
-    stream = (await guarded(request, principal, run_id, stream_id, "append")).stream
+    stream = run_stream(request, principal, run_id, stream_id)
     return json_response(object_dict(await stream.objects.upload(object_id, await read_body(request))))
 
 
@@ -352,10 +346,8 @@ async def commit_object(
     object_id: str = Path(alias="objectID"),
     principal: Principal = APPEND,
 ) -> Response:
-    allowed = await guarded(request, principal, run_id, stream_id, "append")
-    raw = await json_body_bytes(request)
-    allowed.check_records(parse_json(raw) if raw else {})
-    return await commit_body(allowed.stream, object_id, raw)
+    stream = run_stream(request, principal, run_id, stream_id)
+    return await commit_body(stream, object_id, await json_body_bytes(request))
 
 
 @router.post("/runs/{runID}/streams/{streamID}/objects/{objectID}/abort", responses=OBJECT, summary="Abort an object")
@@ -366,5 +358,5 @@ async def abort_object(
     object_id: str = Path(alias="objectID"),
     principal: Principal = APPEND,
 ) -> Response:
-    stream = (await guarded(request, principal, run_id, stream_id, "append")).stream
+    stream = run_stream(request, principal, run_id, stream_id)
     return json_response(object_dict(await stream.objects.abort(object_id)))

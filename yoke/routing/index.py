@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..lifecycle import is_lifecycle
-from .filters import UNKNOWN, Filter, equality_of, key_of, literal_key, lookup, path_matches, where_true
+from .evaluation import Evaluations, Failed
+from .filters import UNDECIDED, UNKNOWN, Filter, equality_of, literal_key, lookup, path_matches, plain_key
 
 log = logging.getLogger("yoke.routing")
 
@@ -107,22 +108,60 @@ class RoutingIndex:
             self._all.candidates(document, found)
         return found
 
-    def targets(self, document: Mapping[str, Any]) -> list[Target]:
-        """Every target of the event, each once. A route whose expression
-        fails on this event is skipped (and logged), never fatal."""
-        out: list[Target] = []
-        seen: set[Any] = set()
-        for route, known in self._candidates(document):
-            f = route.filter
-            try:
+    async def targets(
+        self, tenant: str, documents: Sequence[Mapping[str, Any]], evaluations: Evaluations
+    ) -> list[list[Target]]:
+        """Every target of each event, each once. A route whose expression
+        fails on an event is skipped for it (and logged), never fatal. The
+        expressions run once per expression for all the events together
+        (``evaluations``: on the event loop when light, in its processes
+        when expensive)."""
+        # The candidates that pass their stream globs, per event, and the
+        # where expressions they still need.
+        plans: list[list[Route]] = []
+        wheres: dict[str, list[int]] = {}
+        for i, document in enumerate(documents):
+            plan = []
+            for route, known in self._candidates(document):
+                f = route.filter
                 if f.streams is not None and not path_matches(f.streams, document["path"]):
                     continue
-                if f.where is not None and not known and not where_true(f.where, document):
-                    continue
+                plan.append(route)
+                if f.where is not None and not known:
+                    _ask(wheres, f.where, i)
+            plans.append(plan)
+        verdicts = await _answers(tenant, documents, wheres, "where", evaluations)
+        # Those that pass, and the keys that only JSONata can find.
+        keys: dict[str, list[int]] = {}
+        for i, plan in enumerate(plans):
+            passing = []
+            for route in plan:
+                f = route.filter
+                verdict = verdicts[f.where].get(i, True) if f.where in verdicts else True
+                if type(verdict) is Failed:
+                    _skip(route, documents[i], "filter", verdict.message)
+                elif verdict:
+                    passing.append(route)
+                    if route.instance_id is None and f.key is not None and plain_key(f.key, documents[i]) is UNDECIDED:
+                        _ask(keys, f.key, i)
+            plans[i] = passing
+        found = await _answers(tenant, documents, keys, "key", evaluations)
+        out = []
+        for i, plan in enumerate(plans):
+            document = documents[i]
+            targets: list[Target] = []
+            seen: set[Any] = set()
+            for route in plan:
+                f = route.filter
                 if route.instance_id is not None:
                     target = Target(route.instance_id, None, None)
                 else:
-                    key = SINGLETON_KEY if f.key is None else key_of(f.key, document)
+                    key = SINGLETON_KEY if f.key is None else plain_key(f.key, document)
+                    if key is UNDECIDED:
+                        key = found[f.key][i]
+                    if type(key) is Failed:
+                        _skip(route, document, "key", key.message)
+                        continue
                     if key is None:
                         continue
                     if len(key) > MAX_KEY_CHARS or "\x00" in key:
@@ -131,12 +170,32 @@ class RoutingIndex:
                                     route.actor, MAX_KEY_CHARS)
                         continue
                     target = Target(None, route.actor, key)
-            except Exception as exc:  # noqa: BLE001 - a bad expression skips the route
-                log.warning("routing: filter of %s failed on %s: %s",
-                            route.instance_id or route.actor, document.get("id"), exc)
-                continue
-            ident = target.instance_id or (target.actor, target.key)
-            if ident not in seen:
-                seen.add(ident)
-                out.append(target)
+                ident = target.instance_id or (target.actor, target.key)
+                if ident not in seen:
+                    seen.add(ident)
+                    targets.append(target)
+            out.append(targets)
         return out
+
+
+def _ask(asked: dict[str, list[int]], expression: str, i: int) -> None:
+    indexes = asked.setdefault(expression, [])
+    if not indexes or indexes[-1] != i:  # events in order: a repeat is the last one
+        indexes.append(i)
+
+
+async def _answers(
+    tenant: str, documents: Sequence[Mapping[str, Any]], asked: dict[str, list[int]], what: str,
+    evaluations: Evaluations,
+) -> dict[str, dict[int, Any]]:
+    """Each expression's outcome (or ``Failed``) on the events that need it, by event index."""
+    out = {}
+    for expression, indexes in asked.items():
+        answers = await evaluations.run(tenant, expression, what, [documents[i] for i in indexes])
+        out[expression] = dict(zip(indexes, answers))
+    return out
+
+
+def _skip(route: Route, document: Mapping[str, Any], what: str, message: str) -> None:
+    log.warning("routing: %s of %s failed on %s: %s", what, route.instance_id or route.actor,
+                document.get("id"), message)

@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 import orjson
 
 from ..events import PreparedEvent
-from .contract import Outcome
+from .results import Outcome
 
 
 MAX_ATTEMPT_ERRORS = 50  # failed attempts whose error a queue row or subscription keeps
@@ -45,6 +45,31 @@ class InstanceInfo:
     parent_id: str | None = None
     worker_id: str | None = None
     created_at: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StateHome:
+    """Where the instances' state databases live (actors/state_home.py):
+    a storage mode and, within it, a location (a data directory's id for
+    file storage, the bucket and prefix for s3, nothing for pg_sqlite);
+    ``label`` says it to a person."""
+
+    storage: str
+    location: str
+    label: str
+    recorded_at: int = 0
+
+    def same_place(self, other: StateHome) -> bool:
+        return (self.storage, self.location) == (other.storage, other.location)
+
+
+@dataclass(frozen=True, slots=True)
+class Reaped:
+    """A worker removed for a stale heartbeat."""
+
+    worker_id: str
+    silent_ms: int  # since its last heartbeat, by the database's clock
+    info: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +157,7 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class Effect:
-    """One journaled effect of an actor run (docs/effects.md): the queue row
+    """One journaled effect of an actor run (docs/advanced/effects.md): the queue row
     ``qid`` whose run performs it, the digest of the op's name and canonical
     params, and which occurrence of that op in the run it is. Journaled
     store methods record their result under it in the effect's own
@@ -323,16 +348,22 @@ class ActorStore(Protocol):
 
     # --- workers -------------------------------------------------------------
 
-    async def register_worker(self, worker_id: str, now: int, info: dict[str, Any]) -> None: ...
+    # Heartbeats run on the database's clock (every process's beats and
+    # reaps compare times from one clock) and, on PostgreSQL, on a connection
+    # of their own: a beat never waits behind the runtime's work.
 
-    async def heartbeat(self, worker_id: str, now: int) -> bool:
-        """False when the worker was reaped (its instances went to others)."""
+    async def register_worker(self, worker_id: str, info: dict[str, Any]) -> None:
+        """Join, or join again after being reaped: heartbeat now."""
+
+    async def heartbeat(self, worker_id: str) -> bool:
+        """Heartbeat now; False when the worker was reaped (its instances go to others)."""
 
     async def unregister_worker(self, worker_id: str) -> None:
         """Leave cleanly: the worker's instances become unowned."""
 
-    async def reap_workers(self, stale_before: int) -> list[str]:
-        """Remove workers whose heartbeat is older than ``stale_before``."""
+    async def reap_workers(self, by: str, stale_ms: int) -> list[Reaped]:
+        """Remove the workers other than ``by`` whose last heartbeat is more
+        than ``stale_ms`` old."""
 
     async def live_workers(self) -> list[str]: ...
 
@@ -344,6 +375,14 @@ class ActorStore(Protocol):
     ) -> int:
         """Take unowned instances (of ``actors``, the ones this worker can
         run; None: any), up to a fair share of the tenant's."""
+
+    # --- where the per-instance databases live ---------------------------------
+
+    async def record_state_home(self, home: StateHome) -> StateHome:
+        """Record ``home`` unless a home is recorded already; the recorded one."""
+
+    async def state_home(self) -> StateHome | None:
+        """The recorded home, if any executor recorded one."""
 
     # --- per-instance SQLite databases (pg_sqlite storage) -------------------
 

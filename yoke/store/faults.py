@@ -29,7 +29,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import ParamSpec, TypeVar
 
-from .. import errors
+from .. import errors, metrics
 
 log = logging.getLogger("yoke.store.faults")
 
@@ -55,7 +55,8 @@ NOTHING_WRITTEN = frozenset({"connect_failed", "cancelled", "conflict"})
 def unavailable(message: str, reason: str) -> errors.Unavailable:
     """The error callers see; ``reason`` says which fault it was
     (connection_lost, connect_failed, cancelled, conflict, database_locked,
-    io_error, disk_full)."""
+    io_error, disk_full), and yoke_database_errors_total counts it."""
+    metrics.DATABASE_ERRORS.labels(reason).inc()
     return errors.Unavailable(message, reason=reason, retry_after=RETRY_AFTER_S)
 
 

@@ -1,8 +1,8 @@
 """The input delivery outbox part of the storage contract (``store.outbox``).
 
-Seed 004: "Input records and their delivery outbox commit together. A
-dispatcher publishes a deterministic event through the existing workflow
-wait service." ``append_input`` writes the records and one outbox row per
+Input records and their delivery outbox commit together; a dispatcher
+publishes a deterministic wake event for them through the workflow wait
+service. ``append_input`` writes the records and one outbox row per
 new record in one transaction; the dispatcher (``streams/inputs.py``)
 reads due rows, publishes each record's wake event and deletes the row.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..events import PreparedEvent
-from .contract import CommitResult
+from .results import CommitResult
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,8 @@ import orjson
 from .. import errors
 from ..events import Event
 from .actors import InstanceInfo, Message, QueueRow, Schedule
-from .contract import ConsumerInfo, Limits, ObjectInfo, Retention, StoredEvent, StreamInfo, TokenInfo, Usage
-from .protocol import NATIVE_CONTENT_TYPE, ProtocolStream
+from .results import ConsumerInfo, Limits, ObjectInfo, Retention, StoredEvent, StreamInfo, TokenInfo, Usage
+from .durable_streams import NATIVE_CONTENT_TYPE, ProtocolStream
 from .subscriptions import Checkpoint, InboundRecord, SubscriptionRow
 
 # A page of events read as one value (a JSON array: SQLite's long pages,
@@ -35,7 +35,7 @@ OBJECT_COLUMNS = (
     "object_id, tenant_id, idempotency_key, sha256, size, content_type, state, created_at,"
     " expires_at, committed_seq, schema_ref, auth_receipt"
 )
-TOKEN_COLUMNS = "token_id, tenant_id, name, scopes, secret_hash, created_at, revoked_at"
+TOKEN_COLUMNS = "token_id, tenant_id, name, scopes, secret_hash, created_at, revoked_at, expires_at"
 
 
 def _json(value: Any) -> Any:
@@ -130,6 +130,7 @@ def token_from_row(row: Sequence[Any]) -> TokenInfo:
         secret_hash=row[4],
         created_at=row[5],
         revoked_at=row[6],
+        expires_at=row[7],
     )
 
 
@@ -294,11 +295,17 @@ SUBSCRIPTION_WRITE_COLUMNS = (
     "generation", "source_stream_id", "processed_through_offset", "halted", "gave_up",
     "attempts", "skips", "last_error", "next_retry_at", "secret", "delivered", "failures", "attempt_errors",
 )
-# The subscription columns with the source's head, for status and lag.
+# The subscription columns with the source's head, for status and lag; the
+# lease runs until its holder's last heartbeat plus its lease (a holder gone
+# from delivery_owners holds nothing).
 SUBSCRIPTION_WITH_HEAD = (
-    f"SELECT {', '.join('s.' + c.strip() for c in SUBSCRIPTION_COLUMNS.split(','))},"
-    " coalesce(t.head, 0) FROM subscriptions s"
+    "SELECT " + ", ".join(
+        "coalesce(o.heartbeat_at + o.lease_ms, 0)" if c.strip() == "lease_until" else "s." + c.strip()
+        for c in SUBSCRIPTION_COLUMNS.split(",")
+    )
+    + ", coalesce(t.head, 0) FROM subscriptions s"
     " LEFT JOIN streams t ON t.tenant_id = s.tenant_id AND t.path = s.path"
+    " LEFT JOIN delivery_owners o ON o.owner = s.lease_owner"
 )
 INBOUND_COLUMNS = (
     "path, source_path, name, source_stream_id, source_created_at, generation, received,"
@@ -347,7 +354,7 @@ def checkpoint_from_row(row: Sequence[Any]) -> Checkpoint:
     )
 
 
-# --- the Durable Streams protocol (store/protocol.py) -------------------------
+# --- the Durable Streams protocol (store/durable_streams.py) -------------------------
 
 PROTOCOL_STREAM_SELECT = (
     "SELECT s.sid, s.stream_id, s.path, s.created_at, s.head, s.pruned_through, s.closed,"

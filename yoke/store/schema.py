@@ -57,6 +57,51 @@ def read_migrations(package: str) -> list[Migration]:
     return [found[v] for v in sorted(found)]
 
 
+@dataclass(frozen=True)
+class Status:
+    """Where a database stands against this build's migrations (file names)."""
+
+    applied: list[str]  # recorded, and this build's
+    pending: list[str]  # this build's, not recorded yet
+    newer: list[str]  # recorded, numbered above this build's newest: a newer build applied them
+
+
+def status(recorded: Mapping[int, Recorded], files: list[Migration]) -> Status:
+    """``SchemaMismatch`` when the recorded migrations are not this build's
+    (``check_recorded``), else what is applied, pending and newer."""
+    check_recorded(recorded, files)
+    known = {m.version for m in files}
+    return Status(
+        applied=[m.name for m in files if m.version in recorded],
+        pending=[m.name for m in files if m.version not in recorded],
+        newer=[recorded[v].name for v in sorted(recorded) if v not in known],
+    )
+
+
+def check_startable(found: Status, *, migrated: bool) -> None:
+    """Refuse to run on a schema this build cannot use: migrations from a
+    newer build (its code may rely on them, or on their absence, in ways
+    this one cannot know), or, when this process did not migrate
+    (``--no-migrate``), migrations still pending."""
+    if found.newer:
+        raise errors.SchemaNewer(
+            f"the database was migrated by a newer Yoke: it records {', '.join(found.newer)}, which this"
+            f" build ({_newest(found)}) does not know. Run the newer build (docs/production/upgrades.md)",
+            newer=found.newer,
+        )
+    if found.pending and not migrated:
+        raise errors.SchemaPending(
+            f"{len(found.pending)} migration(s) of this build are not applied ({', '.join(found.pending)}),"
+            " and this process does not migrate (--no-migrate): run `yoke migrate` with this build first",
+            pending=found.pending,
+        )
+
+
+def _newest(found: Status) -> str:
+    known = found.applied + found.pending
+    return f"migrations up to {max(known)}" if known else "no migrations"
+
+
 def check_recorded(recorded: Mapping[int, Recorded], files: list[Migration]) -> None:
     """Raise ``SchemaMismatch`` unless every recorded migration is the file
     of the same number (same name, and same text when a checksum was

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..events import Event, PreparedEvent
-from .contract import CommitResult, Outcome
+from .results import CommitResult, Outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +41,8 @@ class SubscriptionRow:
     failures: int = 0
     secret: str | None = None
     lease_owner: str | None = None
+    # Until when its holder's lease runs (ms; 0: none), as read with the
+    # source's head: the holder's last heartbeat plus its lease.
     lease_until: int = 0
     head: int = 0  # the source stream's head when the row was read (for lag)
     # The failed attempts at the event after the cursor, ({number, at, error}, ...):
@@ -68,6 +70,8 @@ class SourceState:
     # With control(probe=...): whether the source holds an event the probe
     # describes, read under the lock (so no decision made meanwhile is missed).
     probed: bool = False
+    # The control's time (the caller's clock): what the decision stamps.
+    now: int = 0
 
     @property
     def next_offset(self) -> int:
@@ -119,12 +123,26 @@ Decide = Callable[[SubscriptionRow | None, SourceState], Change]
 
 
 @dataclass(frozen=True, slots=True)
-class Deliverable:
-    """What a process can deliver: copies and webhooks always; calls and
-    processors only when its application registers the name."""
+class DeliveryOwner:
+    """A delivering process, as its heartbeat row describes it: what it can
+    deliver (its deploy version, the call functions and processors its
+    application registers) and where it runs."""
 
+    owner: str
+    version: str = ""
     functions: tuple[str, ...] = ()
     processors: tuple[str, ...] = ()
+    host: str = ""
+    pid: int = 0
+
+    def info(self) -> dict[str, Any]:
+        return {"version": self.version, "functions": list(self.functions),
+                "processors": list(self.processors), "host": self.host, "pid": self.pid}
+
+    @classmethod
+    def of(cls, owner: str, info: dict[str, Any]) -> DeliveryOwner:
+        return cls(owner, info.get("version", ""), tuple(info.get("functions", ())),
+                   tuple(info.get("processors", ())), info.get("host", ""), info.get("pid", 0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,19 +232,43 @@ class SubscriptionStore(Protocol):
     async def list(self, tenant: str, path: str) -> list[SubscriptionRow]:
         """The subscriptions of one source stream, by name."""
 
-    async def claim(
-        self, owner: str, version: str, now: int, lease_ms: int, can: Deliverable
-    ) -> list[SubscriptionRow]:
-        """Across tenants: lease to ``owner`` every subscription it can
-        deliver that is free (or already its own, renewing it) and not
-        halted, or halted by a delivery under a deploy version and not yet
-        given up by ``version`` (a non-empty version: its runner tries the
-        deployment resume; a pause, an operator's halt or a halt recorded
-        without a version waits for the operator); returns every row
-        ``owner`` now holds."""
+    # --- leases (subscriptions/leases.py) ------------------------------------------
+    # A delivering process (an owner) holds its subscriptions while its
+    # heartbeat row lives: one heartbeat renews them all. Heartbeats run on
+    # the database's clock and, on PostgreSQL, a connection of their own.
+    # A change others should act on (a configuration, a lease given up, an
+    # owner gone) is announced to the other processes (PostgreSQL: NOTIFY
+    # yoke_subscription with the tenant, or '' for every tenant).
 
-    async def release(self, owner: str) -> None:
-        """Give up every lease ``owner`` holds (a clean shutdown)."""
+    async def register_owner(self, owner: DeliveryOwner, lease_ms: int) -> None:
+        """Join (or join again): heartbeat now; reaped after ``lease_ms`` of silence."""
+
+    async def beat_owner(self, owner: str) -> bool:
+        """Heartbeat now; False when the owner was reaped (its subscriptions are free)."""
+
+    async def reap_owners(self, by: str) -> list[DeliveryOwner]:
+        """Remove the owners other than ``by`` silent for longer than their lease."""
+
+    async def owners(self) -> list[DeliveryOwner]:
+        """The live owners."""
+
+    async def drop_owner(self, owner: str) -> None:
+        """Leave (a clean shutdown): the owner's subscriptions are free at once."""
+
+    async def tenants(self) -> list[str]:
+        """The tenants that have subscriptions."""
+
+    async def leases(self, tenant: str, paths: Sequence[str] | None = None) -> list[SubscriptionRow]:
+        """The subscriptions of the tenant (of the source ``paths``, or
+        all), with their source's head: what ``leases.plan`` decides from."""
+
+    async def take(self, tenant: str, owner: str, keys: Sequence[tuple[str, str]]) -> list[SubscriptionRow]:
+        """Lease the subscriptions ``keys`` ((path, name)) to ``owner`` where
+        they are free (no holder, or one no longer live) or its own already;
+        the rows it holds of them."""
+
+    async def give(self, tenant: str, owner: str, keys: Sequence[tuple[str, str]]) -> None:
+        """Give up the subscriptions ``keys`` that ``owner`` holds (another process is preferred)."""
 
     async def ack(
         self, tenant: str, path: str, name: str, generation: int, through: int, delivered: int,

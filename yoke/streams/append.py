@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import errors, metrics
-from ..events import AppendResult, PreparedEvent, any_ephemeral, idempotency_keys, now_ms, total_size
+from ..clock import SYSTEM, Clock, wall_ms
+from ..events import AppendResult, PreparedEvent, any_ephemeral, idempotency_keys, total_size
 from ..lifecycle import new_stream_id  # noqa: F401 - where the rest of Yoke imports it from
 from ..store.contract import Admitted, CommitResult, Outcome, Store
 from ..store.faults import Backoff, nothing_written
-from ..store.protocol import Guard, GuardOutcome
+from ..store.durable_streams import Guard, GuardOutcome
 from .ephemeral import EphemeralBuffer, EphemeralBuffers
 from .wakeups import WakeupHub
 
@@ -44,7 +45,7 @@ log = logging.getLogger("yoke.streams.append")
 class _Request:
     events: Sequence[PreparedEvent]
     future: asyncio.Future[Any]
-    guard: Guard | None = None  # a protocol append's checks (store/protocol.py)
+    guard: Guard | None = None  # a protocol append's checks (store/durable_streams.py)
     last_only: bool = False  # the caller needs only its last event's result
 
 
@@ -201,7 +202,7 @@ class Appender:
             buffer = service.buffers.ensure(self.tenant, self.path) if has_ephemeral else None
             if buffer is not None:
                 buffer.begin_commit()
-            now = now_ms()
+            now = wall_ms(service.clock)
             guards = [r.guard for r in group] if any(r.guard is not None for r in group) else None
             try:
                 result = await service.store.commit(
@@ -316,8 +317,10 @@ class AppendService:
         buffers: EphemeralBuffers,
         *,
         max_group_events: int,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.store = store
+        self.clock = clock  # stamps each commit (the events' created_at)
         self.hub = hub
         self.buffers = buffers
         self.max_group_events = max_group_events

@@ -1,4 +1,4 @@
-"""Session connections: ``Stream.open_connection`` (seed 003's openConnection).
+"""Session connections: ``Stream.open_connection`` (replay, then live, for one session).
 
 A connection is a callback for one session (a Python caller, or an HTTP
 client on the SSE route): it replays the stream after an offset and then
@@ -23,22 +23,30 @@ import inspect
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .. import errors
-from ..events import Event, check_offset, check_text, now_ms
+from ..clock import SYSTEM, Clock, wall_ms
+from ..events import Event, check_offset, check_text
 from ..lifecycle import CONNECTION_CLOSED, CONNECTION_OPENED, new_stream_id, stream_fact
 from ..routing.filters import Filter
-from .tail import follow
+from ..store import OpenStore, ReadPage, Store
+from .tail import Followed, follow
+from .wakeups import WakeupHub
 
-if TYPE_CHECKING:
-    from ..runtime import Runtime
-    from .handle import Stream
+
+class ConnectedStream(Followed, Protocol):
+    """What a connection asks of its stream's handle (``handle.Stream``)."""
+
+    async def read_page(self, after: int = 0, limit: int = 1000) -> ReadPage: ...
+
+    async def read(self, after: int = 0, limit: int = 1000) -> list[Event]: ...
 
 log = logging.getLogger("yoke.streams.connections")
 
 MAX_KEY_CHARS = 200
 OnBatch = Callable[[Any], Awaitable[Any]]
+OpenGlobal = Callable[[str], ConnectedStream]  # tenant -> its global stream '/', as the application
 
 
 def check_key(key: Any) -> str:
@@ -56,7 +64,7 @@ class Connection:
     raised, the filter failed, the cursor was removed by retention) or
     ``shutdown``."""
 
-    def __init__(self, registry: Connections, stream: Stream, key: str, after: int, events: bool) -> None:
+    def __init__(self, registry: Connections, stream: ConnectedStream, key: str, after: int, events: bool) -> None:
         self._registry = registry
         self.stream = stream
         self.key = key
@@ -101,8 +109,16 @@ class Connection:
 class Connections:
     """The open connections of one runtime."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
+    def __init__(
+        self, store: OpenStore, hub: WakeupHub, open_global: OpenGlobal, *, tail_sweep_s: float,
+        closed: Callable[[], bool], clock: Clock = SYSTEM,
+    ) -> None:
+        self._store = store
+        self._hub = hub
+        self._clock = clock  # stamps the connection facts
+        self._open_global = open_global
+        self._sweep_s = tail_sweep_s
+        self._closed = closed
         self._open: dict[tuple[str, str, str], Connection] = {}
         # Per tenant with open connections: a tail of '/' for the
         # connection_opened facts of other processes.
@@ -114,7 +130,7 @@ class Connections:
 
     async def open(
         self,
-        stream: Stream,
+        stream: ConnectedStream,
         connection_key: str,
         on_batch: OnBatch,
         *,
@@ -179,7 +195,7 @@ class Connections:
         task = self._watchers.get(tenant)
         if task is not None and not task.done():
             return
-        head = (await self._runtime.stream("/", tenant).read_page(0, 1)).head
+        head = (await self._open_global(tenant).read_page(0, 1)).head
         self._watchers[tenant] = asyncio.create_task(self._replacements(tenant, head), name=f"yoke-connections-{tenant}")
 
     async def _replacements(self, tenant: str, after: int) -> None:
@@ -187,8 +203,8 @@ class Connections:
         while True:
             try:
                 batches = follow(
-                    self._runtime.stream("/", tenant), after, include_ephemeral=False,
-                    sweep_s=self._runtime.settings.tail_sweep_s, event_filter=opened,
+                    self._open_global(tenant), after, include_ephemeral=False,
+                    sweep_s=self._sweep_s, event_filter=opened,
                 )
                 async for batch in batches:
                     for fact in batch:
@@ -203,13 +219,13 @@ class Connections:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - keep watching (the runtime's end cancels it)
-                if self._runtime.closed:
+                if self._closed():
                     return
                 log.warning("connections of %s: following / failed (%r); again", tenant, exc)
-                await asyncio.sleep(self._runtime.settings.tail_sweep_s)
+                await asyncio.sleep(self._sweep_s)
 
-    async def _stream_id(self, stream: Stream) -> str | None:
-        info = await self._runtime.store.info(stream.tenant, stream.path)
+    async def _stream_id(self, stream: ConnectedStream) -> str | None:
+        info = await self._store().info(stream.tenant, stream.path)
         return None if info is None else info.stream_id
 
     async def _fact(self, connection: Connection, event_type: str, stream_id: str | None, **extra: Any) -> int:
@@ -217,8 +233,8 @@ class Connections:
         event = stream_fact(
             event_type, stream.path, stream_id, connection_key=connection.key, connection_id=connection.id, **extra
         )
-        outcome = await self._runtime.store.append_fact(stream.tenant, event, now_ms(), new_stream_id())
-        self._runtime.hub.wake(stream.tenant, "/")
+        outcome = await self._store().append_fact(stream.tenant, event, wall_ms(self._clock), new_stream_id())
+        self._hub.wake(stream.tenant, "/")
         return outcome.offset
 
     async def _run(
@@ -260,7 +276,7 @@ class Connections:
         stream = connection.stream
         batches = follow(
             stream, connection.after, include_ephemeral=include_ephemeral,
-            sweep_s=self._runtime.settings.tail_sweep_s, stop=connection._stop, event_filter=event_filter,
+            sweep_s=self._sweep_s, stop=connection._stop, event_filter=event_filter,
         )
         stopping = asyncio.ensure_future(connection._stop.wait())
         try:
@@ -284,14 +300,13 @@ class Connections:
 
     async def _states(self, connection: Connection, on_batch: OnBatch) -> str:
         stream = connection.stream
-        runtime = self._runtime
-        waiter = runtime.hub.subscribe(stream.tenant, stream.path)
+        waiter = self._hub.subscribe(stream.tenant, stream.path)
         last: Any = None
         try:
             while not connection._stop.is_set():
-                if runtime.closed:
+                if self._closed():
                     raise errors.RuntimeClosed("the runtime is shutting down")
-                state = await stream_state(runtime, stream.tenant, stream.path)
+                state = await stream_state(self._store(), stream.tenant, stream.path)
                 if state != last:
                     if not await _deliver(connection, on_batch, state):
                         break
@@ -299,7 +314,7 @@ class Connections:
                 waits = {asyncio.ensure_future(waiter.wait()), asyncio.ensure_future(connection._stop.wait())}
                 try:
                     # Processor checkpoints move without an append: look again every sweep.
-                    await asyncio.wait(waits, timeout=runtime.settings.tail_sweep_s, return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(waits, timeout=self._sweep_s, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     for w in waits:
                         w.cancel()
@@ -327,16 +342,16 @@ async def _deliver(connection: Connection, on_batch: OnBatch, batch: Any) -> boo
     return True
 
 
-async def stream_state(runtime: Runtime, tenant: str, path: str) -> dict[str, Any]:
+async def stream_state(store: Store, tenant: str, path: str) -> dict[str, Any]:
     """The stream's reduced state: its subscription catalogue (outbound: the
     subscriptions it is the source of; inbound: the passive-fence records of
     the copies it received, by source path and name) and the state of each
     processor subscription (its checkpoint). Delivery progress is not part
     of it (``subscription(name)`` has that)."""
-    store = runtime.store.subscriptions
+    subscriptions = store.subscriptions
     outbound: dict[str, Any] = {}
     processors: dict[str, Any] = {}
-    for row in await store.list(tenant, path):
+    for row in await subscriptions.list(tenant, path):
         outbound[row.name] = {
             "configuration": row.config,
             "configured_at_offset": row.configured_at,
@@ -345,13 +360,13 @@ async def stream_state(runtime: Runtime, tenant: str, path: str) -> dict[str, An
             "delivery_halted": row.halted,
         }
         if row.config.get("kind") == "processor":
-            cp = await store.checkpoint(tenant, path, row.name)
+            cp = await subscriptions.checkpoint(tenant, path, row.name)
             processors[row.name] = None if cp is None else {
                 "processor": row.config.get("processor"), "version": cp.version, "stream_id": cp.stream_id,
                 "through": cp.through, "state": cp.state, "complete": cp.complete,
             }
     inbound: dict[str, dict[str, Any]] = {}
-    for record in await store.inbound(tenant, path):
+    for record in await subscriptions.inbound(tenant, path):
         inbound.setdefault(record.source_path, {})[record.name] = {
             "stream_id": record.source_stream_id,
             "stream_created_at": record.source_created_at,

@@ -20,7 +20,7 @@ Merging them into a read must not reorder or skip anything:
   longer readable: a read or tail passes over its offset as over any
   offset without an event.
 
-Memory is bounded three ways (docs/memory.md): per stream
+Memory is bounded three ways (docs/production/memory.md): per stream
 (``ephemeral_buffer_bytes``), per tenant (``ephemeral_tenant_bytes``) and
 per process (``ephemeral_process_bytes``). Whichever is exceeded, the oldest
 event under it goes first: the stream's own, the tenant's or the process's

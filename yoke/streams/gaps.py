@@ -1,5 +1,5 @@
-"""Evidence of repaired live gaps (seed 004: "a live gap is repaired from
-Postgres", and the operations' "gap evidence").
+"""Evidence of repaired live gaps (gap evidence: a live gap is repaired
+from the store, and the repair is recorded).
 
 A tail learns of new events through wake-ups (this process's appends, and
 on PostgreSQL the NOTIFY of other processes' commits); it also rereads the
@@ -20,14 +20,12 @@ import logging
 import os
 import socket
 from collections import OrderedDict
-from typing import TYPE_CHECKING
 
 from .. import metrics
-from ..events import Event, now_ms
+from ..clock import SYSTEM, Clock, wall_ms
+from ..events import Event
+from ..store import OpenStore
 from ..store.faults import log_retried
-
-if TYPE_CHECKING:
-    from ..runtime import Runtime
 
 log = logging.getLogger("yoke.streams.gaps")
 
@@ -39,8 +37,9 @@ PROCESS = f"{socket.gethostname()}:{os.getpid()}"
 
 
 class Gaps:
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
+    def __init__(self, store: OpenStore, clock: Clock = SYSTEM) -> None:
+        self._store = store
+        self._clock = clock  # how late an event is, by the time it was stamped with
         self._seen: OrderedDict[tuple[str, str], int] = OrderedDict()  # stream -> last offset recorded
         self._writes: set[asyncio.Task[None]] = set()
         self.repaired = 0
@@ -50,7 +49,7 @@ class Gaps:
         durable = [e for e in events if not e.ephemeral]
         if not durable:
             return
-        now = now_ms()
+        now = wall_ms(self._clock)
         late = [e for e in durable if e.at < now - GAP_AGE_MS]
         if not late:
             return
@@ -74,6 +73,6 @@ class Gaps:
 
     async def _record(self, tenant: str, path: str, first: int, last: int, cause: str, at: int) -> None:
         try:
-            await self.runtime.store.record_gap(tenant, path, first, last, cause, at, PROCESS)
+            await self._store().record_gap(tenant, path, first, last, cause, at, PROCESS)
         except Exception:
             log_retried(log, "recording the gap evidence of %s %s failed", tenant, path)

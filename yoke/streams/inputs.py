@@ -1,4 +1,4 @@
-"""Input records and their wake events (seed 004, "Input and large-object recovery").
+"""Input records and their wake events (the input outbox).
 
 > Input records and their delivery outbox commit together. A dispatcher
 > publishes a deterministic event through the existing workflow wait
@@ -29,12 +29,14 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..events import now_ms, prepare
+from ..clock import SYSTEM, Clock, wall_ms
+from ..events import prepare
+from ..store import OpenStore
 from ..store.faults import log_retried
 from ..store.outbox import Delivery
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime
+    from .append import AppendService
 
 log = logging.getLogger("yoke.streams.inputs")
 
@@ -63,8 +65,13 @@ def wake_event(delivery: Delivery) -> dict[str, Any]:
 
 
 class InputDispatcher:
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
+    def __init__(
+        self, store: OpenStore, appends: AppendService, *, max_event_bytes: int, clock: Clock = SYSTEM
+    ) -> None:
+        self._store = store
+        self._clock = clock  # what is due, and when a failed one is retried
+        self._appends = appends
+        self._max_event_bytes = max_event_bytes
         self._kick = asyncio.Event()
         self.published = 0
 
@@ -86,8 +93,8 @@ class InputDispatcher:
 
     async def dispatch_once(self) -> int:
         """Publish what is due; returns how many rows were due."""
-        store = self.runtime.store
-        due = await store.outbox.due(now_ms(), BATCH)
+        store = self._store()
+        due = await store.outbox.due(wall_ms(self._clock), BATCH)
         for delivery in due:
             try:
                 await self.publish(delivery)
@@ -96,15 +103,14 @@ class InputDispatcher:
                 log.warning("wake event for %s %s@%d failed: %r; again in %.0f s",
                             delivery.tenant, delivery.path, delivery.offset, exc, delay)
                 await store.outbox.retry(
-                    delivery.tenant, delivery.path, delivery.offset, now_ms() + int(delay * 1000), repr(exc)
+                    delivery.tenant, delivery.path, delivery.offset, wall_ms(self._clock) + int(delay * 1000), repr(exc)
                 )
                 continue
             await store.outbox.done(delivery.tenant, delivery.path, delivery.offset)
         return len(due)
 
     async def publish(self, delivery: Delivery) -> None:
-        runtime = self.runtime
-        prepared = prepare(wake_event(delivery), trusted=True, max_event_bytes=runtime.settings.max_event_bytes)
+        prepared = prepare(wake_event(delivery), trusted=True, max_event_bytes=self._max_event_bytes)
         prepared = replace(prepared, id=wake_id(delivery.lifetime_id, delivery.offset))
-        await runtime.appends.append(delivery.tenant, delivery.wake_path, [prepared])
+        await self._appends.append(delivery.tenant, delivery.wake_path, [prepared])
         self.published += 1

@@ -1,6 +1,6 @@
 """Large objects: prepare -> upload -> commit (one record that references the
 object) or abort; expired uncommitted objects are removed by a cleanup pass.
-docs/objects.md is the guide.
+docs/advanced/objects.md is the guide.
 
 The record and the object's committed state are written in one transaction
 (the store binds the object while appending the record), so a record is
@@ -22,17 +22,30 @@ import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
 from .. import errors
-from ..events import AppendResult, check_text, now_ms, prepare
+from ..events import AppendResult, Event, check_text, prepare
 from ..store.contract import ObjectInfo, Store
 from .append import new_stream_id
+from .rules import APPEND, READ, Admission
 
 if TYPE_CHECKING:
-    from .handle import Stream
+    from .kernel import StreamKernel
+
+
+class ObjectsStream(Protocol):
+    """What the object flow asks of its stream's handle (``handle.Stream``)."""
+
+    kernel: StreamKernel
+    tenant: str
+    path: str
+
+    async def admission(self, action: str) -> Admission: ...
+
+    async def _get(self, offset: int) -> Event: ...
 
 MAX_OBJECT_BYTES = 32 * 1024 * 1024
 MAX_EXPIRY_S = 7 * 24 * 3600
@@ -68,12 +81,12 @@ def _check_object_id(object_id: Any) -> None:
 class StreamObjects:
     """``stream.objects``: the large-object flow for one stream."""
 
-    def __init__(self, stream: Stream) -> None:
+    def __init__(self, stream: ObjectsStream) -> None:
         self.stream = stream
 
     @property
     def store(self) -> Store:
-        return self.stream.runtime.store
+        return self.stream.kernel.store()
 
     async def prepare(
         self,
@@ -88,8 +101,8 @@ class StreamObjects:
     ) -> ObjectInfo:
         """Pin an upload: the same idempotency key returns the same object.
 
-        Seed 004: "Prepare pins scope, idempotency key, digest, size,
-        schema, authorization receipt, expiry, and a server-owned key."
+        Prepare pins the scope, idempotency key, digest, size, schema,
+        authorization receipt, expiry and a server-owned key.
         ``schema`` names what the bytes follow (a URI or id, up to 512
         characters); ``authorized_by`` (``{"subject", "scopes"}``: the HTTP
         surfaces pass the token) becomes the object's authorization receipt,
@@ -120,7 +133,8 @@ class StreamObjects:
             )
         if schema is not None and (not isinstance(schema, str) or not SCHEMA_RE.fullmatch(schema)):
             raise errors.InvalidInput("schema must be 1-512 printable ASCII characters", field="schema")
-        now = now_ms()
+        await self.stream.admission(APPEND)
+        now = self.stream.kernel.now_ms()
         expires_at = now + int(expires_in_s * 1000)
         receipt = None
         if authorized_by is not None:
@@ -141,7 +155,7 @@ class StreamObjects:
             raise errors.IdempotencyConflict(
                 "idempotency key already used for a different object", keys=[idempotency_key]
             )
-        return as_of(info, now_ms())
+        return as_of(info, self.stream.kernel.now_ms())
 
     async def upload(self, object_id: str, data: bytes) -> ObjectInfo:
         """Store the bytes (retrying an upload is harmless); refused once expired."""
@@ -150,11 +164,12 @@ class StreamObjects:
             raise errors.ObjectTooLarge(
                 f"objects are at most {MAX_OBJECT_BYTES} bytes", size=len(data), limit=MAX_OBJECT_BYTES
             )
-        info = await self.info(object_id)
+        await self.stream.admission(APPEND)
+        info = await self._info(object_id)
         if info.state == "expired":
             raise errors.ObjectStateConflict(f"object {object_id} expired", state="expired")
         info = await self.store.upload_object(self.stream.tenant, self.stream.path, object_id, data)
-        return as_of(info, now_ms())
+        return as_of(info, self.stream.kernel.now_ms())
 
     async def commit(
         self,
@@ -171,7 +186,8 @@ class StreamObjects:
         _check_object_id(object_id)
         if payload is not None and not isinstance(payload, Mapping):
             raise errors.InvalidInput("an object record's payload must be an object", field="payload")
-        info = await self.info(object_id)
+        (await self.stream.admission(APPEND)).check_records([{"metadata": metadata}])
+        info = await self._info(object_id)
         if info.state not in ("uploaded", "committed"):
             raise errors.ObjectStateConflict(f"object {object_id} is {info.state}", state=info.state)
         record = {
@@ -181,20 +197,20 @@ class StreamObjects:
             "idempotency_key": f"object:{object_id}",
         }
         event = prepare(
-            record, kernel_key=True, max_event_bytes=self.stream.runtime.settings.max_event_bytes
+            record, kernel_key=True, max_event_bytes=self.stream.kernel.max_event_bytes
         )
         event.object_id = object_id
         if info.state == "committed":
             return await self._original(info)
         try:
-            (result,) = await self.stream.runtime.appends.append(
+            (result,) = await self.stream.kernel.appends.append(
                 self.stream.tenant, self.stream.path, [event]
             )
         except (errors.IdempotencyConflict, errors.ObjectStateConflict) as exc:
             # A concurrent commit of the object won (with another body), or
             # the object changed meanwhile (aborted, expired), or its key is
             # held by a record that did not commit it: the object's row decides.
-            info = await self.info(object_id)
+            info = await self._info(object_id)
             if info.state == "committed":
                 return await self._original(info)
             if isinstance(exc, errors.IdempotencyConflict):
@@ -207,29 +223,35 @@ class StreamObjects:
     async def _original(self, info: ObjectInfo) -> AppendResult:
         """The committed object's record (``CursorGone`` once retention removed it)."""
         assert info.committed_offset is not None
-        record = await self.stream.get(info.committed_offset)
+        record = await self.stream._get(info.committed_offset)
         return AppendResult(record.offset, record.id, record.at)
 
     async def abort(self, object_id: str) -> ObjectInfo:
         _check_object_id(object_id)
+        await self.stream.admission(APPEND)
         info = await self.store.abort_object(self.stream.tenant, self.stream.path, object_id)
         if info is None:
             raise errors.ObjectNotFound(f"no object {object_id}", object_id=object_id)
         return info
 
     async def info(self, object_id: str) -> ObjectInfo:
+        await self.stream.admission(READ)
+        return await self._info(object_id)
+
+    async def _info(self, object_id: str) -> ObjectInfo:
         _check_object_id(object_id)
         info = await self.store.object_info(self.stream.tenant, self.stream.path, object_id)
         if info is None:
             raise errors.ObjectNotFound(f"no object {object_id}", object_id=object_id)
-        return as_of(info, now_ms())
+        return as_of(info, self.stream.kernel.now_ms())
 
     async def data(self, object_id: str) -> bytes:
         """The bytes of a committed object (``ObjectNotCommitted`` before)."""
         _check_object_id(object_id)
+        await self.stream.admission(READ)
         data = await self.store.object_data(self.stream.tenant, self.stream.path, object_id)
         if data is None:
-            info = await self.info(object_id)
+            info = await self._info(object_id)
             raise errors.ObjectNotCommitted(
                 f"object {object_id} is {info.state}: its bytes are served once it is committed",
                 state=info.state,

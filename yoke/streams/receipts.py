@@ -1,4 +1,4 @@
-"""Append receipts (seed 004: "append receipts"): what proves a record was
+"""Append receipts: what proves a record was
 appended, and what it held.
 
 A receipt is ``{record_id, sequence, digest, at}``: the record's id, its

@@ -78,6 +78,17 @@ class EphemeralRelay:
         while len(marks) > MAX_MARKS:
             marks.popitem(last=False)
 
+    async def stream_deleted(self, tenant: str, path: str) -> None:
+        """A stream was deleted: its buffered ephemeral events go (an
+        ephemeral commit in flight is waited for, its events dropped too),
+        and what was relayed of it."""
+        buffer = self.buffers.get(tenant, path)
+        if buffer is not None:
+            self.buffers.discard(tenant, path)
+            await buffer.settled()
+            self.buffers.discard(tenant, path)
+        self.forget(tenant, path)
+
     def forget(self, tenant: str, path: str) -> None:
         """The stream was deleted: its mark counted the old stream's offsets."""
         self._marks.pop((tenant, path), None)

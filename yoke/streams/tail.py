@@ -21,16 +21,33 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import errors
 from ..events import Event
 from ..routing.filters import Filter
 from ..store.contract import ReadPage
+from .rules import READ, Admission
 from .wakeups import WakeupHub
 
 if TYPE_CHECKING:
-    from .handle import Stream
+    from .kernel import StreamKernel
+
+
+class Followed(Protocol):
+    """What a tail asks of its stream's handle (``handle.Stream``)."""
+
+    kernel: StreamKernel
+    tenant: str
+    path: str
+
+    async def admission(self, action: str) -> Admission: ...
+
+    async def read_admitted(
+        self, after: int, limit: int, *, include_ephemeral: bool, max_bytes: int | None
+    ) -> ReadPage: ...
+
+    def _check_cursor(self, page: ReadPage, after: int) -> None: ...
 
 PAGE = 1000
 # A page is also capped by bytes (the events' sizes as stored): with events
@@ -54,7 +71,7 @@ class SharedReads:
         self._inflight: dict[tuple[Any, ...], tuple[int, asyncio.Future[ReadPage]]] = {}
 
     async def read(
-        self, stream: Stream, after: int, include_ephemeral: bool, fresh_since: int
+        self, stream: Followed, after: int, include_ephemeral: bool, fresh_since: int
     ) -> ReadPage:
         key = (stream.tenant, stream.path, after, include_ephemeral)
         entry = self._inflight.get(key)
@@ -62,9 +79,7 @@ class SharedReads:
             # The read runs as its own task: a tail that goes away while
             # waiting cancels only its wait, never the others' read.
             task = asyncio.ensure_future(
-                stream.read_page(
-                    after=after, limit=PAGE, include_ephemeral=include_ephemeral, max_bytes=PAGE_BYTES
-                )
+                stream.read_admitted(after, PAGE, include_ephemeral=include_ephemeral, max_bytes=PAGE_BYTES)
             )
             task.add_done_callback(_consume)
             entry = self._inflight[key] = (self._hub.clock, task)
@@ -82,7 +97,7 @@ def _consume(future: asyncio.Future[Any]) -> None:
 
 
 async def follow(
-    stream: Stream,
+    stream: Followed,
     after: int,
     *,
     include_ephemeral: bool,
@@ -98,8 +113,11 @@ async def follow(
     long without events (a chance to send a heartbeat); ``stop`` ends the
     loop early; ``event_filter`` keeps only the events it matches (the
     cursor still moves past the others)."""
-    runtime = stream.runtime
-    hub = runtime.hub
+    kernel = stream.kernel
+    hub = kernel.hub
+    # Admitted once (a stream's pins are fixed for its life; another lifetime
+    # on the path ends the tail): reads are shared, each tail masks its own.
+    admission = await stream.admission(READ)
     waiter = hub.subscribe(stream.tenant, stream.path)
     loop = asyncio.get_running_loop()
     try:
@@ -109,10 +127,10 @@ async def follow(
         quiet_since = loop.time()
         cause = "start"  # what made this read: start, notify, sweep, resync, more
         while stop is None or not stop.is_set():
-            if runtime.closed:
+            if kernel.closed():
                 raise errors.RuntimeClosed("the runtime is shutting down")
             try:
-                page = await runtime.shared_reads.read(stream, cursor, include_ephemeral, fresh_since)
+                page = await kernel.shared_reads.read(stream, cursor, include_ephemeral, fresh_since)
             except errors.Unavailable as exc:
                 # The database is away (the read already retried for a few
                 # seconds): keep the cursor and read again at the next
@@ -141,9 +159,10 @@ async def follow(
             if fresh:
                 cursor = fresh[-1].offset
                 if cause in ("sweep", "resync"):  # found without a wake-up: a live gap?
-                    runtime.gaps.check(stream.tenant, stream.path, cause, fresh)
+                    kernel.gaps.check(stream.tenant, stream.path, cause, fresh)
+                fresh = admission.mask(fresh)  # before the filter: it sees what the reader may
                 if event_filter is not None:  # a FilterError ends the tail with it
-                    fresh = [e for e in fresh if event_filter.matches(e.to_dict())]
+                    fresh = await kernel.evaluations.select(stream.tenant, event_filter, fresh)
             if fresh:
                 quiet_since = loop.time()
                 yield fresh
@@ -161,7 +180,7 @@ async def follow(
 
 
 async def tail(
-    stream: Stream, after: int, *, include_ephemeral: bool, sweep_s: float,
+    stream: Followed, after: int, *, include_ephemeral: bool, sweep_s: float,
     event_filter: Filter | None = None,
 ) -> AsyncIterator[Event]:
     batches = follow(

@@ -17,13 +17,14 @@ Key = tuple[str, str]
 
 
 class Waiter:
-    __slots__ = ("_flag", "_hub", "_key", "_cause")
+    __slots__ = ("_flag", "_hub", "_key", "_cause", "sweeps")
 
-    def __init__(self, hub: WakeupHub, key: Key) -> None:
+    def __init__(self, hub: WakeupHub, key: Key, sweeps: bool = True) -> None:
         self._hub = hub
         self._key = key
         self._flag = asyncio.Event()
         self._cause: str | None = None
+        self.sweeps = sweeps  # woken by the hub's periodic sweep too
 
     def wake(self, cause: str = "notify") -> None:
         """``cause``: "notify" (news of this stream) wins over "sweep" (the
@@ -58,8 +59,11 @@ class WakeupHub:
         self.observers: list[Callable[[str, str], None]] = []
         self.resync_observers: list[Callable[[], None]] = []
 
-    def subscribe(self, tenant: str, path: str) -> Waiter:
-        waiter = Waiter(self, (tenant, path))
+    def subscribe(self, tenant: str, path: str, *, sweeps: bool = True) -> Waiter:
+        """A waiter for the stream's wake-ups. ``sweeps=False``: not for the
+        periodic sweep (a reader with a safety net of its own: an idle
+        subscription's runner costs nothing between appends)."""
+        waiter = Waiter(self, (tenant, path), sweeps)
         self._waiters[(tenant, path)].add(waiter)
         return waiter
 
@@ -89,9 +93,11 @@ class WakeupHub:
 
     def wake_all(self, cause: str = "notify") -> None:
         self.clock += 1
+        sweep = cause == "sweep"
         for waiters in self._waiters.values():
             for waiter in waiters:
-                waiter.wake(cause)
+                if waiter.sweeps or not sweep:
+                    waiter.wake(cause)
 
     def resync(self) -> None:
         """Notifications may have been lost (a reconnect): every reader rereads."""

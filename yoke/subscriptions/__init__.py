@@ -1,2 +1,2 @@
 """Subscriptions: durable deliveries from a source stream to a copy, a
-function call, a stream processor or a signed webhook (seed 003)."""
+function call, a stream processor or a signed webhook."""

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from .. import errors
-from ..events import Event, PreparedEvent, now_ms, prepare
+from ..events import Event, PreparedEvent, check_text, prepare
 from ..store.actors import MAX_ATTEMPT_ERROR_CHARS, MAX_ATTEMPT_ERRORS
 from ..store.subscriptions import Change, SourceState, SubscriptionRow
 
@@ -42,11 +42,11 @@ MAX_ERROR_CHARS = 4096
 
 
 def check_name(name: Any) -> str:
-    if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME_CHARS or "\x00" in name:
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME_CHARS:
         raise errors.InvalidInput(
             f"a subscription name is 1-{MAX_NAME_CHARS} characters", field="name"
         )
-    return name
+    return check_text(name, "name", errors.InvalidInput)  # a key column of both stores
 
 
 def check_caller_name(name: Any) -> str:
@@ -87,7 +87,7 @@ def decide_configure(
         event = _event(CONFIGURED, {"name": chosen, "config": config})
         new = SubscriptionRow(
             tenant=tenant, path=path, name=chosen, config=config, configured_at=offset,
-            configured_id=event.id, configured_ms=now_ms(), generation=offset,
+            configured_id=event.id, configured_ms=source.now, generation=offset,
             source_stream_id=source.stream_id,
             cursor=offset if config["start"] == "now" else 0,
             secret=secret, head=offset,
@@ -212,7 +212,8 @@ def decide_halt(  # noqa: ANN201
         halted = {k: v for k, v in payload.items() if k != "name"} | {"at_offset": source.next_offset}
         new = replace(
             row, halted=halted, gave_up=gave_up, attempts=attempts, last_error=error_text,
-            failures=row.failures + 1, attempt_errors=with_attempt(row.attempt_errors, attempts, error_text),
+            failures=row.failures + 1,
+            attempt_errors=with_attempt(row.attempt_errors, attempts, error_text, source.now),
         )
         return Change(events=[_event(HALTED, payload)], row=new, bookkeeping=True, reply=new)
 
@@ -229,7 +230,7 @@ def decide_skip(name: str, generation: int, offset: int, attempts: int, error: s
         audit = _event(AUDIT, {
             "kind": "subscription_event_skipped", "name": name, "offset": offset,
             "attempts": attempts, "error": error[:MAX_ERROR_CHARS],
-            "attempt_errors": list(with_attempt(row.attempt_errors, attempts, error)),
+            "attempt_errors": list(with_attempt(row.attempt_errors, attempts, error, source.now)),
         })
         new = replace(
             row, cursor=offset, attempts=0, skips=row.skips + 1, next_retry_at=0,
@@ -240,12 +241,14 @@ def decide_skip(name: str, generation: int, offset: int, attempts: int, error: s
     return decide
 
 
-def with_attempt(kept: tuple[dict[str, Any], ...], number: int, error: str) -> tuple[dict[str, Any], ...]:
-    """The failed attempts kept (docs/failures.md) and the last one, which
-    halts or skips instead of going through ``fail``."""
+def with_attempt(
+    kept: tuple[dict[str, Any], ...], number: int, error: str, now: int
+) -> tuple[dict[str, Any], ...]:
+    """The failed attempts kept (docs/advanced/failures.md) and the last one
+    (at ``now``), which halts or skips instead of going through ``fail``."""
     if len(kept) >= MAX_ATTEMPT_ERRORS:
         return kept
-    return (*kept, {"number": number, "at": now_ms(), "error": error[:MAX_ATTEMPT_ERROR_CHARS]})
+    return (*kept, {"number": number, "at": now, "error": error[:MAX_ATTEMPT_ERROR_CHARS]})
 
 
 # --- rebuild from the log ----------------------------------------------------

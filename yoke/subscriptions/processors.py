@@ -12,19 +12,20 @@ progress is saved, so an interrupted rebuild resumes where it stopped.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-
 from .. import errors
-from ..events import json_bytes, now_ms
+from ..clock import Clock, wall_ms
+from ..events import json_bytes
 from ..routing.filters import Filter
 from ..store.subscriptions import Checkpoint
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime
-    from ..streams.handle import Stream
-    from .delivery import Batch
+    from ..routing.evaluation import Evaluations
+    from ..store import Store
+    from .batch import Batch
 
 REBUILD_PAGE = 500
 
@@ -35,8 +36,8 @@ class ProcessorContext:
     the run that delivered the batch: the source lifetime (``stream_id``,
     ``stream_created_at``) and the configuration ``generation``."""
 
-    runtime: Runtime
-    stream: Stream
+    runtime: Any  # the public runtime (yoke.open's), for the application's code
+    stream: Any  # the source's Stream handle
     name: str
     processor: str
     stream_id: str = ""
@@ -70,12 +71,13 @@ def json_state(state: Any, name: str) -> Any:
 
 
 async def rebuild(
-    runtime: Runtime, definition: Any, tenant: str, path: str, name: str, stream_id: str,
-    generation: int, through: int, event_filter: Filter | None, checkpoint: Checkpoint | None,
+    store: Store, evaluations: Evaluations, definition: Any, tenant: str, path: str, name: str, stream_id: str,
+    generation: int, through: int, event_filter: Filter | None, checkpoint: Checkpoint | None, *, clock: Clock,
 ) -> Checkpoint:
     """Fold the stream's durable events up to ``through`` into a complete
     checkpoint, resuming an unfinished rebuild of the same version, source
-    and run. ``Superseded`` when the run changes meanwhile."""
+    and run (its progress saved at ``clock``'s times). ``Superseded`` when
+    the run changes meanwhile."""
     version = version_of(definition)
     if (
         current(checkpoint, definition, stream_id, generation) and not checkpoint.complete
@@ -84,13 +86,12 @@ async def rebuild(
         state, done = checkpoint.state, checkpoint.through
     else:
         state, done = definition.initial_state(), 0
-    store = runtime.store
     while done < through:
         page = await store.read(tenant, path, done, REBUILD_PAGE)
         events = [e for e in page.events if e.offset <= through]
-        for event in events:
-            if event_filter is None or event_filter.matches(event.to_dict()):
-                state = definition.reduce(state, event)
+        kept = events if event_filter is None else await evaluations.select(tenant, event_filter, events)
+        for event in kept:
+            state = definition.reduce(state, event)
         done = events[-1].offset if events else through
         if len(events) < REBUILD_PAGE:
             done = through
@@ -98,14 +99,18 @@ async def rebuild(
             tenant, path, name, version, stream_id, generation, done, json_state(state, name),
             done >= through,
         )
-        if not await store.subscriptions.save_checkpoint(progress, now_ms()):
+        if not await store.subscriptions.save_checkpoint(progress, wall_ms(clock)):
             raise Superseded(f"{path} {name!r} left run {generation} during its rebuild")
     return Checkpoint(tenant, path, name, version, stream_id, generation, through, state, True)
 
 
-async def fold(batch: Batch, processor: str, definition: Any, checkpoint: Checkpoint) -> Checkpoint:
-    """Reduce the batch onto the checkpoint and run ``after``; the caller
-    saves the result together with the cursor."""
+async def fold(
+    batch: Batch, processor: str, definition: Any, checkpoint: Checkpoint, *,
+    open_stream: Callable[[str, str], Any], application: Any,
+) -> Checkpoint:
+    """Reduce the batch onto the checkpoint and run ``after`` (its ``ctx``:
+    ``application`` and the source's handle, by ``open_stream(path,
+    tenant)``); the caller saves the result together with the cursor."""
     state = checkpoint.state
     for event in batch.events:
         state = definition.reduce(state, event)
@@ -113,7 +118,7 @@ async def fold(batch: Batch, processor: str, definition: Any, checkpoint: Checkp
     json_state(state, processor)
     if after is not None:
         ctx = ProcessorContext(
-            batch.runtime, batch.runtime.stream(batch.path, batch.tenant), batch.name, processor,
+            application, open_stream(batch.path, batch.tenant), batch.name, processor,
             batch.stream_id, batch.created_at, batch.generation,
         )
         await after(state, list(batch.events), ctx)
@@ -121,9 +126,8 @@ async def fold(batch: Batch, processor: str, definition: Any, checkpoint: Checkp
     return replace(checkpoint, through=last, state=state, complete=True)
 
 
-def lookup(runtime: Runtime, name: str) -> Any:
-    app = runtime.app
-    definition = None if app is None else app.processors.get(name)
+def lookup(processors: Mapping[str, Any], name: str) -> Any:
+    definition = processors.get(name)
     if definition is None:
         raise errors.InvalidInput(f"no processor named {name!r} is registered in the application")
     return definition

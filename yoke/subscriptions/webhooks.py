@@ -6,10 +6,13 @@ to fence a superseded one); headers ``webhook-id`` (``<stream_id>:<offset>``,
 the receiver's deduplication key), ``webhook-timestamp`` (unix seconds),
 ``webhook-signature`` (``v1,<base64 HMAC-SHA256 of "id.timestamp.body">``
 keyed with the ``whsec_`` secret) and the run again, as ``yoke-stream-id``,
-``yoke-stream-created-at`` and ``yoke-generation``. A 2xx status within the timeout acknowledges the event (the body is not
-read); a 429
-or 503 with ``Retry-After`` sets the next attempt's delay; anything else is
-a failure.
+``yoke-stream-created-at`` and ``yoke-generation``. A 2xx status within the
+timeout acknowledges the event; a 429 or 503 with ``Retry-After`` sets the
+next attempt's delay; anything else is a failure. The status decides: the
+answer's body is then read only so that its kept-alive connection can carry
+the next POST (httpx closes a connection whose answer was not read to its
+end), and only a small one (``DRAIN_BYTES``) that arrives at once
+(``DRAIN_S``); a larger or slower body is abandoned with its connection.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import time
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
 
@@ -26,12 +28,17 @@ import httpx
 import orjson
 
 from .. import errors
+from ..clock import SYSTEM, Clock
 from .receivers import signing_key
 
 if TYPE_CHECKING:
-    from .delivery import Batch
+    from .batch import Batch
 
 MAX_RETRY_AFTER_S = 1800.0
+# An answer's body read to its end so its connection is reused: at most
+# this many bytes, arriving within this many seconds after the status.
+DRAIN_BYTES = 64 * 1024
+DRAIN_S = 0.5
 
 
 class WebhookFailed(errors.YokeError):
@@ -51,12 +58,14 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(digest).decode()
 
 
-def verify(secret: str, headers: dict[str, str], body: bytes, tolerance_s: int = 300) -> None:
+def verify(
+    secret: str, headers: dict[str, str], body: bytes, tolerance_s: int = 300, *, clock: Clock = SYSTEM
+) -> None:
     """What a receiver does (also used by Yoke's tests): raise ``ValueError``
     unless one of the ``webhook-signature`` entries matches and the timestamp
     is within ``tolerance_s`` of now."""
     msg_id, stamp = headers["webhook-id"], int(headers["webhook-timestamp"])
-    if abs(time.time() - stamp) > tolerance_s:
+    if abs(clock.wall() - stamp) > tolerance_s:
         raise ValueError("webhook timestamp outside the tolerance")
     expected = sign(secret, msg_id, stamp, body).encode()
     for candidate in headers["webhook-signature"].split():
@@ -65,7 +74,7 @@ def verify(secret: str, headers: dict[str, str], body: bytes, tolerance_s: int =
     raise ValueError("no matching webhook signature")
 
 
-def retry_after_s(value: str | None) -> float | None:
+def retry_after_s(value: str | None, clock: Clock = SYSTEM) -> float | None:
     """``Retry-After`` as seconds (delta-seconds or an HTTP date)."""
     if not value:
         return None
@@ -73,14 +82,15 @@ def retry_after_s(value: str | None) -> float | None:
         seconds = float(value)
     except ValueError:
         try:
-            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+            seconds = parsedate_to_datetime(value).timestamp() - clock.wall()
         except (TypeError, ValueError):
             return None
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
 
 
 async def send(
-    batch: Batch, client: httpx.AsyncClient, url: str, secret: str | None, timeout_s: float
+    batch: Batch, client: httpx.AsyncClient, url: str, secret: str | None, timeout_s: float, *,
+    clock: Clock = SYSTEM,
 ) -> None:
     if not secret:
         raise WebhookFailed("the webhook secret is missing (configure the subscription again)")
@@ -90,7 +100,7 @@ async def send(
             **batch.lifetime(),
         })
         msg_id = f"{batch.stream_id}:{event.offset}"
-        stamp = int(time.time())
+        stamp = int(clock.wall())
         headers = {
             "content-type": "application/json",
             "webhook-id": msg_id,
@@ -100,18 +110,38 @@ async def send(
             "yoke-stream-created-at": str(batch.created_at),
             "yoke-generation": str(batch.generation),
         }
+        request = client.build_request("POST", url, content=body, headers=headers)
         try:
-            # A deadline for the whole exchange up to the status line; the
-            # response body is never read.
+            # A deadline for the whole exchange up to the status line.
             async with asyncio.timeout(timeout_s):
-                async with client.stream("POST", url, content=body, headers=headers) as response:
-                    status = response.status_code
-                    retry_after = response.headers.get("retry-after")
+                response = await client.send(request, stream=True)
         except TimeoutError:
             raise WebhookFailed(f"POST {url} got no answer within {timeout_s}s") from None
         except httpx.HTTPError as exc:
             raise WebhookFailed(f"POST {url} failed: {type(exc).__name__}: {exc}") from None
+        try:
+            status = response.status_code
+            retry_after = response.headers.get("retry-after")
+            await drain(response)
+        finally:
+            await response.aclose()
         if 200 <= status < 300:
             continue
-        wait = retry_after_s(retry_after) if status in (429, 503) else None
+        wait = retry_after_s(retry_after, clock) if status in (429, 503) else None
         raise WebhookFailed(f"POST {url} answered {status}", retry_after_s=wait)
+
+
+async def drain(response: httpx.Response) -> None:
+    """Read a small answer body to its end (``DRAIN_BYTES`` within
+    ``DRAIN_S``), so that the connection returns to the pool; give up on
+    anything larger or slower, or on an error (the connection then closes).
+    The status has decided already: nothing here fails a delivery."""
+    read = 0
+    try:
+        async with asyncio.timeout(DRAIN_S):
+            async for chunk in response.aiter_raw():
+                read += len(chunk)
+                if read > DRAIN_BYTES:
+                    return
+    except (TimeoutError, httpx.HTTPError):
+        return

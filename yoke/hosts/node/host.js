@@ -1,6 +1,6 @@
 // The Node host: `node host.js FD`, FD one end of a unix socket pair whose
 // other end the kernel holds (yoke/hosts/pool.py). It speaks the host
-// protocol (docs/hosts.md#the-protocol): JSON-RPC 2.0, one JSON text per
+// protocol (docs/advanced/hosts.md#the-protocol): JSON-RPC 2.0, one JSON text per
 // line. The kernel sends host.init once (the actors' scripts to import)
 // and actor.process per run; every ctx call is an op request back. The
 // host holds no database connection and no credentials.

@@ -80,11 +80,11 @@ export declare class Context {
   readonly queueRow: number;
   readonly state: State;
   readonly sqlite: Sqlite;
-  /** A key for a call to the outside world, the same on every retry of this row (docs/effects.md). */
+  /** A key for a call to the outside world, the same on every retry of this row (docs/advanced/effects.md). */
   idempotencyKey(name?: string): string;
   /** Append to one of the tenant's streams (default "/"); resolves once durable. */
   append(event: NewEvent, stream?: string): Promise<{ offset: number; id: string }>;
-  /** Any op by name, with its JSON params (docs/hosts.md lists them). */
+  /** Any op by name, with its JSON params (docs/advanced/hosts.md lists them). */
   call<R = Json>(method: string, params?: Record<string, Json>): Promise<R>;
 }
 

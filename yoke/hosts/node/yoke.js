@@ -98,7 +98,7 @@ export class Context {
   }
 
   /** A key for a call to the outside world: the same on every retry and
-   * redrive of this event's queue row (docs/effects.md); Python's
+   * redrive of this event's queue row (docs/advanced/effects.md); Python's
    * ctx.idempotency_key(name) gives the same key. */
   idempotencyKey(name = "") {
     if (this.queueRow === null) {
@@ -110,7 +110,7 @@ export class Context {
     return "yk_" + createHash("sha256").update(text, "utf8").digest("hex").slice(0, 32);
   }
 
-  /** Any op by name (docs/hosts.md lists them): schedules_upsert,
+  /** Any op by name (docs/advanced/hosts.md lists them): schedules_upsert,
    * instances_create, portal_call, conversations_post... */
   call(method, params = {}) {
     return this.#ops(method, params);

@@ -1,5 +1,5 @@
 """The Durable Streams protocol (ElectricSQL) on Yoke's streams: see
-docs/durable-streams.md."""
+docs/advanced/durable-streams.md."""
 
 from .routes import DurableStreams
 

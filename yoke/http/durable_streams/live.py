@@ -12,12 +12,11 @@ import base64
 import contextlib
 import logging
 import re
-import time
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ...store.protocol import ProtocolStream
+from ...store.durable_streams import ProtocolStream
 from . import offsets
 from .messages import is_text, read_page
 
@@ -42,7 +41,7 @@ async def sse(
     from .routes import COMMON
 
     runtime = server.runtime
-    settings = runtime.settings
+    settings, clock = runtime.settings, runtime.clock
     encode = not is_text(stream.content_type)
     headers = list(COMMON) + [
         (b"content-type", b"text/event-stream"),
@@ -53,7 +52,7 @@ async def sse(
         headers.append((b"stream-sse-data-encoding", b"base64"))
     waiter = runtime.hub.subscribe(tenant, stream.path)
     shutdown = getattr(server.state, "shutdown", None)
-    ends_at = time.monotonic() + settings.protocol_sse_max_s
+    ends_at = clock.monotonic() + settings.protocol_sse_max_s
     gone = asyncio.Event()
 
     async def watch() -> None:  # the client going away ends the loop
@@ -65,7 +64,7 @@ async def sse(
     watcher = asyncio.create_task(watch())
     try:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        idle_since = time.monotonic()
+        idle_since = clock.monotonic()
         first = True
         while not gone.is_set():
             page = await read_page(runtime.store, tenant, stream.path, after, stream.content_type)
@@ -81,10 +80,10 @@ async def sse(
                 control["streamClosed"] = True
                 control["upToDate"] = True
             else:
-                control["streamCursor"] = offsets.cursor(client_cursor)
+                control["streamCursor"] = offsets.cursor(client_cursor, clock.wall())
                 if up_to_date:
                     control["upToDate"] = True
-            now = time.monotonic()
+            now = clock.monotonic()
             if page.last is not None or "streamClosed" in control or first \
                     or now - idle_since >= settings.protocol_long_poll_s:
                 out += frame(b"control", orjson.dumps(control))

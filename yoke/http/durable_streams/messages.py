@@ -20,7 +20,7 @@ import orjson
 from ... import errors
 from ...events import PreparedEvent, json_text, json_texts, new_event_id, new_event_ids, utf8_len
 from ...store.contract import Store, StoredEvent
-from ...store.protocol_forks import BYTES_TYPE, JSON, base_type, bytes_event
+from ...store.durable_stream_forks import BYTES_TYPE, JSON, base_type, bytes_event
 from ..responses import read_json
 
 MESSAGE_TYPE = "ds.message"

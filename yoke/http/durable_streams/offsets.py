@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import random
 import re
-import time
 from datetime import datetime
 
 from ... import errors
@@ -75,10 +74,11 @@ def parse_expires_at(value: str) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def cursor(client: str | None) -> str:
-    """The next Stream-Cursor: the current interval, or past the client's
-    when it already holds that one (so cached answers never cycle)."""
-    current = int((time.time() - CURSOR_EPOCH_S) // CURSOR_INTERVAL_S)
+def cursor(client: str | None, now_s: float) -> str:
+    """The next Stream-Cursor: the current interval at ``now_s`` (the
+    runtime's wall clock), or past the client's when it already holds that
+    one (so cached answers never cycle)."""
+    current = int((now_s - CURSOR_EPOCH_S) // CURSOR_INTERVAL_S)
     if client is None or not DIGITS_RE.fullmatch(client) or int(client) < current:
         return str(current)
     jitter_s = random.randint(1, 3600)

@@ -12,21 +12,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
 from ... import errors
-from ...events import PreparedEvent, now_ms, validate_path
-from ...store.protocol import CreateSpec, Guard, ProtocolStream
-from ...store.protocol_forks import base_type
-from ...streams.append import GuardedAppend, new_stream_id
+from ...events import PreparedEvent, validate_path
+from ...store.durable_streams import CreateSpec, Guard, ProtocolStream
+from ...store.durable_stream_forks import base_type
+from ...streams.append import GuardedAppend
+from ...streams.protocol_streams import ProtocolStreams
+from ...streams.rules import APPEND, READ, Caller
 from ..auth import Principal, authorize, bearer_token
-from ..hotpath import read_body
+from ..fast_append import read_body
 from ..responses import error_body
 from . import offsets
-from .known import KnownStreams
+from .remembered import KnownStreams
 from .live import sse
 from .messages import Page, events_of, is_json, read_page
 
@@ -163,63 +164,30 @@ class DurableStreams:
     def runtime(self) -> Any:
         return self.state.runtime
 
-    async def principal(self, request: Request, scope: str) -> Principal:
+    async def principal(self, request: Request, scope: str) -> tuple[Principal, Caller]:
+        """The token's principal, and the caller its streams are opened for: a
+        generic one (the protocol can carry no data handling pins)."""
         token = bearer_token(request.headers.get("authorization"))
-        return await authorize(self.state, token, request.arg("tenant"), scope)
+        principal = await authorize(self.state, token, request.arg("tenant"), scope)
+        return principal, Caller.generic(principal.scopes, principal.token_id)
 
-    async def live_stream(self, tenant: str, path: str, *, touch: bool = True) -> ProtocolStream:
-        """The stream: 404 when missing (or expired: then it is deleted), 410
-        when soft-deleted. ``touch``: a read or write restarts its TTL window."""
-        stream = await self.runtime.store.protocol.stream(tenant, path)
-        now = now_ms()
-        if stream is not None and not stream.deleted and stream.expired(now):
-            stream = await self._expire(tenant, stream)
-        if stream is None:
-            raise errors.StreamNotFound(f"stream {path} does not exist", path=path)
-        if stream.deleted:
-            raise errors.StreamDeleted(f"stream {path} was deleted", path=path)
-        if touch and stream.ttl_s is not None:
-            await self.runtime.store.protocol.touch(tenant, stream.sid, now)
-        return stream
+    @property
+    def streams(self) -> ProtocolStreams:
+        return self.runtime.protocol_streams
 
-    # --- DELETE, expiry ----------------------------------------------------------------
+    # --- DELETE ----------------------------------------------------------------------
 
     async def delete(self, request: Request, send: Any) -> Answer:
-        principal = await self.principal(request, "admin")
-        stream = await self.live_stream(principal.tenant, request.path, touch=False)
-        await self._delete(principal.tenant, stream)
+        principal, caller = await self.principal(request, "admin")
+        self.known.forget(principal.tenant, request.path)
+        for path in await self.streams.delete(principal.tenant, request.path, caller):
+            self.known.forget(principal.tenant, path)
         return Answer(204)
-
-    async def _expire(self, tenant: str, stream: ProtocolStream) -> ProtocolStream | None:
-        """An expired stream is deleted when found (soft-deleted while forks
-        of it live): what is left of it."""
-        await self._delete(tenant, stream)
-        return await self.runtime.store.protocol.stream(tenant, stream.path)
-
-    async def _delete(self, tenant: str, stream: ProtocolStream) -> None:
-        """Delete the stream (Stream.delete: events, producers, settings, in
-        one transaction), or only mark it deleted while forks of it live. A
-        fork's deletion then deletes its soft-deleted source once no fork of
-        that is left, and so on up the chain."""
-        protocol = self.runtime.store.protocol
-        current: ProtocolStream | None = stream
-        while current is not None:
-            self.known.forget(tenant, current.path)
-            if await protocol.forks(tenant, current.path):
-                await protocol.soft_delete(tenant, current.sid)
-                self.runtime.hub.wake(tenant, current.path)
-                return
-            try:
-                await self.runtime.stream(current.path, tenant=tenant).delete()
-            except errors.StreamNotFound:
-                return  # deleted meanwhile
-            source = None if current.fork_of is None else await protocol.stream(tenant, current.fork_of)
-            current = source if source is not None and source.deleted else None
 
     # --- PUT: create ------------------------------------------------------------
 
     async def create(self, request: Request, send: Any) -> Answer:
-        principal = await self.principal(request, "append")
+        principal, caller = await self.principal(request, "append")
         h = request.headers
         fork_of = h.get("stream-forked-from")
         content_type = h.get("content-type", "").strip() or None
@@ -256,30 +224,24 @@ class DurableStreams:
         closed = request.flag("stream-closed")
         body = await read_body(request.receive, self.limit)
         kind = content_type
-        existing = await self.runtime.store.protocol.stream(principal.tenant, request.path)
-        if existing is not None and not existing.deleted and existing.expired(now_ms()):
-            existing = await self._expire(principal.tenant, existing)
+        existing = await self.streams.existing(principal.tenant, request.path, caller)
         if existing is not None and existing.deleted:
             raise errors.StreamExists(f"stream {request.path} was deleted; forks of it live on", path=request.path)
         if existing is not None:
             return self._idempotent(existing, content_type, ttl_s, expires_raw, closed, fork_of, fork_offset,
                                     fork_sub or 0)
         if fork_of is not None and kind is None:
-            source = await self.runtime.store.protocol.stream(principal.tenant, fork_of)
+            source = await self.streams.fork_source(principal.tenant, fork_of, caller)
             kind = source.content_type if source is not None else "application/octet-stream"
         events = events_of(body, kind or "application/octet-stream", creating=True) if body else []
         spec = CreateSpec(
             content_type=content_type, ttl_s=ttl_s, expires_at=expires_raw, expires_ms=expires_ms,
             closed=closed, events=events, fork_of=fork_of, fork_offset=fork_offset, fork_sub=fork_sub or 0,
         )
-        stream, created = await self.runtime.store.protocol.create(
-            principal.tenant, request.path, new_stream_id(), now_ms(), spec
-        )
+        stream, created = await self.streams.create(principal.tenant, request.path, caller, spec)
         if not created:
             return self._idempotent(stream, content_type, ttl_s, expires_raw, closed, fork_of, fork_offset,
                                     fork_sub or 0)
-        if events or stream.head:
-            self.runtime.hub.wake(principal.tenant, request.path)
         headers = {
             "content-type": stream.content_type,
             "stream-next-offset": offsets.token(stream.head),
@@ -316,7 +278,7 @@ class DurableStreams:
     # --- POST: append, close ------------------------------------------------------
 
     async def append(self, request: Request, send: Any) -> Answer:
-        principal = await self.principal(request, "append")
+        principal, caller = await self.principal(request, "append")
         h = request.headers
         producer = None
         named = [k for k in ("producer-id", "producer-epoch", "producer-seq") if k in h]
@@ -335,11 +297,16 @@ class DurableStreams:
         body = await read_body(request.receive, self.limit)
         tenant = principal.tenant
         remembered = self.runtime.store.protocol.remembers_streams
+        # A remembered stream was admitted for this (generic) surface when it
+        # was looked up: its pins are fixed for its lifetime, and the append
+        # carries that lifetime (another one at the path is "gone").
         stream = self.known.get(tenant, request.path) if remembered else None
         for _ in range(3):  # a remembered stream may be out of date: look again
             fresh = stream is None
             if stream is None:
-                stream = await self.live_stream(tenant, request.path)
+                # Its TTL window restarts once the append is done (below): a
+                # slow commit must not eat into the window the client counts.
+                stream = await self.streams.lookup(tenant, request.path, caller, APPEND, touch=False)
                 if remembered:
                     self.known.remember(tenant, stream)
             try:
@@ -374,6 +341,7 @@ class DurableStreams:
             raise errors.StreamNotFound(f"stream {request.path} does not exist", path=request.path)
         if close:
             self.known.forget(tenant, request.path)
+        await self.streams.touch(tenant, stream)
         outcome = answer.outcome
         head = answer.results[-1].offset if answer.results else answer.head
         headers = {"stream-next-offset": offsets.token(head)}
@@ -405,8 +373,8 @@ class DurableStreams:
     # --- HEAD -----------------------------------------------------------------------
 
     async def head(self, request: Request, send: Any) -> Answer:
-        principal = await self.principal(request, "read")
-        stream = await self.live_stream(principal.tenant, request.path, touch=False)
+        principal, caller = await self.principal(request, "read")
+        stream = await self.streams.lookup(principal.tenant, request.path, caller, READ, touch=False)
         headers = {
             "content-type": stream.content_type,
             "stream-next-offset": offsets.token(stream.head),
@@ -425,7 +393,7 @@ class DurableStreams:
     # --- GET: read ---------------------------------------------------------------------
 
     async def read(self, request: Request, send: Any) -> Answer | None:
-        principal = await self.principal(request, "read")
+        principal, caller = await self.principal(request, "read")
         live = request.arg("live")
         raw_offset = request.arg("offset")
         if raw_offset == "":
@@ -436,8 +404,12 @@ class DurableStreams:
         if live is not None and offset is None:
             raise errors.InvalidInput(f"{live} needs an offset", field="offset")
         client_cursor = request.arg("cursor")
-        stream = await self.live_stream(principal.tenant, request.path)
+        stream = await self.streams.lookup(principal.tenant, request.path, caller, READ)
         tenant, path = principal.tenant, request.path
+        if raw_offset in (None, "-1"):
+            # The beginning of the stream: of what retention kept of it (an
+            # explicit offset before that is still 410).
+            offset = stream.pruned_through
         if live == "sse":
             after = stream.head if offset == "now" else offset
             assert isinstance(after, int)
@@ -453,9 +425,11 @@ class DurableStreams:
             if stream.closed:
                 headers["stream-closed"] = "true"
             return Answer(200, headers, b"[]" if is_json(stream.content_type) else b"")
-        after = _checked(stream.head if offset == "now" else (offset or 0), stream)
+        after = _checked(stream.head if offset == "now" else offset, stream)
         if live == "long-poll":
-            return await self._long_poll(tenant, path, stream, after, client_cursor)
+            answer = await self._long_poll(tenant, path, stream, after, client_cursor)
+            await self.streams.touch(tenant, stream)  # its window starts again when it ends too
+            return answer
         page = await read_page(self.runtime.store, tenant, path, after, stream.content_type)
         return self._page_answer(request, stream, after, page, None)
 
@@ -477,7 +451,7 @@ class DurableStreams:
         if at_end:
             headers["stream-closed"] = "true"
         if live and not at_end:
-            headers["stream-cursor"] = offsets.cursor(client_cursor)
+            headers["stream-cursor"] = offsets.cursor(client_cursor, self.runtime.clock.wall())
         if request.headers.get("if-none-match") == headers["etag"]:
             return Answer(304, {"etag": headers["etag"]})
         return Answer(200, headers, page.body)
@@ -488,14 +462,14 @@ class DurableStreams:
         runtime = self.runtime
         waiter = runtime.hub.subscribe(tenant, path)
         try:
-            deadline = time.monotonic() + runtime.settings.protocol_long_poll_s
+            deadline = runtime.clock.monotonic() + runtime.settings.protocol_long_poll_s
             while True:
                 page = await read_page(runtime.store, tenant, path, after, stream.content_type)
                 if not page.exists:
                     raise errors.StreamNotFound(f"stream {path} does not exist", path=path)
                 if page.last is not None:
                     return self._page_answer(_NO_REQUEST, stream, after, page, client_cursor, live=True)
-                remaining = deadline - time.monotonic()
+                remaining = deadline - runtime.clock.monotonic()
                 if page.closed or remaining <= 0:
                     headers = {
                         "stream-next-offset": offsets.token(max(after, page.head)),
@@ -504,7 +478,7 @@ class DurableStreams:
                     if page.closed:
                         headers["stream-closed"] = "true"
                     else:
-                        headers["stream-cursor"] = offsets.cursor(client_cursor)
+                        headers["stream-cursor"] = offsets.cursor(client_cursor, self.runtime.clock.wall())
                     return Answer(204, headers)
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(min(remaining, runtime.settings.tail_sweep_s)):

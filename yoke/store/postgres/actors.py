@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import asyncpg
 import orjson
 
-from ...events import PreparedEvent, now_ms
+from ...events import PreparedEvent
 from ..actors import (
     MAX_ATTEMPT_ERRORS,
     Effect,
@@ -26,15 +26,17 @@ from ..actors import (
     QueueDepth,
     QueueItem,
     QueueRow,
+    Reaped,
     RunCommit,
     RunUndone,
     Schedule,
+    StateHome,
     attempt_error,
     message_from_record,
     message_record,
     new_instance_id,
 )
-from ..contract import Outcome
+from ..results import Outcome
 from ..rows import (
     INSTANCE_COLUMNS,
     MESSAGE_COLUMNS,
@@ -49,8 +51,12 @@ from ..rows import (
 from .listener import QUEUE_CHANNEL
 
 if TYPE_CHECKING:
-    from .store import PostgresStore
+    from .appends import PgAppends
+    from .connection import PgDb
 
+# Now in milliseconds by the database server's clock: heartbeats and reaps
+# of every process compare times from this one clock.
+DB_NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
 
 # Completing finished rows and claiming the next ones is one round trip:
@@ -88,7 +94,7 @@ async def _record(conn: asyncpg.Connection, tenant: str, effect: Effect | None, 
 
 # Append one failed attempt ({number, at, error}: the parameter, its number
 # given by format) to an attempt_errors array, up to MAX_ATTEMPT_ERRORS
-# (docs/failures.md).
+# (docs/advanced/failures.md).
 APPEND_ATTEMPT = (
     "CASE WHEN jsonb_array_length(coalesce(attempt_errors, '[]'::jsonb)) < " + str(MAX_ATTEMPT_ERRORS) +
     " THEN coalesce(attempt_errors, '[]'::jsonb) || jsonb_build_array({0}::jsonb) ELSE attempt_errors END"
@@ -96,11 +102,12 @@ APPEND_ATTEMPT = (
 
 
 class PgActorStore:
-    def __init__(self, store: PostgresStore) -> None:
-        self._store = store
+    def __init__(self, db: PgDb, appends: PgAppends) -> None:
+        self._db = db
+        self._appends = appends
 
     def _tx(self, tenant: str):  # noqa: ANN202 - an async context manager
-        return self._store._tx(tenant)
+        return self._db.tx(tenant)
 
     # --- instances -----------------------------------------------------------
 
@@ -215,7 +222,7 @@ class PgActorStore:
         return version or 0, [instance_from_row(r) for r in rows]
 
     async def tenants(self) -> list[str]:
-        return await self._store._tenants()
+        return await self._appends.tenants()
 
     # --- fan-out -------------------------------------------------------------
 
@@ -242,7 +249,7 @@ class PgActorStore:
         self, tenant: str, path: str, expected: int, through: int, routing_version: int,
         items: Sequence[QueueItem], worker_id: str | None, now: int,
     ) -> Literal["ok", "moved", "stale"]:
-        return await self._store._fetchval(
+        return await self._db.fetchval(
             "SELECT yoke_fanout($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)",
             tenant, path, expected, through, routing_version, worker_id, now,
             [i.instance_id for i in items], [i.actor for i in items], [i.key for i in items],
@@ -280,7 +287,7 @@ class PgActorStore:
         done: Sequence[tuple[int, int]] = (),
         shard: tuple[int, int] = (0, 1),
     ) -> list[QueueRow]:
-        rows = await self._store._fetch(
+        rows = await self._db.fetch(
             CLAIM, tenant, worker_id,
             [p.actor for p in policies], [p.concurrency for p in policies],
             [p.lease_ms for p in policies], now, limit,
@@ -301,7 +308,8 @@ class PgActorStore:
                 " available_at=coalesce($3, available_at), lease_until=NULL, worker_id=NULL,"
                 f" last_error=$5, last_traceback=$6, attempt_errors={APPEND_ATTEMPT.format('$7')}"
                 " WHERE tenant_id=$1 AND qid=$2 AND attempts=$4 AND status='processing'",
-                tenant, qid, retry_at, attempts, error, traceback, attempt_error(attempts, now_ms(), error),
+                tenant, qid, retry_at, attempts, error, traceback,
+                attempt_error(attempts, self._db.now_ms(), error),
             )
             if retry_at is not None:
                 await conn.execute("SELECT pg_notify($1, $2)", QUEUE_CHANNEL, tenant)
@@ -404,7 +412,7 @@ class PgActorStore:
                 )
             if result.split()[-1] != "1":
                 return None
-            committed = await self._store._commit_batch(conn, tenant, path, [audit], now, new_stream_id, kernel=True)
+            committed = await self._appends.commit_batch(conn, tenant, path, [audit], now, new_stream_id, kernel=True)
             if not drop:
                 await conn.execute("SELECT pg_notify($1, $2)", QUEUE_CHANNEL, tenant)
         return committed.outcomes[0]
@@ -426,32 +434,36 @@ class PgActorStore:
 
     # --- workers -------------------------------------------------------------
 
-    async def register_worker(self, worker_id: str, now: int, info: dict[str, Any]) -> None:
-        await self._store._execute(
-            "INSERT INTO runtime_workers VALUES ($1, $2, $2, $3::jsonb)"
-            " ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = $2",
-            worker_id, now, orjson.dumps(info).decode(),
+    async def register_worker(self, worker_id: str, info: dict[str, Any]) -> None:
+        await self._db.beat(
+            f"INSERT INTO runtime_workers VALUES ($1, {DB_NOW_MS}, {DB_NOW_MS}, $2::jsonb)"
+            " ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
+            worker_id, orjson.dumps(info).decode(), method="execute",
         )
 
-    async def heartbeat(self, worker_id: str, now: int) -> bool:
-        result = await self._store._execute(
-            "UPDATE runtime_workers SET heartbeat_at=$2 WHERE worker_id=$1", worker_id, now
+    async def heartbeat(self, worker_id: str) -> bool:
+        result = await self._db.beat(
+            f"UPDATE runtime_workers SET heartbeat_at = {DB_NOW_MS} WHERE worker_id=$1", worker_id,
+            method="execute",
         )
-        return result != "UPDATE 0"
+        return result == "UPDATE 1"
 
     async def unregister_worker(self, worker_id: str) -> None:
-        await self._store._execute("DELETE FROM runtime_workers WHERE worker_id=$1", worker_id)
+        await self._db.execute("DELETE FROM runtime_workers WHERE worker_id=$1", worker_id)
         for tenant in await self.tenants():
             await self.release_instances(tenant, [worker_id])
 
-    async def reap_workers(self, stale_before: int) -> list[str]:
-        rows = await self._store._fetch(
-            "DELETE FROM runtime_workers WHERE heartbeat_at < $1 RETURNING worker_id", stale_before
+    async def reap_workers(self, by: str, stale_ms: int) -> list[Reaped]:
+        rows = await self._db.beat(
+            f"WITH now AS (SELECT {DB_NOW_MS} AS ms)"
+            " DELETE FROM runtime_workers w USING now WHERE w.worker_id <> $1"
+            " AND w.heartbeat_at < now.ms - $2 RETURNING w.worker_id, now.ms - w.heartbeat_at, w.info",
+            by, stale_ms, method="fetch",
         )
-        return [r[0] for r in rows]
+        return [Reaped(r[0], r[1], orjson.loads(r[2])) for r in rows]
 
     async def live_workers(self) -> list[str]:
-        return [r[0] for r in await self._store._fetch("SELECT worker_id FROM runtime_workers")]
+        return [r[0] for r in await self._db.fetch("SELECT worker_id FROM runtime_workers")]
 
     async def release_instances(self, tenant: str, worker_ids: Sequence[str]) -> int:
         async with self._tx(tenant) as conn:
@@ -497,6 +509,24 @@ class PgActorStore:
             if adopted:
                 await conn.execute("SELECT pg_notify($1, $2)", QUEUE_CHANNEL, tenant)
         return adopted
+
+    # --- where the per-instance databases live -----------------------------------
+
+    async def record_state_home(self, home: StateHome) -> StateHome:
+        # Two statements: the insert waits for a concurrent one to commit,
+        # and the select (a new snapshot) then sees whichever won.
+        await self._db.execute(
+            "INSERT INTO actor_state_home (storage, location, label, recorded_at) VALUES ($1, $2, $3, $4)"
+            " ON CONFLICT DO NOTHING",
+            home.storage, home.location, home.label, self._db.now_ms(),
+        )
+        recorded = await self.state_home()
+        assert recorded is not None
+        return recorded
+
+    async def state_home(self) -> StateHome | None:
+        row = await self._db.fetchrow("SELECT storage, location, label, recorded_at FROM actor_state_home")
+        return None if row is None else StateHome(*row)
 
     # --- per-instance SQLite databases ---------------------------------------
 
@@ -608,7 +638,7 @@ class PgActorStore:
             recorded = await _recorded(conn, tenant, effect)
             if recorded is not None:
                 return message_from_record(recorded)
-            outcome = await self._store._commit_in(conn, tenant, path, [event], now, new_stream_id)
+            outcome = await self._appends.commit_in(conn, tenant, path, [event], now, new_stream_id)
             if outcome.status != "ok":
                 return None, outcome  # refused: no message without its event
             posted = await self._insert_message(conn, tenant, message, now, outcome.offset)
@@ -637,7 +667,7 @@ class PgActorStore:
                 ) != "DELETE 1":
                     raise RunUndone("lost")
                 for path, appends in run.by_stream():
-                    result = await self._store._commit_batch(
+                    result = await self._appends.commit_batch(
                         conn, tenant, path, [a.event for a in appends], now, run.stream_ids[path]
                     )
                     for a, outcome in zip(appends, result.outcomes):

@@ -27,13 +27,17 @@ from collections.abc import Callable
 
 import asyncpg
 
-from ..contract import EphemeralCallback, WakeupCallback
+from ..results import EphemeralCallback, WakeupCallback
 from .relay import Reassembly
 
 log = logging.getLogger("yoke.store.postgres.listener")
 
 CHANNEL = "yoke_stream"
 QUEUE_CHANNEL = "yoke_queue"  # payload: a tenant whose actor queues got rows
+# Payload: 'tenant|path' (the subscriptions of that source changed),
+# 'tenant' (leases given up there), or '' (delivering processes came or
+# went): delivery engines look again.
+SUBSCRIPTION_CHANNEL = "yoke_subscription"
 HEALTH_INTERVAL_S = 10.0  # how often an idle listener checks its connection
 HEALTH_TIMEOUT_S = 5.0
 
@@ -45,14 +49,18 @@ class Listener:
         on_wakeup: WakeupCallback,
         on_resync: Callable[[], None],
         on_queue: Callable[[str], None] | None = None,
+        on_subscription: Callable[[str], None] | None = None,
         own_pids: set[int] | None = None,
         relay_channel: str | None = None,
         on_ephemeral: EphemeralCallback | None = None,
+        server_settings: dict[str, str] | None = None,
     ) -> None:
         self._dsn = dsn
+        self._server_settings = server_settings  # application_name
         self._on_wakeup = on_wakeup
         self._on_resync = on_resync
-        self.on_queue = on_queue
+        self._on_queue = on_queue
+        self._on_subscription = on_subscription
         self._own_pids = own_pids if own_pids is not None else set()
         self._conn: asyncpg.Connection | None = None
         self._lost = asyncio.Event()
@@ -96,8 +104,12 @@ class Listener:
         self._on_wakeup(tenant, path)
 
     def _queued(self, _conn: object, pid: int, _channel: str, payload: str) -> None:
-        if self.on_queue is not None and pid not in self._own_pids:
-            self.on_queue(payload)
+        if self._on_queue is not None and pid not in self._own_pids:
+            self._on_queue(payload)
+
+    def _subscription(self, _conn: object, pid: int, _channel: str, payload: str) -> None:
+        if self._on_subscription is not None and pid not in self._own_pids:
+            self._on_subscription(payload)
 
     def _relayed(self, _conn: object, pid: int, _channel: str, payload: str) -> None:
         if payload.startswith("b:"):
@@ -127,13 +139,14 @@ class Listener:
         self._lost.set()
 
     async def _connect(self) -> None:
-        conn = await asyncpg.connect(self._dsn)
+        conn = await asyncpg.connect(self._dsn, server_settings=self._server_settings)
         try:
             # Clear the loss flag before attaching: a loss from here on is seen.
             self._lost.clear()
             conn.add_termination_listener(self._terminated)
             await conn.add_listener(CHANNEL, self._notified)
             await conn.add_listener(QUEUE_CHANNEL, self._queued)
+            await conn.add_listener(SUBSCRIPTION_CHANNEL, self._subscription)
             if self.relay_channel is not None:
                 await conn.add_listener(self.relay_channel, self._relayed)
         except BaseException:

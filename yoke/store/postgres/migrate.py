@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncpg
 
-from ..schema import Migration, Recorded, check_recorded, read_migrations
+from . import roles
+from ..schema import Migration, Recorded, Status, check_recorded, check_startable, read_migrations
+from ..schema import status as schema_status
 
 # An arbitrary constant identifying Yoke's migration lock.
 MIGRATION_LOCK_KEY = 0x5E0CE_0001
@@ -74,14 +76,15 @@ async def _prepare_table(conn: asyncpg.Connection) -> bool:
 async def migrate(conn: asyncpg.Connection) -> list[str]:
     """Apply pending migrations; returns the names applied by this call.
     ``SchemaMismatch`` when the database records other migrations under
-    this version's numbers."""
+    this version's numbers, ``SchemaNewer`` when it records migrations of a
+    newer build."""
     done: list[str] = []
     files = migrations()
     await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
     try:
         checksums = await _prepare_table(conn)
         seen = await recorded(conn)
-        check_recorded(seen, files)
+        check_startable(schema_status(seen, files), migrated=True)  # a newer build's schema: refused
         for m in files:
             if m.version in seen:
                 if checksums and seen[m.version].checksum is None:
@@ -113,6 +116,12 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
     return done
 
 
+async def status(conn: asyncpg.Connection) -> Status:
+    """Applied, pending and newer migrations; changes nothing (``yoke
+    migrate --status``, and the start of a process that does not migrate)."""
+    return schema_status(await recorded(conn), migrations())
+
+
 async def pending(conn: asyncpg.Connection) -> list[str]:
     """Migrations not applied yet; ``SchemaMismatch`` when the recorded ones
     are not this version's."""
@@ -120,3 +129,53 @@ async def pending(conn: asyncpg.Connection) -> list[str]:
     seen = await recorded(conn)
     check_recorded(seen, files)
     return [m.name for m in files if m.version not in seen]
+
+
+# --- the runtime role (roles.py) ---------------------------------------------
+
+
+async def sync_role(conn: asyncpg.Connection, role: str, password: str = "", *, set_password: bool = False) -> list[str]:
+    """As the owner: create ``role`` if missing and give it this build's
+    grants (``roles.sync``), in the migration lock."""
+    await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
+    try:
+        return await roles.sync(conn, role, migrations(), password=password, set_password=set_password)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_KEY)
+
+
+async def grant_statements(conn: asyncpg.Connection, role: str) -> list[str]:
+    """What ``role`` needs to be this database's runtime role (``yoke
+    migrate --print-grants``)."""
+    return await roles.grant_statements(conn, role, migrations())
+
+
+async def missing_grants(conn: asyncpg.Connection) -> list[str]:
+    """The grants this connection's login lacks to run Yoke."""
+    return await roles.missing(conn, await conn.fetchval("SELECT session_user"), migrations())
+
+
+async def privilege_hint(conn: asyncpg.Connection, exc: asyncpg.InsufficientPrivilegeError) -> str:
+    """One line for a login refused while migrating: it lacks the runtime's
+    grants on a migrated database, or it may not migrate."""
+    try:
+        user = await conn.fetchval("SELECT session_user")
+        migrated = await conn.fetchval("SELECT to_regclass('yoke_schema_version') IS NOT NULL")
+        lacking = await missing_grants(conn) if migrated else []
+    except Exception:  # the connection is gone with the error
+        user, lacking = "this login", []
+    if lacking:
+        return grants_hint(user, lacking)
+    return (
+        f"the PostgreSQL login {user} may not apply Yoke's migrations ({exc}): run `yoke migrate` as"
+        " the database's owner first (it creates the tables and grants the runtime role what it"
+        " needs), then start with the runtime role's login or with --no-migrate"
+    )
+
+
+def grants_hint(user: str, lacking: list[str]) -> str:
+    return (
+        f"the PostgreSQL runtime login {user} lacks {len(lacking)} grant(s) Yoke needs (the first:"
+        f" {lacking[0]}): run `yoke migrate` as the database's owner with YOKE_PG_ROLE={user}, which grants"
+        f" them, or have them granted: `YOKE_PG_ROLE={user} yoke migrate --print-grants` prints them"
+    )

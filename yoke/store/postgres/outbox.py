@@ -6,24 +6,26 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ...events import PreparedEvent
-from ..contract import CommitResult
+from ..results import CommitResult
 from ..faults import retry_reads
 from ..outbox import Delivery
 
 if TYPE_CHECKING:
-    from .store import PostgresStore
+    from .appends import PgAppends
+    from .connection import PgDb
 
 
 class PgOutboxStore:
-    def __init__(self, store: PostgresStore) -> None:
-        self._store = store
+    def __init__(self, db: PgDb, appends: PgAppends) -> None:
+        self._db = db
+        self._appends = appends
 
     async def append_input(
         self, tenant: str, path: str, events: Sequence[PreparedEvent], now: int, new_stream_id: str,
         wake_path: str,
     ) -> CommitResult:
-        async with self._store._tx(tenant) as conn:
-            result = await self._store._commit_batch(conn, tenant, path, events, now, new_stream_id)
+        async with self._db.tx(tenant) as conn:
+            result = await self._appends.commit_batch(conn, tenant, path, events, now, new_stream_id)
             new = [(o.offset, o.id) for o in result.outcomes if o.status == "ok"]
             if new:
                 await conn.execute(
@@ -38,8 +40,8 @@ class PgOutboxStore:
     @retry_reads
     async def due(self, now: int, limit: int) -> list[Delivery]:
         found: list[Delivery] = []
-        for tenant in await self._store._tenants():
-            async with self._store._tx(tenant) as conn:
+        for tenant in await self._appends.tenants():
+            async with self._db.tx(tenant) as conn:
                 rows = await conn.fetch(
                     "SELECT s.path, s.stream_id, o.seq, o.record_id, o.wake_path, o.attempts"
                     " FROM input_outbox o JOIN streams s ON s.tenant_id = o.tenant_id AND s.sid = o.sid"
@@ -52,7 +54,7 @@ class PgOutboxStore:
         return found
 
     async def done(self, tenant: str, path: str, offset: int) -> None:
-        async with self._store._tx(tenant) as conn:
+        async with self._db.tx(tenant) as conn:
             await conn.execute(
                 "DELETE FROM input_outbox o USING streams s WHERE o.tenant_id = $1 AND s.tenant_id = o.tenant_id"
                 " AND s.sid = o.sid AND s.path = $2 AND o.seq = $3",
@@ -60,7 +62,7 @@ class PgOutboxStore:
             )
 
     async def retry(self, tenant: str, path: str, offset: int, next_at: int, error: str) -> None:
-        async with self._store._tx(tenant) as conn:
+        async with self._db.tx(tenant) as conn:
             await conn.execute(
                 "UPDATE input_outbox o SET attempts = o.attempts + 1, next_at = $4, error = $5 FROM streams s"
                 " WHERE o.tenant_id = $1 AND s.tenant_id = o.tenant_id AND s.sid = o.sid AND s.path = $2"

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 import orjson
 
-from ...events import Event, PreparedEvent, now_ms
+from ...events import Event, PreparedEvent
 from ..actors import attempt_error
-from ..contract import CommitResult, Outcome, StreamSettings
+from ..results import CommitResult, Outcome, StreamSettings
 from ..rows import (
     EVENT_COLUMNS,
     CHECKPOINT_COLUMNS,
@@ -32,7 +32,7 @@ from ..subscriptions import (
     Change,
     Checkpoint,
     Decide,
-    Deliverable,
+    DeliveryOwner,
     InboundRecord,
     Probe,
     SourceState,
@@ -42,10 +42,12 @@ from ..subscriptions import (
     all_accepted,
     fence_refuses,
 )
-from .actors import APPEND_ATTEMPT
+from .actors import APPEND_ATTEMPT, DB_NOW_MS
+from .listener import SUBSCRIPTION_CHANNEL as CHANNEL
 
 if TYPE_CHECKING:
-    from .store import PostgresStore
+    from .appends import PgAppends
+    from .connection import PgDb
 
 KEY = "tenant_id=$1 AND path=$2 AND name=$3"
 # A control change keeps the catalogue record's row count (when it has one).
@@ -86,16 +88,17 @@ class _Refused(Exception):
 
 
 class PgSubscriptionStore:
-    def __init__(self, store: PostgresStore) -> None:
-        self._store = store
+    def __init__(self, db: PgDb, appends: PgAppends) -> None:
+        self._db = db
+        self._appends = appends
 
     def _tx(self, tenant: str):  # noqa: ANN202 - an async context manager
-        return self._store._tx(tenant)
+        return self._db.tx(tenant)
 
     async def _lock_stream(
         self, conn: asyncpg.Connection, tenant: str, path: str, now: int, new_stream_id: str
     ) -> asyncpg.Record:
-        await self._store._ensure_stream(conn, tenant, path, new_stream_id, now, StreamSettings())
+        await self._appends.ensure_stream(conn, tenant, path, new_stream_id, now, StreamSettings())
         return await conn.fetchrow(
             "SELECT stream_id, created_at, head FROM streams WHERE tenant_id=$1 AND path=$2"
             " FOR UPDATE",
@@ -130,7 +133,7 @@ class PgSubscriptionStore:
                     " AND seq > $3 AND type = ANY($4::text[]) AND payload->>$5 = $6)",
                     tenant, path, probe.after, list(probe.types), probe.field, probe.value,
                 )
-                source = SourceState(s["stream_id"], s["created_at"], s["head"], copies, bool(probed))
+                source = SourceState(s["stream_id"], s["created_at"], s["head"], copies, bool(probed), now)
                 # Locks in one order everywhere: stream row, subscription row,
                 # checkpoint (ack takes the last two in the same order).
                 found = await conn.fetchrow(
@@ -141,7 +144,7 @@ class PgSubscriptionStore:
                 change = decide(current, source)
                 outcomes: list[Outcome] = []
                 if change.events:
-                    result = await self._store._commit_batch(
+                    result = await self._appends.commit_batch(
                         conn, tenant, path, change.events, now, new_stream_id,
                         kernel=change.bookkeeping,
                     )
@@ -163,6 +166,8 @@ class PgSubscriptionStore:
                     )
                 if change.delete or change.row is not None:
                     await conn.execute(CATALOGUE_COUNT, tenant, path)
+                    # Delivering processes look again (at commit).
+                    await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, f"{tenant}|{path}")
                 return change, outcomes
         except _Refused as refused:
             return Change(), refused.result.outcomes
@@ -201,44 +206,82 @@ class PgSubscriptionStore:
             )
         return [subscription_from_row(r[:-1], r[-1]) for r in rows]
 
-    async def claim(
-        self, owner: str, version: str, now: int, lease_ms: int, can: Deliverable
-    ) -> list[SubscriptionRow]:
-        held: list[SubscriptionRow] = []
-        for tenant in await self._tenants():
-            async with self._tx(tenant) as conn:
-                # Rows are locked in (path, name) order, as a catalogue rebuild
-                # locks a stream's rows (by name): an UPDATE alone locks in heap
-                # order, and the two deadlocked. Nothing is skipped: this claim
-                # also renews the leases held.
-                rows = await conn.fetch(
-                    "UPDATE subscriptions SET lease_owner=$2, lease_until=$3"
-                    " WHERE tenant_id=$1 AND (path, name) IN (SELECT path, name FROM subscriptions"
-                    " WHERE tenant_id=$1 AND (lease_owner IS NULL OR lease_owner=$2 OR lease_until <= $4)"
-                    " AND (halted IS NULL OR ($5 <> '' AND strpos(coalesce(gave_up, ''), $8) = 0"
-                    "  AND coalesce(halted->>'version', '') <> '' AND halted->>'parked' IS NULL))"
-                    " AND (config->>'kind' IN ('copy', 'webhook') OR config->>'function' = ANY($6)"
-                    "  OR config->>'processor' = ANY($7))"
-                    " ORDER BY path, name FOR UPDATE)"
-                    f" RETURNING {SUBSCRIPTION_COLUMNS}",
-                    tenant, owner, now + lease_ms, now, version, list(can.functions),
-                    list(can.processors), f"|{version}|",
-                )
-            held.extend(subscription_from_row(r) for r in rows)
-        return held
+    # --- leases -------------------------------------------------------------
 
-    async def _tenants(self) -> list[str]:
-        return [r[0] for r in await self._store._fetch("SELECT tenant_id FROM subscription_tenants")]
+    async def register_owner(self, owner: DeliveryOwner, lease_ms: int) -> None:
+        await self._db.beat(
+            f"WITH joined AS (INSERT INTO delivery_owners VALUES ($1, {DB_NOW_MS}, {DB_NOW_MS}, $2, $3::jsonb)"
+            " ON CONFLICT (owner) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,"
+            " lease_ms = excluded.lease_ms, info = excluded.info RETURNING 1)"
+            f" SELECT pg_notify('{CHANNEL}', '') FROM joined",
+            owner.owner, lease_ms, orjson.dumps(owner.info()).decode(), method="fetch",
+        )
 
-    async def release(self, owner: str) -> None:
-        for tenant in await self._tenants():
-            async with self._tx(tenant) as conn:
-                await conn.execute(
-                    "UPDATE subscriptions SET lease_owner=NULL, lease_until=0"
-                    " WHERE tenant_id=$1 AND (path, name) IN (SELECT path, name FROM subscriptions"
-                    " WHERE tenant_id=$1 AND lease_owner=$2 ORDER BY path, name FOR UPDATE)",
-                    tenant, owner,
-                )
+    async def beat_owner(self, owner: str) -> bool:
+        done = await self._db.beat(
+            f"UPDATE delivery_owners SET heartbeat_at = {DB_NOW_MS} WHERE owner = $1", owner
+        )
+        return done == "UPDATE 1"
+
+    async def reap_owners(self, by: str) -> list[DeliveryOwner]:
+        rows = await self._db.beat(
+            "WITH gone AS (DELETE FROM delivery_owners WHERE owner <> $1"
+            f" AND heartbeat_at + lease_ms < {DB_NOW_MS} RETURNING owner, info)"
+            f" SELECT owner, info, pg_notify('{CHANNEL}', '') FROM gone",
+            by, method="fetch",
+        )
+        return [DeliveryOwner.of(r[0], orjson.loads(r[1])) for r in rows]
+
+    async def owners(self) -> list[DeliveryOwner]:
+        rows = await self._db.beat("SELECT owner, info FROM delivery_owners ORDER BY owner", method="fetch")
+        return [DeliveryOwner.of(r[0], orjson.loads(r[1])) for r in rows]
+
+    async def drop_owner(self, owner: str) -> None:
+        await self._db.beat(
+            "WITH gone AS (DELETE FROM delivery_owners WHERE owner = $1 RETURNING 1)"
+            f" SELECT pg_notify('{CHANNEL}', '') FROM gone",
+            owner, method="fetch",
+        )
+
+    async def tenants(self) -> list[str]:
+        return [r[0] for r in await self._db.fetch("SELECT tenant_id FROM subscription_tenants")]
+
+    async def leases(self, tenant: str, paths: Sequence[str] | None = None) -> list[SubscriptionRow]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                f"{SUBSCRIPTION_WITH_HEAD} WHERE s.tenant_id=$1 AND ($2::text[] IS NULL OR s.path = ANY($2))",
+                tenant, None if paths is None else list(paths),
+            )
+        return [subscription_from_row(r[:-1], r[-1]) for r in rows]
+
+    async def take(self, tenant: str, owner: str, keys: Sequence[tuple[str, str]]) -> list[SubscriptionRow]:
+        async with self._tx(tenant) as conn:
+            # Rows are locked in (path, name) order, as a catalogue rebuild
+            # locks a stream's rows (by name): an UPDATE alone locks in heap
+            # order, and the two deadlocked.
+            rows = await conn.fetch(
+                "UPDATE subscriptions SET lease_owner=$2"
+                " WHERE tenant_id=$1 AND (path, name) IN (SELECT path, name FROM subscriptions"
+                " WHERE tenant_id=$1 AND (path, name) IN (SELECT * FROM unnest($3::text[], $4::text[]))"
+                " AND (lease_owner IS NULL OR lease_owner=$2"
+                "  OR lease_owner NOT IN (SELECT owner FROM delivery_owners))"
+                " ORDER BY path, name FOR UPDATE)"
+                f" RETURNING {SUBSCRIPTION_COLUMNS}",
+                tenant, owner, [k[0] for k in keys], [k[1] for k in keys],
+            )
+        return [subscription_from_row(r) for r in rows]
+
+    async def give(self, tenant: str, owner: str, keys: Sequence[tuple[str, str]]) -> None:
+        async with self._tx(tenant) as conn:
+            await conn.execute(
+                "UPDATE subscriptions SET lease_owner=NULL"
+                " WHERE tenant_id=$1 AND (path, name) IN (SELECT path, name FROM subscriptions"
+                " WHERE tenant_id=$1 AND lease_owner=$2"
+                " AND (path, name) IN (SELECT * FROM unnest($3::text[], $4::text[]))"
+                " ORDER BY path, name FOR UPDATE)",
+                tenant, owner, [k[0] for k in keys], [k[1] for k in keys],
+            )
+            await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, tenant)
 
     async def ack(
         self, tenant: str, path: str, name: str, generation: int, through: int, delivered: int,
@@ -273,7 +316,7 @@ class PgSubscriptionStore:
                 " AND ($8::text IS NULL OR source_stream_id = $8)"
                 f" RETURNING {SUBSCRIPTION_COLUMNS}",
                 tenant, path, name, generation, attempts, error, next_retry_at, stream_id,
-                attempt_error(attempts, now_ms(), error),
+                attempt_error(attempts, self._db.now_ms(), error),
             )
         return None if row is None else subscription_from_row(row)
 
@@ -303,7 +346,7 @@ class PgSubscriptionStore:
                 )
                 if record is not None and fence_refuses(tuple(record), stamp):
                     return None
-                result = await self._store._commit_batch(conn, tenant, path, events, now, new_stream_id)
+                result = await self._appends.commit_batch(conn, tenant, path, events, now, new_stream_id)
                 if not all_accepted(result.outcomes):
                     raise _Refused(result)  # roll back: the single batch was refused
                 fresh = sum(1 for o in result.outcomes if o.status == "ok")
@@ -399,6 +442,7 @@ class PgSubscriptionStore:
                     " updated_at=excluded.updated_at",
                     tenant, path, locked["stream_id"], reducer, len(rows), now,
                 )
+            await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, f"{tenant}|{path}")
             return True
 
     async def stale_catalogues(self, tenant: str, reducer: str) -> list[str]:

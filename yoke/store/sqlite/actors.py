@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from ...events import PreparedEvent, now_ms
+from ...events import PreparedEvent
 from ...lifecycle import INSTANCE_ADOPTED, INSTANCE_CREATED, INSTANCE_REMOVED, instance_fact
 from ..actors import (
     MAX_ATTEMPT_ERRORS,
@@ -26,15 +26,17 @@ from ..actors import (
     QueueDepth,
     QueueItem,
     QueueRow,
+    Reaped,
     RunCommit,
     RunUndone,
     Schedule,
+    StateHome,
     attempt_error,
     message_from_record,
     message_record,
     new_instance_id,
 )
-from ..contract import Outcome
+from ..results import Outcome
 from ..rows import (
     INSTANCE_COLUMNS,
     MESSAGE_COLUMNS,
@@ -47,7 +49,8 @@ from ..rows import (
 )
 
 if TYPE_CHECKING:
-    from .store import SqliteStore
+    from .appends import SqliteAppends
+    from .connection import SqliteDb
 
 # The claim of PostgreSQL's yoke_claim, step by step on the writer thread
 # (in-process queries cost no round trip; the single writer is the lock).
@@ -95,7 +98,7 @@ def _record(conn: sqlite3.Connection, tenant: str, effect: Effect | None, result
 
 
 # Append one failed attempt ({number, at, error}: the parameter) to an
-# attempt_errors array, up to MAX_ATTEMPT_ERRORS (docs/failures.md).
+# attempt_errors array, up to MAX_ATTEMPT_ERRORS (docs/advanced/failures.md).
 APPEND_ATTEMPT = (
     "CASE WHEN json_array_length(coalesce(attempt_errors, '[]')) < " + str(MAX_ATTEMPT_ERRORS) +
     " THEN json_insert(coalesce(attempt_errors, '[]'), '$[#]', json(?)) ELSE attempt_errors END"
@@ -103,17 +106,18 @@ APPEND_ATTEMPT = (
 
 
 class SqliteActorStore:
-    def __init__(self, store: SqliteStore) -> None:
-        self._store = store
+    def __init__(self, db: SqliteDb, appends: SqliteAppends) -> None:
+        self._db = db
+        self._appends = appends
 
     async def _write(self, fn, *args):  # noqa: ANN001, ANN202
-        return await self._store._write(fn, *args)
+        return await self._db.write(fn, *args)
 
     async def _read(self, sql: str, params: Sequence[Any]) -> list[sqlite3.Row]:
-        return await self._store._read(lambda: self._store._rconn().execute(sql, params).fetchall())
+        return await self._db.read(lambda: self._db.reader().execute(sql, params).fetchall())
 
     def _tx(self):  # noqa: ANN202
-        return self._store._transaction()
+        return self._db.transaction()
 
     # --- instances -----------------------------------------------------------
 
@@ -154,7 +158,7 @@ class SqliteActorStore:
                         " DO UPDATE SET version = version + 1",
                         (tenant,),
                     )
-                self._store._fact(conn, tenant, instance_fact(INSTANCE_REMOVED, info), now_ms())
+                self._appends.fact(conn, tenant, instance_fact(INSTANCE_REMOVED, info), self._db.now_ms())
             return info
 
         return await self._write(run)
@@ -172,7 +176,7 @@ class SqliteActorStore:
         )
         created = cur.rowcount == 1
         if created:
-            self._store._fact(conn, i.tenant, instance_fact(INSTANCE_CREATED, i), i.created_at)
+            self._appends.fact(conn, i.tenant, instance_fact(INSTANCE_CREATED, i), i.created_at)
         if created and i.filter is not None:
             conn.execute(
                 "INSERT INTO routing_versions VALUES (?, 1) ON CONFLICT (tenant_id)"
@@ -220,7 +224,7 @@ class SqliteActorStore:
 
     async def routing(self, tenant: str) -> tuple[int, list[InstanceInfo]]:
         def run() -> tuple[int, list[InstanceInfo]]:
-            conn = self._store._rconn()
+            conn = self._db.reader()
             conn.execute("BEGIN")  # one snapshot for the version and the rows
             try:
                 version = conn.execute(
@@ -235,7 +239,7 @@ class SqliteActorStore:
                 conn.execute("COMMIT")
             return (version[0] if version else 0), [instance_from_row(r) for r in rows]
 
-        return await self._store._read(run)
+        return await self._db.read(run)
 
     async def tenants(self) -> list[str]:
         rows = await self._read(
@@ -423,7 +427,7 @@ class SqliteActorStore:
                     f" attempt_errors={APPEND_ATTEMPT}"
                     " WHERE tenant_id=? AND qid=? AND attempts=? AND status='processing'",
                     ("dead" if retry_at is None else "pending", retry_at, error, traceback,
-                     attempt_error(attempts, now_ms(), error), tenant, qid, attempts),
+                     attempt_error(attempts, self._db.now_ms(), error), tenant, qid, attempts),
                 )
 
         await self._write(run)
@@ -533,7 +537,7 @@ class SqliteActorStore:
                     ).rowcount
                 if changed != 1:
                     return None
-                committed = self._store._commit_in(conn, tenant, path, [audit], [0], now, new_stream_id, kernel=True)
+                committed = self._appends.commit_in(conn, tenant, path, [audit], [0], now, new_stream_id, kernel=True)
                 return committed.outcomes[0]
 
         return await self._write(run)
@@ -560,16 +564,19 @@ class SqliteActorStore:
 
         return await self._write(run)
 
-    async def register_worker(self, worker_id: str, now: int, info: dict[str, Any]) -> None:
+    # One machine, one clock: heartbeats take the time here.
+
+    async def register_worker(self, worker_id: str, info: dict[str, Any]) -> None:
+        now = self._db.now_ms()
         await self._exec(
             "INSERT INTO runtime_workers VALUES (?, ?, ?, ?)"
             " ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at",
             (worker_id, now, now, _dumps(info)),
         )
 
-    async def heartbeat(self, worker_id: str, now: int) -> bool:
+    async def heartbeat(self, worker_id: str) -> bool:
         return await self._exec(
-            "UPDATE runtime_workers SET heartbeat_at=? WHERE worker_id=?", (now, worker_id)
+            "UPDATE runtime_workers SET heartbeat_at=? WHERE worker_id=?", (self._db.now_ms(), worker_id)
         ) == 1
 
     async def unregister_worker(self, worker_id: str) -> None:
@@ -582,14 +589,16 @@ class SqliteActorStore:
 
         await self._write(run)
 
-    async def reap_workers(self, stale_before: int) -> list[str]:
-        def run() -> list[str]:
+    async def reap_workers(self, by: str, stale_ms: int) -> list[Reaped]:
+        def run() -> list[Reaped]:
+            now = self._db.now_ms()
             with self._tx() as conn:
                 rows = conn.execute(
-                    "DELETE FROM runtime_workers WHERE heartbeat_at < ? RETURNING worker_id",
-                    (stale_before,),
+                    "DELETE FROM runtime_workers WHERE worker_id <> ? AND heartbeat_at < ?"
+                    " RETURNING worker_id, heartbeat_at, info",
+                    (by, now - stale_ms),
                 ).fetchall()
-            return [r[0] for r in rows]
+            return [Reaped(r[0], now - r[1], orjson.loads(r[2])) for r in rows]
 
         return await self._write(run)
 
@@ -635,12 +644,27 @@ class SqliteActorStore:
                     + only + f" ORDER BY instance_id LIMIT ?) RETURNING {INSTANCE_COLUMNS}",
                     (worker_id, tenant, tenant, *names, share),
                 ).fetchall()
-                now = now_ms()
+                now = self._db.now_ms()
                 for row in sorted(adopted, key=lambda r: r[0]):
-                    self._store._fact(conn, tenant, instance_fact(INSTANCE_ADOPTED, instance_from_row(row)), now)
+                    self._appends.fact(conn, tenant, instance_fact(INSTANCE_ADOPTED, instance_from_row(row)), now)
                 return len(adopted)
 
         return await self._write(run)
+
+    # --- where the per-instance databases live -----------------------------------
+
+    async def record_state_home(self, home: StateHome) -> StateHome:
+        await self._exec(
+            "INSERT INTO actor_state_home VALUES (1, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (home.storage, home.location, home.label, self._db.now_ms()),
+        )
+        recorded = await self.state_home()
+        assert recorded is not None
+        return recorded
+
+    async def state_home(self) -> StateHome | None:
+        rows = await self._read("SELECT storage, location, label, recorded_at FROM actor_state_home", ())
+        return StateHome(*rows[0]) if rows else None
 
     # --- per-instance SQLite databases ---------------------------------------
 
@@ -763,7 +787,7 @@ class SqliteActorStore:
                 recorded = _recorded(conn, tenant, effect)
                 if recorded is not None:
                     return message_from_record(recorded)
-                outcome = self._store._commit_in(
+                outcome = self._appends.commit_in(
                     conn, tenant, path, [event], [0], now, new_stream_id
                 ).outcomes[0]
                 if outcome.status != "ok":
@@ -783,7 +807,7 @@ class SqliteActorStore:
                 raise RunUndone("lost")
             for path, appends in run.by_stream():
                 events = [a.event for a in appends]
-                result = self._store._commit_in(
+                result = self._appends.commit_in(
                     conn, tenant, path, events, [0] * len(events), now, run.stream_ids[path]
                 )
                 for a, outcome in zip(appends, result.outcomes):
@@ -808,7 +832,7 @@ class SqliteActorStore:
         # In the group commit with the appends waiting (one fsync for all);
         # its own savepoint: an undone run rolls back alone.
         try:
-            return await self._store._write_grouped(apply)
+            return await self._db.grouped(apply)
         except RunUndone as undone:
             return undone.status, undone.path
 

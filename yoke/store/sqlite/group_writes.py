@@ -1,7 +1,7 @@
 """The writes a SQLite group commit holds back to its end.
 
 The writer thread runs the commits waiting together in one transaction
-(``SqliteStore._commit_group``). Every statement hands the GIL back twice
+(``SqliteDb._commit_group``, connection.py). Every statement hands the GIL back twice
 (step, reset) and the event loop's thread is quick to take it, so the
 writer waited for it after each one. Run without savepoints, a group's
 commits need not write their event rows and stream heads one by one: they

@@ -6,28 +6,29 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ...events import PreparedEvent
-from ..contract import CommitResult
+from ..results import CommitResult
 from ..faults import retry_reads
 from ..outbox import Delivery
 
 if TYPE_CHECKING:
-    from .store import SqliteStore
+    from .appends import SqliteAppends
+    from .connection import SqliteDb
 
 
 class SqliteOutboxStore:
-    def __init__(self, store: SqliteStore) -> None:
-        self._store = store
+    def __init__(self, db: SqliteDb, appends: SqliteAppends) -> None:
+        self._db = db
+        self._appends = appends
 
     async def append_input(
         self, tenant: str, path: str, events: Sequence[PreparedEvent], now: int, new_stream_id: str,
         wake_path: str,
     ) -> CommitResult:
-        store = self._store
 
         def run() -> CommitResult:
-            with store._transaction() as conn:
-                result = store._commit_in(conn, tenant, path, events, [0] * len(events), now, new_stream_id)
-                row = store._stream_row(conn, tenant, path)
+            with self._db.transaction() as conn:
+                result = self._appends.commit_in(conn, tenant, path, events, [0] * len(events), now, new_stream_id)
+                row = self._appends.stream_row(conn, tenant, path)
                 conn.executemany(
                     "INSERT INTO input_outbox (tenant_id, sid, seq, record_id, wake_path, created_at, next_at)"
                     " VALUES (?,?,?,?,?,?,?)",
@@ -36,12 +37,11 @@ class SqliteOutboxStore:
                 )
                 return result
 
-        return await store._write(run)
+        return await self._db.write(run)
 
     @retry_reads
     async def due(self, now: int, limit: int) -> list[Delivery]:
-        store = self._store
-        rows = await store._read(lambda: store._rconn().execute(
+        rows = await self._db.read(lambda: self._db.reader().execute(
             "SELECT o.tenant_id, s.path, s.stream_id, o.seq, o.record_id, o.wake_path, o.attempts"
             " FROM input_outbox o JOIN streams s ON s.tenant_id = o.tenant_id AND s.sid = o.sid"
             " WHERE o.next_at <= ? ORDER BY o.next_at, o.seq LIMIT ?", (now, limit),
@@ -63,10 +63,9 @@ class SqliteOutboxStore:
         )
 
     async def _change(self, sql: str, params: tuple[object, ...]) -> None:
-        store = self._store
 
         def run() -> None:
-            with store._transaction() as conn:
+            with self._db.transaction() as conn:
                 conn.execute(sql, params)
 
-        await store._write(run)
+        await self._db.write(run)

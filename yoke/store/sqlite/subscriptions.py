@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ...events import Event, PreparedEvent, now_ms
+from ...events import Event, PreparedEvent
 from ..actors import attempt_error
-from ..contract import CommitResult, Outcome
+from ..results import CommitResult, Outcome
 from ..rows import (
     EVENT_COLUMNS,
     CHECKPOINT_COLUMNS,
@@ -31,7 +31,7 @@ from ..subscriptions import (
     Change,
     Checkpoint,
     Decide,
-    Deliverable,
+    DeliveryOwner,
     InboundRecord,
     Probe,
     SourceState,
@@ -45,7 +45,8 @@ from . import event_blocks
 from .actors import APPEND_ATTEMPT
 
 if TYPE_CHECKING:
-    from .store import SqliteStore
+    from .appends import SqliteAppends
+    from .connection import SqliteDb
 
 # An acknowledgement or failure of one source lifetime never lands on the
 # subscription of the same name in a later one (the stream deleted, created
@@ -82,22 +83,22 @@ class _Refused(Exception):
 
 
 class SqliteSubscriptionStore:
-    def __init__(self, store: SqliteStore) -> None:
-        self._store = store
+    def __init__(self, db: SqliteDb, appends: SqliteAppends) -> None:
+        self._db = db
+        self._appends = appends
 
     async def _read(self, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[sqlite3.Row]:
-        return await self._store._read(lambda: self._store._rconn().execute(sql, params).fetchall())
+        return await self._db.read(lambda: self._db.reader().execute(sql, params).fetchall())
 
     async def control(
         self, tenant: str, path: str, name: str, decide: Decide, now: int, new_stream_id: str,
         *, copies_into: str | None = None, probe: Probe | None = None,
     ) -> tuple[Change, Sequence[Outcome]]:
-        store = self._store
 
         def run() -> tuple[Change, Sequence[Outcome]]:
             try:
-                with store._transaction() as conn:
-                    s, _ = store._ensure_stream(conn, tenant, path, new_stream_id, now)
+                with self._db.transaction() as conn:
+                    s, _ = self._appends.ensure_stream(conn, tenant, path, new_stream_id, now)
                     copies = 0
                     if copies_into is not None:  # the writer thread is the lock
                         copies = conn.execute(
@@ -113,7 +114,7 @@ class SqliteSubscriptionStore:
                         {"t": tenant, "s": s["sid"], "after": probe.after, "field": f"$.{probe.field}",
                          "value": probe.value, **{f"type{i}": t for i, t in enumerate(probe.types)}},
                     ).fetchone()[0]
-                    source = SourceState(s["stream_id"], s["created_at"], s["head"], copies, bool(probed))
+                    source = SourceState(s["stream_id"], s["created_at"], s["head"], copies, bool(probed), now)
                     found = conn.execute(
                         f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE {KEY}",
                         (tenant, path, name),
@@ -122,7 +123,7 @@ class SqliteSubscriptionStore:
                     change = decide(current, source)
                     outcomes: Sequence[Outcome] = []
                     if change.events:
-                        result = store._commit_in(
+                        result = self._appends.commit_in(
                             conn, tenant, path, change.events, [0] * len(change.events), now,
                             new_stream_id, kernel=change.bookkeeping,
                         )
@@ -142,7 +143,7 @@ class SqliteSubscriptionStore:
             except _Refused as refused:
                 return Change(), refused.outcomes
 
-        return await store._write(run)
+        return await self._db.write(run)
 
     async def get(self, tenant: str, path: str, name: str) -> SubscriptionRow | None:
         rows = await self._read(
@@ -175,38 +176,83 @@ class SqliteSubscriptionStore:
         )
         return [subscription_from_row(r[:-1], r[-1]) for r in rows]
 
-    async def claim(
-        self, owner: str, version: str, now: int, lease_ms: int, can: Deliverable
-    ) -> list[SubscriptionRow]:
+    # --- leases (one machine, one clock: times taken here) ----------------------------
+
+    async def _owners_write(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        def run() -> list[Any]:
+            with self._db.transaction() as conn:
+                return conn.execute(sql, params).fetchall()
+
+        # Kept off the writer's stream row copies (only these rows change).
+        return await self._db.write(run, streams_unchanged=True)
+
+    async def register_owner(self, owner: DeliveryOwner, lease_ms: int) -> None:
+        now = self._db.now_ms()
+        await self._owners_write(
+            "INSERT INTO delivery_owners VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner) DO UPDATE SET"
+            " heartbeat_at = excluded.heartbeat_at, lease_ms = excluded.lease_ms, info = excluded.info",
+            (owner.owner, now, now, lease_ms, orjson.dumps(owner.info()).decode()),
+        )
+
+    async def beat_owner(self, owner: str) -> bool:
+        found = await self._owners_write(
+            "UPDATE delivery_owners SET heartbeat_at = ? WHERE owner = ? RETURNING owner", (self._db.now_ms(), owner)
+        )
+        return bool(found)
+
+    async def reap_owners(self, by: str) -> list[DeliveryOwner]:
+        rows = await self._owners_write(
+            "DELETE FROM delivery_owners WHERE owner <> ? AND heartbeat_at + lease_ms < ? RETURNING owner, info",
+            (by, self._db.now_ms()),
+        )
+        return [DeliveryOwner.of(r[0], orjson.loads(r[1])) for r in rows]
+
+    async def owners(self) -> list[DeliveryOwner]:
+        rows = await self._read("SELECT owner, info FROM delivery_owners ORDER BY owner", ())
+        return [DeliveryOwner.of(r[0], orjson.loads(r[1])) for r in rows]
+
+    async def drop_owner(self, owner: str) -> None:
+        await self._owners_write("DELETE FROM delivery_owners WHERE owner = ?", (owner,))
+
+    async def tenants(self) -> list[str]:
+        return [r[0] for r in await self._read("SELECT DISTINCT tenant_id FROM subscriptions", ())]
+
+    async def leases(self, tenant: str, paths: Sequence[str] | None = None) -> list[SubscriptionRow]:
+        if paths is None:
+            rows = await self._read(f"{SUBSCRIPTION_WITH_HEAD} WHERE s.tenant_id=?", (tenant,))
+        else:
+            rows = await self._read(
+                f"{SUBSCRIPTION_WITH_HEAD} WHERE s.tenant_id=? AND s.path IN (SELECT value FROM json_each(?))",
+                (tenant, orjson.dumps(list(paths)).decode()),
+            )
+        return [subscription_from_row(r[:-1], r[-1]) for r in rows]
+
+    async def take(self, tenant: str, owner: str, keys: Sequence[tuple[str, str]]) -> list[SubscriptionRow]:
         def run() -> list[SubscriptionRow]:
-            with self._store._transaction() as conn:
-                rows = conn.execute(
-                    "UPDATE subscriptions SET lease_owner=?, lease_until=?"
-                    " WHERE (lease_owner IS NULL OR lease_owner=? OR lease_until <= ?)"
-                    " AND (halted IS NULL OR (? <> '' AND instr(coalesce(gave_up, ''), ?) = 0"
-                    "  AND coalesce(json_extract(halted, '$.version'), '') <> ''"
-                    "  AND json_extract(halted, '$.parked') IS NULL))"
-                    " AND (json_extract(config, '$.kind') IN ('copy', 'webhook')"
-                    "  OR json_extract(config, '$.function') IN (SELECT value FROM json_each(?))"
-                    "  OR json_extract(config, '$.processor') IN (SELECT value FROM json_each(?)))"
-                    f" RETURNING {SUBSCRIPTION_COLUMNS}",
-                    (owner, now + lease_ms, owner, now, version, f"|{version}|",
-                     orjson.dumps(can.functions).decode(), orjson.dumps(can.processors).decode()),
-                ).fetchall()
-            return [subscription_from_row(r) for r in rows]
+            taken = []
+            with self._db.transaction() as conn:
+                for path, name in keys:
+                    row = conn.execute(
+                        f"UPDATE subscriptions SET lease_owner=? WHERE {KEY} AND (lease_owner IS NULL"
+                        " OR lease_owner=? OR lease_owner NOT IN (SELECT owner FROM delivery_owners))"
+                        f" RETURNING {SUBSCRIPTION_COLUMNS}",
+                        (owner, tenant, path, name, owner),
+                    ).fetchone()
+                    if row is not None:
+                        taken.append(subscription_from_row(row))
+            return taken
 
-        # Every engine polls: keep the writer's stream row copies (only leases change).
-        return await self._store._write(run, streams_unchanged=True)
+        return await self._db.write(run, streams_unchanged=True)
 
-    async def release(self, owner: str) -> None:
+    async def give(self, tenant: str, owner: str, keys: Sequence[tuple[str, str]]) -> None:
         def run() -> None:
-            with self._store._transaction() as conn:
-                conn.execute(
-                    "UPDATE subscriptions SET lease_owner=NULL, lease_until=0 WHERE lease_owner=?",
-                    (owner,),
+            with self._db.transaction() as conn:
+                conn.executemany(
+                    f"UPDATE subscriptions SET lease_owner=NULL WHERE {KEY} AND lease_owner=?",
+                    [(tenant, path, name, owner) for path, name in keys],
                 )
 
-        await self._store._write(run, streams_unchanged=True)
+        await self._db.write(run, streams_unchanged=True)
 
     async def ack(
         self, tenant: str, path: str, name: str, generation: int, through: int, delivered: int,
@@ -214,7 +260,7 @@ class SqliteSubscriptionStore:
         stream_id: str | None = None,
     ) -> SubscriptionRow | None:
         def run() -> SubscriptionRow | None:
-            with self._store._transaction() as conn:
+            with self._db.transaction() as conn:
                 row = conn.execute(
                     "UPDATE subscriptions SET processed_through_offset ="
                     " max(processed_through_offset, ?), attempts=CASE WHEN ? THEN attempts ELSE 0 END,"
@@ -230,25 +276,25 @@ class SqliteSubscriptionStore:
                     self._save_checkpoint(conn, checkpoint, now)
             return None if row is None else subscription_from_row(row)
 
-        return await self._store._write(run)
+        return await self._db.write(run)
 
     async def fail(
         self, tenant: str, path: str, name: str, generation: int, attempts: int, error: str,
         next_retry_at: int, *, stream_id: str | None = None,
     ) -> SubscriptionRow | None:
         def run() -> SubscriptionRow | None:
-            with self._store._transaction() as conn:
+            with self._db.transaction() as conn:
                 row = conn.execute(
                     "UPDATE subscriptions SET attempts=?, last_error=?, next_retry_at=?,"
                     f" failures=failures+1, attempt_errors={APPEND_ATTEMPT}"
                     f" WHERE {KEY} AND generation=? AND {SAME_LIFETIME}"
                     f" RETURNING {SUBSCRIPTION_COLUMNS}",
-                    (attempts, error, next_retry_at, attempt_error(attempts, now_ms(), error),
+                    (attempts, error, next_retry_at, attempt_error(attempts, self._db.now_ms(), error),
                      tenant, path, name, generation, stream_id, stream_id),
                 ).fetchone()
             return None if row is None else subscription_from_row(row)
 
-        return await self._store._write(run)
+        return await self._db.write(run)
 
     async def events_of_types(
         self, tenant: str, path: str, types: Sequence[str], after: int, limit: int
@@ -266,10 +312,9 @@ class SqliteSubscriptionStore:
         self, tenant: str, path: str, events: Sequence[PreparedEvent], stamp: Stamp, now: int,
         new_stream_id: str,
     ) -> CommitResult | None:
-        store = self._store
 
         def run() -> CommitResult | None:
-            with store._transaction() as conn:
+            with self._db.transaction() as conn:
                 record = conn.execute(
                     "SELECT source_stream_id, source_created_at, generation FROM subscription_inbound"
                     " WHERE tenant_id=? AND path=? AND source_path=? AND name=?",
@@ -277,7 +322,7 @@ class SqliteSubscriptionStore:
                 ).fetchone()
                 if record is not None and fence_refuses(tuple(record), stamp):
                     return None
-                result = store._commit_in(
+                result = self._appends.commit_in(
                     conn, tenant, path, events, [0] * len(events), now, new_stream_id
                 )
                 if not all_accepted(result.outcomes):
@@ -295,7 +340,7 @@ class SqliteSubscriptionStore:
                 )
                 return result
 
-        return await store._write(run)
+        return await self._db.write(run)
 
     async def inbound(self, tenant: str, path: str) -> list[InboundRecord]:
         rows = await self._read(
@@ -316,7 +361,7 @@ class SqliteSubscriptionStore:
         c = checkpoint
 
         def run() -> bool:
-            with self._store._transaction() as conn:
+            with self._db.transaction() as conn:
                 current = conn.execute(
                     f"SELECT 1 FROM subscriptions WHERE {KEY} AND generation=?",
                     (c.tenant, c.path, c.name, c.generation),
@@ -326,7 +371,7 @@ class SqliteSubscriptionStore:
                 self._save_checkpoint(conn, c, now)
                 return True
 
-        return await self._store._write(run)
+        return await self._db.write(run)
 
     @staticmethod
     def _save_checkpoint(conn: sqlite3.Connection, c: Checkpoint, now: int) -> None:
@@ -346,11 +391,10 @@ class SqliteSubscriptionStore:
         merge: Callable[[list[SubscriptionRow]], list[SubscriptionRow]],
         *, reducer: str = "", stream_id: str = "", now: int = 0,
     ) -> bool:
-        store = self._store
 
         def run() -> bool:
-            with store._transaction() as conn:
-                s = store._stream_row(conn, tenant, path)
+            with self._db.transaction() as conn:
+                s = self._appends.stream_row(conn, tenant, path)
                 if s is None or s["head"] != head or (stream_id and s["stream_id"] != stream_id):
                     return False
                 current = [
@@ -379,7 +423,7 @@ class SqliteSubscriptionStore:
                     )
                 return True
 
-        return await store._write(run)
+        return await self._db.write(run)
 
     async def stale_catalogues(self, tenant: str, reducer: str) -> list[str]:
         rows = await self._read(STALE_CATALOGUES, (reducer, tenant))
@@ -399,11 +443,10 @@ class SqliteSubscriptionStore:
     async def save_catalogue_stage(
         self, tenant: str, path: str, stream_id: str, reducer: str, stage: dict[str, Any], now: int
     ) -> bool:
-        store = self._store
 
         def run() -> bool:
-            with store._transaction() as conn:
-                s = store._stream_row(conn, tenant, path)
+            with self._db.transaction() as conn:
+                s = self._appends.stream_row(conn, tenant, path)
                 if s is None or s["stream_id"] != stream_id:
                     return False
                 conn.execute(
@@ -415,4 +458,4 @@ class SqliteSubscriptionStore:
                 )
                 return True
 
-        return await store._write(run)
+        return await self._db.write(run)
