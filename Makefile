@@ -7,6 +7,8 @@ DEV_STAMP := $(VENV)/.installed-dev
 # pip -qq: errors only (pip's own warnings and notices would bury the one
 # progress line).
 PIP := $(PY) -m pip install -qq --disable-pip-version-check
+# Every package at the version the suite last passed with (constraints.txt).
+CONSTRAINTS := constraints.txt
 # make run PORT=9000 (default: YOKE_PORT, else 8080)
 PORT ?=
 
@@ -21,23 +23,33 @@ NODE_EXAMPLE := examples/node
 NODE_STAMP := $(NODE_EXAMPLE)/node_modules/.installed
 NODE_BUILT := $(NODE_EXAMPLE)/dist/payments.js
 
-.PHONY: install test run bench clean chromium npm
+.PHONY: install test run bench clean chromium npm constraints
 
 $(PY):
 	@echo "creating $(VENV) (Python virtual environment)…"
 	@python3 -m venv $(VENV)
 
-$(RUN_STAMP): pyproject.toml | $(PY)
+$(RUN_STAMP): pyproject.toml $(CONSTRAINTS) | $(PY)
 	@echo "installing Yoke into $(VENV) (first run only)…"
-	@$(PIP) -e .
+	@$(PIP) -c $(CONSTRAINTS) -e .
 	@touch $@
 
-$(DEV_STAMP): pyproject.toml | $(PY)
+$(DEV_STAMP): pyproject.toml $(CONSTRAINTS) | $(PY)
 	@echo "installing Yoke and its test dependencies into $(VENV) (first time only)…"
-	@$(PIP) -e '.[dev]'
+	@$(PIP) -c $(CONSTRAINTS) -e '.[dev]'
 	@touch $@ $(RUN_STAMP)
 
 install: $(DEV_STAMP)
+
+# After a change to pyproject.toml's dependencies: the newest versions that
+# satisfy it, in a scratch environment, written to constraints.txt (then run
+# make test with them before committing).
+constraints:
+	@rm -rf /tmp/yoke-constraints-venv && python3 -m venv /tmp/yoke-constraints-venv
+	@/tmp/yoke-constraints-venv/bin/python -m pip install -qq --disable-pip-version-check -e '.[dev]'
+	@{ sed -n '1,3p' $(CONSTRAINTS); /tmp/yoke-constraints-venv/bin/python -m pip freeze --exclude-editable; } > $(CONSTRAINTS).new
+	@mv $(CONSTRAINTS).new $(CONSTRAINTS) && rm -rf /tmp/yoke-constraints-venv
+	@echo "constraints.txt: the newest versions pyproject.toml allows; run make test"
 
 # Debian's chromium for tests/browser (Playwright drives it; it downloads no
 # browser of its own). Quiet and instant when it is already there.

@@ -78,7 +78,9 @@ def test_redoc_renders_offline(page: Any, offline: Any, server: Server) -> None:
     menu = page.locator(".menu-content")
     for tag in ("streams", "objects", "subscriptions", "actors", "workflow streams"):
         expect(menu.get_by_text(tag, exact=True)).to_be_visible()
-    append = page.locator('[data-section-id="tag/streams/operation/append_v1_streams_path____events_post"]')
+    # The append operation's section, by the id and tag the document gives it.
+    operation_id = httpx.get(server.url + "/openapi.json").json()["paths"][APPEND]["post"]["operationId"]
+    append = page.locator(f'[data-section-id="tag/streams/operation/{operation_id}"]')
     expect(append).to_contain_text("Append one event or a batch")
     expect(append).to_contain_text("Request samples")
     expect(append).to_contain_text("order.placed")  # the body's example
