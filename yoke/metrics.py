@@ -191,9 +191,10 @@ DB_POOL = Gauge(
 )
 DATABASE_ERRORS = Counter(
     "yoke_database_errors_total", "Database faults met by this process, by kind (the store's fault classes:"
-    " connection_lost, connect_failed, cancelled, conflict, database_locked, io_error, disk_full)", ["kind"],
+    " connection_lost, connect_failed, cancelled, conflict, read_only, database_locked, io_error, disk_full)", ["kind"],
 )
-for _kind in ("connection_lost", "connect_failed", "cancelled", "conflict", "database_locked", "io_error", "disk_full"):
+for _kind in ("connection_lost", "connect_failed", "cancelled", "conflict", "read_only", "database_locked", "io_error",
+              "disk_full"):
     DATABASE_ERRORS.labels(_kind)
 WORKER_HEARTBEATS = Counter("yoke_worker_heartbeats_total", "Worker heartbeats this process wrote")
 WORKER_HEARTBEAT_FAILURES = Counter(

@@ -1,10 +1,12 @@
 """Statements PostgreSQL rolls back without ending the session: a cancel
 (57014: ``pg_cancel_backend``, ``statement_timeout``), a deadlock victim
 (40P01), a serialization failure (40001), a lock not available (55P03:
-``lock_timeout``). They reach callers as ``errors.Unavailable`` (reason
-``cancelled`` or ``conflict``), never as an asyncpg exception; nothing of
-the transaction was written, the connection stays in use, and the appender
-tries every caller again (keyed or not) before answering so."""
+``lock_timeout``), and a write refused by a read-only session (25006, a
+standby after a failover). They reach callers as ``errors.Unavailable`` (reason
+``cancelled``, ``conflict`` or ``read_only``), never as an asyncpg exception; nothing of
+the transaction was written, the connection stays in use (a read-only one is
+dropped: see the last test), and the appender tries every caller again
+(keyed or not) before answering so."""
 
 from __future__ import annotations
 
@@ -12,12 +14,13 @@ import asyncio
 
 import asyncpg
 import pytest
+from prometheus_client import REGISTRY
 
 import yoke
 from tests.conftest import admin_sql
 from yoke import errors
 
-from .common import database_name, is_driver_error, pg_database
+from .common import Cutter, database_name, is_driver_error, pg_database
 
 TENANT = "rolled"
 
@@ -141,3 +144,41 @@ async def test_a_deadlock_victim_is_unavailable_and_rolled_back() -> None:
             for path in ("/a", "/b"):
                 info = await y.stream(path, tenant=TENANT).info()
                 assert info.metadata == {"by": "other"}, (path, info.metadata)
+
+
+def read_only_faults() -> float:
+    return REGISTRY.get_sample_value("yoke_database_errors_total", {"kind": "read_only"}) or 0.0
+
+
+async def test_a_read_only_session_is_dropped_and_the_append_rides_through(monkeypatch) -> None:
+    """After a failover a pooled connection can reach a standby: every write
+    is refused (25006 read_only_sql_transaction). That is ``unavailable``
+    (reason ``read_only``, nothing written, so every caller is tried again,
+    keyed or not), and the connection is dropped, so that once a writable
+    server answers (here: the role's sessions are made read-only, then
+    writable again) the same append succeeds without a restart."""
+    from yoke.streams import append
+
+    monkeypatch.setattr(append, "APPEND_RETRY_S", 0.5)
+    async with pg_database() as url, Cutter(url) as cutter:
+        async with yoke.open(url, executor=False) as y:
+            stream = y.stream("/failover", tenant=TENANT)
+            await stream.append({"type": "first"})
+            role_in_db = f'ALTER ROLE yoke_runtime IN DATABASE "{database_name(url)}"'
+            await admin_sql(f"{role_in_db} SET default_transaction_read_only = on")
+            await cutter.cut()  # every session of the role ends; the new ones are read-only
+            assert [e.type for e in await stream.read()] == ["first"]  # reads work on a standby
+
+            with pytest.raises(errors.Unavailable) as caught:
+                await stream.append({"type": "refused"})
+            assert caught.value.details["reason"] == "read_only" and caught.value.http_status == 503
+            assert "nothing was written" in caught.value.message and not is_driver_error(caught.value)
+
+            monkeypatch.setattr(append, "APPEND_RETRY_S", 30.0)
+            before = read_only_faults()
+            second = asyncio.create_task(stream.append({"type": "second"}))  # no idempotency key
+            while read_only_faults() == before:  # refused at least once...
+                await asyncio.sleep(0.01)
+            await admin_sql(f"{role_in_db} RESET default_transaction_read_only")  # ...then the primary is back
+            assert (await second).offset == 2
+            assert [e.type for e in await stream.read()] == ["first", "second"]

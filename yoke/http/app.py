@@ -46,7 +46,8 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with open_runtime() as runtime:
             app.state.runtime = runtime
-            app.state.token_cache = TokenCache(clock=runtime.clock)  # its entries age by the runtime's clock
+            # Made with the runtime, as the runtime is: its entries age by the runtime's clock.
+            app.state.token_cache = TokenCache(clock=runtime.clock)
             yield
             app.state.shutdown.set()
 
@@ -64,7 +65,6 @@ def create_app(
     )
     docs.install(app)
     console.install(app)
-    app.state.token_cache = TokenCache()
     app.state.expensive_tails = ExpensiveTails()
     app.state.heartbeat_s = heartbeat_s
     app.state.dev = dev  # no token needed (yoke serve --dev, loopback only)

@@ -46,15 +46,16 @@ MAX_BACKOFF_S = 1.0
 
 # Reasons that say the call wrote nothing: no connection could be opened, or
 # the server rolled the statement's transaction back (a cancel, a deadlock, a
-# serialization failure, a lock not available). Such a call may be made again
-# as it was, even an append without an idempotency key; after any other
-# reason (connection_lost above all) a write's outcome is unknown.
-NOTHING_WRITTEN = frozenset({"connect_failed", "cancelled", "conflict"})
+# serialization failure, a lock not available), or the server refused to
+# write at all (read_only: a standby after a failover). Such a call may be
+# made again as it was, even an append without an idempotency key; after any
+# other reason (connection_lost above all) a write's outcome is unknown.
+NOTHING_WRITTEN = frozenset({"connect_failed", "cancelled", "conflict", "read_only"})
 
 
 def unavailable(message: str, reason: str) -> errors.Unavailable:
     """The error callers see; ``reason`` says which fault it was
-    (connection_lost, connect_failed, cancelled, conflict, database_locked,
+    (connection_lost, connect_failed, cancelled, conflict, read_only, database_locked,
     io_error, disk_full), and yoke_database_errors_total counts it."""
     metrics.DATABASE_ERRORS.labels(reason).inc()
     return errors.Unavailable(message, reason=reason, retry_after=RETRY_AFTER_S)

@@ -22,7 +22,7 @@ import asyncpg
 from ... import errors
 from ...clock import SYSTEM, Clock, wall_ms
 from ..faults import unavailable
-from .faults import connection_lost, is_closed, refused_before_send, rolled_back
+from .faults import READ_ONLY, connection_lost, is_closed, reached_standby, refused_before_send, rolled_back
 
 log = logging.getLogger("yoke.store.postgres")
 LOST = "the database connection was lost; retry later"
@@ -177,6 +177,9 @@ class PgDb:
         if found is not None:
             reason, message = found
             return unavailable(message, reason)
+        if reached_standby(exc):
+            conn.terminate()  # see faults.READ_ONLY: the pool's next connection finds the primary
+            return unavailable(READ_ONLY[1], READ_ONLY[0])
         if await connection_lost(conn, exc):
             return unavailable(LOST, "connection_lost")
         return None

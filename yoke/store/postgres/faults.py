@@ -78,6 +78,19 @@ ROLLED_BACK: tuple[tuple[type[BaseException], str, str], ...] = (
 )
 
 
+# A write refused because the session is read-only (25006): after a failover
+# the connection reaches a standby (the old primary, now following, or a
+# pooler's stale backend). The transaction is rolled back, so nothing was
+# written; the connection must go, so that the pool opens another, which
+# ``target_session_attrs=read-write`` (or the pooler) sends to the primary.
+READ_ONLY = ("read_only", "the database is read-only (a standby, or a primary being replaced); nothing was written;"
+                          " retry")
+
+
+def reached_standby(exc: BaseException) -> bool:
+    return isinstance(exc, pgx.ReadOnlySQLTransactionError)
+
+
 def is_connection_error(exc: BaseException) -> bool:
     return isinstance(exc, CONNECTION_ERRORS) and not isinstance(exc, NOT_CONNECTION_ERRORS)
 

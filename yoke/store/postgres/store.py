@@ -26,7 +26,7 @@ import itertools
 import logging
 import os
 from collections.abc import Callable, Sequence
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
@@ -61,15 +61,18 @@ log = logging.getLogger("yoke.store.postgres")
 
 
 def with_user(dsn: str, user: str, password: str = "") -> str:
-    """The same server and database, logged in as ``user`` (with ``password``
-    when given)."""
+    """The same servers and database, logged in as ``user`` (with ``password``
+    when given). The hosts are kept as written: a multi-host list
+    (``h1:5432,h2:5433``), an IPv6 address or none (a Unix socket named in
+    the query); a ``user`` or ``password`` in the query gives way."""
     parts = urlsplit(dsn)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
+    hosts = parts.netloc.rpartition("@")[2]
     login = quote(user, safe="") + (f":{quote(password, safe='')}" if password else "")
-    netloc = f"{login}@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in LOGIN_PARAMS])
+    return urlunsplit(parts._replace(netloc=f"{login}@{hosts}", query=query))
+
+
+LOGIN_PARAMS = ("user", "password")
 
 
 # What lets a login past row-level security: SUPERUSER or BYPASSRLS, or
