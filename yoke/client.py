@@ -83,6 +83,11 @@ def failure_url(failure_id: str, action: str = "") -> str:
     return f"{base}/{action}" if action else base
 
 
+def correction_body(event: dict[str, Any] | None, patch: dict[str, Any] | None) -> dict[str, Any]:
+    """A replay's correction fields: the ones given."""
+    return {k: v for k, v in (("event", event), ("patch", patch)) if v is not None}
+
+
 def instance_url(instance_id: str, action: str = "") -> str:
     base = "/v1/instances/" + quote(instance_id, safe="")
     return f"{base}/{action}" if action else base
@@ -316,17 +321,21 @@ class Client:
     def failure(self, failure_id: str) -> Any:
         return self.request("GET", failure_url(failure_id))
 
-    def replay_failure(self, failure_id: str, event: dict[str, Any] | None = None) -> Any:
-        """Replay as it is, or with ``event`` (``{type?, payload?, metadata?}``) corrected."""
-        return self.request("POST", failure_url(failure_id, "replay"), json={} if event is None else {"event": event})
+    def replay_failure(
+        self, failure_id: str, event: dict[str, Any] | None = None, patch: dict[str, Any] | None = None
+    ) -> Any:
+        """Replay as it is, patched (``patch``: a JSON Merge Patch of type,
+        payload and metadata) or with ``event``'s fields replacing the original's."""
+        return self.request("POST", failure_url(failure_id, "replay"), json=correction_body(event, patch))
 
     def discard_failure(self, failure_id: str, reason: str) -> Any:
         return self.request("POST", failure_url(failure_id, "discard"), json={"reason": reason})
 
-    def replay_failures(self, filters: dict[str, Any], event: dict[str, Any] | None = None, limit: int = 1000) -> Any:
-        body: dict[str, Any] = {"filter": filters, "limit": limit}
-        if event is not None:
-            body["event"] = event
+    def replay_failures(
+        self, filters: dict[str, Any], event: dict[str, Any] | None = None, limit: int = 1000,
+        patch: dict[str, Any] | None = None,
+    ) -> Any:
+        body = {"filter": filters, "limit": limit, **correction_body(event, patch)}
         return self.request("POST", "/v1/failures/replay", json=body)
 
     def discard_failures(self, filters: dict[str, Any], reason: str, limit: int = 1000) -> Any:

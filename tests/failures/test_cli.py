@@ -36,8 +36,11 @@ def test_cli_lists_shows_replays_and_discards(served: Served, admin: httpx.Clien
     assert "ValueError: poisoned order 1" in shown and "attempt 2" in shown and "Traceback" in shown
     assert orjson.loads(cli(served, token, "failures", "show", dead["id"], "--json").stdout) == dead
 
-    out = cli(served, token, "failures", "replay", dead["id"], "--event", '{"payload": {"n": 1}}').stdout
+    # Patched: the poison member removed, n kept.
+    out = cli(served, token, "failures", "replay", dead["id"], "--patch", '{"payload": {"poison": null}}').stdout
     assert out.startswith(f"replayed {dead['id']} (audit event /s@")
+    wait_for(lambda: admin.get(f"/v1/instances/{got['instance']['id']}").json()["state"]["value"],
+             lambda state: sorted(state.get("seen", [])) == [1, 2])
     out = cli(served, token, "failures", "discard", halted["id"], "--reason", "archive does not need it").stdout
     assert out.startswith(f"discarded {halted['id']}")
     bulk = orjson.loads(cli(served, token, "failures", "replay", "--all", "--kind", "skipped",
@@ -80,6 +83,8 @@ def test_cli_bulk_discard_and_misuse(served: Served, admin: httpx.Client) -> Non
         (("failures", "list", "--since", "99999999999d"), "not before 1970"),
         (("failures", "list", "--since", "\u00b2"), "--since takes"),
         (("failures", "replay", "dl_WzEyMzQ1XQ", "--event", "{"), "--event is not valid JSON"),
+        (("failures", "replay", "dl_WzEyMzQ1XQ", "--patch", "{"), "--patch is not valid JSON"),
+        (("failures", "replay", "dl_WzEyMzQ1XQ", "--patch", "{}", "--event", "{}"), "not both"),
     ]:
         done = cli(served, token, *args, check=False)
         assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)

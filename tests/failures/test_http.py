@@ -104,8 +104,9 @@ def test_list_show_replay_corrected_and_discard(served: Served, admin: httpx.Cli
     state = wait_for(lambda: admin.get(f"/v1/instances/{got['instance']['id']}").json()["state"]["value"],
                      lambda s: sorted(s.get("seen", [])) == [1, 2])
     assert state["seen"].count(1) == 1
-    # The copy's halt, corrected: the corrected event copied once, then the rest.
-    r = admin.post(f"/v1/failures/{halted['id']}/replay", json=fix)
+    # The copy's halt, patched (the poison member removed, the rest kept):
+    # the corrected event copied once, then the rest.
+    r = admin.post(f"/v1/failures/{halted['id']}/replay", json={"patch": {"payload": {"poison": None}}})
     assert r.status_code == 200 and r.json()["delivered"] is True, r.text
     copied = wait_for(lambda: [e for e in events(admin, "/t") if e["type"] == "order"], lambda es: len(es) == 2)
     assert [e["payload"] for e in copied] == [{"n": 1}, {"n": 2}]
@@ -162,6 +163,10 @@ def test_scopes_and_errors(served: Served, admin: httpx.Client, tenant: str) -> 
         (admin.post(f"/v1/failures/{some}/discard", json={}), 400, "invalid_input"),
         (admin.post(f"/v1/failures/{some}/discard", json={"reason": "x", "extra": 1}), 400, "invalid_input"),
         (admin.post(f"/v1/failures/{some}/replay", json={"event": {"offset": 1}}), 400, "invalid_input"),
+        (admin.post(f"/v1/failures/{some}/replay", json={"patch": {"offset": 1}}), 400, "invalid_input"),
+        (admin.post(f"/v1/failures/{some}/replay", json={"patch": {"payload": {}}, "event": {"payload": {}}}), 400,
+         "invalid_input"),
+        (admin.post("/v1/failures/replay", json={"filter": {}, "patch": []}), 400, "invalid_input"),
         (admin.post(f"/v1/failures/{some}/replay", json={"event": {"type": "yoke.x"}}), 400, "reserved_event_type"),
         (admin.post("/v1/failures/discard", json={"reason": "x"}), 400, "invalid_input"),
         (admin.post("/v1/failures/replay", json={"filter": {"colour": "red"}}), 400, "invalid_input"),
@@ -199,7 +204,9 @@ def test_a_pinned_streams_events_stay_out_of_the_generic_routes(served: Served, 
     assert shown["event"] is None and shown["attempt_count"] == 1
     assert "a@b.c" not in admin.get("/v1/failures").text + str(shown)  # nor in an error text
     for r in (admin.post(f"/v1/failures/{f['id']}/replay", json={"event": {"payload": {}}}),
-              admin.post("/v1/failures/replay", json={"filter": {}, "event": {"payload": {}}})):
+              admin.post(f"/v1/failures/{f['id']}/replay", json={"patch": {"payload": {"poison": None}}}),
+              admin.post("/v1/failures/replay", json={"filter": {}, "event": {"payload": {}}}),
+              admin.post("/v1/failures/replay", json={"filter": {}, "patch": {"payload": {}}})):
         assert (r.status_code, r.json()["error"]["code"]) == (403, "data_handling_pinned"), r.text
     assert failures(admin) != []  # nothing was replayed
     assert admin.post(f"/v1/failures/{f['id']}/discard", json={"reason": "test"}).status_code == 200

@@ -348,3 +348,57 @@ async def test_a_corrected_replay_repeats_no_effect_the_failed_runs_committed(fr
         invoices = [e.payload for e in await y.stream("/invoices", T).read()]
         assert invoices == [{"order": "A-1"}]
         assert await y.failures(T).list() == []
+
+
+async def test_a_patched_replay_changes_what_the_patch_names_and_keeps_the_rest(fresh_url: str, tmp_path) -> None:
+    """``patch`` is a JSON Merge Patch of the failed event: the fields and
+    members it names change (``None`` removes one), everything else stays
+    the original's; by filter, each failure's own event is patched."""
+    got: list = []
+    app = yoke.App()
+
+    @app.actor("bills", filter=Filter(types=["bill"]), max_attempts=1)
+    async def bills(ctx, event):
+        if poisoned(event.to_dict()):
+            raise ValueError("poisoned")
+        got.append((event.type, event.payload, event.metadata))
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        inbox = y.failures(T)
+        await y.instances(T).create("bills", key="k")
+        s = y.stream("/bills", T)
+        original = {"customer": "c1", "lines": [{"sku": "a", "qty": 2}], "amount": 10, "poison": True}
+        await s.append({"type": "bill", "payload": original, "metadata": {"via": "portal", "trace": "t1"}})
+        await y.wait_idle(timeout_s=10)
+        [failure] = await inbox.list()
+
+        with pytest.raises(errors.InvalidInput):  # one correction or the other
+            await inbox.replay(failure.id, {"payload": {}}, patch={"payload": {}})
+        for bad in ({}, {"offset": 3}, {"metadata": "x"}, [1]):
+            with pytest.raises(errors.InvalidInput):
+                await inbox.replay(failure.id, patch=bad)
+        with pytest.raises(errors.InvalidInput):  # checked as made: an event needs its type
+            await inbox.replay(failure.id, patch={"type": None})
+        with pytest.raises(errors.ReservedEventType):
+            await inbox.replay(failure.id, patch={"type": "yoke.bill"})
+        assert [f.id for f in await inbox.list()] == [failure.id]  # refused: still open, untouched
+
+        await inbox.replay(failure.id, patch={"payload": {"poison": None, "amount": 12}, "metadata": {"trace": None}})
+        await y.wait_idle(timeout_s=10)
+        assert got == [("bill", {"customer": "c1", "lines": [{"sku": "a", "qty": 2}], "amount": 12},
+                        {"via": "portal"})]
+        [audit] = await audits(s, "replayed")
+        assert audit.payload["corrected"] == {
+            "payload": {"customer": "c1", "lines": [{"sku": "a", "qty": 2}], "amount": 12}, "metadata": {"via": "portal"}}
+        assert (await s.get(1)).payload == original  # history untouched
+
+        # By filter: each failure's own event, patched the same way.
+        got.clear()
+        await s.append_many([{"type": "bill", "payload": {"n": n, "poison": True}} for n in (1, 2)])
+        await y.wait_idle(timeout_s=10)
+        bulk = await inbox.replay_all(stream="/bills", patch={"payload": {"poison": None}})
+        assert len(bulk.done) == 2 and bulk.failed == []
+        await y.wait_idle(timeout_s=10)
+        assert sorted(p["n"] for _, p, _ in got) == [1, 2] and all("poison" not in p for _, p, _ in got)
+        with pytest.raises(errors.InvalidInput):
+            await inbox.replay_all(stream="/bills", patch={"offset": 1})

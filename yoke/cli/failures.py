@@ -165,24 +165,31 @@ def failures_show(client: Remote, as_json: bool, failure_id: str) -> None:
 
 @failures.command("replay")
 @argument("failure_id", ID_HELP, required=False)
+@click.option("--patch", "patch_json", default=None, metavar="JSON",
+              help='A JSON Merge Patch of the event: {"payload": {"amount": 12}} changes that field, keeps the'
+                   ' rest; null removes one.')
 @click.option("--event", "event_json", default=None, metavar="JSON",
-              help='A corrected event: {"type", "payload", "metadata"}, each optional (default: as it was).')
+              help='Fields replaced whole: {"type", "payload", "metadata"}, each optional (default: as it was).')
 @click.option("--all", "every", is_flag=True, help="Replay every failure the filter options select.")
 @filter_options
 @click.option("--limit", default=1000, show_default=True, type=click.IntRange(1, 1000), metavar="N",
               help="With --all: at most N failures, oldest first.")
 @http_command
-def failures_replay(client: Remote, as_json: bool, failure_id: str | None, event_json: str | None, every: bool,
-                    limit: int, **filters: Any) -> None:
-    """Replay a failure (or --all), as it was or corrected (--event); with
-    --all, exit 1 when any could not be replayed."""
+def failures_replay(client: Remote, as_json: bool, failure_id: str | None, patch_json: str | None,
+                    event_json: str | None, every: bool, limit: int, **filters: Any) -> None:
+    """Replay a failure (or --all), as it was or corrected (--patch, or
+    --event to replace fields whole); with --all, exit 1 when any could not
+    be replayed."""
     chosen = selection(**filters)
     one_or_all(failure_id, every, chosen)
+    if patch_json is not None and event_json is not None:
+        raise click.UsageError("give --patch or --event, not both")
+    patch = parse_json(patch_json, "--patch") if patch_json is not None else None
     event = parse_json(event_json, "--event") if event_json is not None else None
     if failure_id is not None:
-        emit(client.replay_failure(failure_id, event), as_json, resolution_line)
+        emit(client.replay_failure(failure_id, event, patch), as_json, resolution_line)
         return
-    emit_bulk(client.replay_failures(chosen, event, limit), as_json)
+    emit_bulk(client.replay_failures(chosen, event, limit, patch), as_json)
 
 
 @failures.command("discard")

@@ -25,9 +25,12 @@ from .model import (
     Selection,
     check_correction,
     check_limit,
+    check_one_correction,
+    check_patch,
     check_reason,
     corrected,
     parse_id,
+    patched,
 )
 
 if TYPE_CHECKING:
@@ -110,9 +113,14 @@ class Failures:
             return await dead_letters.find(self.services, self.tenant, c[0])
         return await subscriptions.find(self.services, self.tenant, kind, c[0], c[1], c[2])
 
-    async def replay(self, failure_id: str, event: dict[str, Any] | None = None) -> Resolution:
-        """Deliver the failed event again, as it was or corrected
-        (``event``: ``{type?, payload?, metadata?}`` replacing those fields).
+    async def replay(
+        self, failure_id: str, event: dict[str, Any] | None = None, *, patch: dict[str, Any] | None = None,
+    ) -> Resolution:
+        """Deliver the failed event again, as it was or corrected: ``patch``
+        is a JSON Merge Patch of the event's ``type``, ``payload`` and
+        ``metadata`` (``{"payload": {"amount": 12}}`` changes that field and
+        keeps the rest); ``event`` (``{type?, payload?, metadata?}``) replaces
+        those fields whole.
         A corrected event is a new event (its own id) whose
         ``source.replay_of`` names the original; the original stays in its
         stream. A dead letter goes back to its instance's queue; a halted
@@ -122,14 +130,20 @@ class Failures:
         delivered once more to that subscription alone. A
         ``yoke.failure.replayed`` event on the failure's stream records it."""
         services = self.services
+        check_one_correction(event, patch)
         correction = None if event is None else check_correction(event, services.max_event_bytes)
+        patch = None if patch is None else check_patch(patch)
         parse_id(failure_id)  # FailureNotFound for what is not an id
         async with claimed(self.tenant, failure_id):
-            return await self._replay(failure_id, correction)
+            return await self._replay(failure_id, correction, patch)
 
-    async def _replay(self, failure_id: str, correction: dict[str, Any] | None) -> Resolution:
+    async def _replay(
+        self, failure_id: str, correction: dict[str, Any] | None, patch: dict[str, Any] | None
+    ) -> Resolution:
         services = self.services
         failure = await self.get(failure_id)  # under the claim: open, or resolved by the one before
+        if patch is not None:  # applied to the event as it is now, under the claim
+            correction = check_correction(patched(failure.event or {}, patch), services.max_event_bytes)
         if failure.kind == DEAD_LETTER:
             qid = parse_id(failure_id)[1][0]
             path, offset = await dead_letters.replay(services, self.tenant, failure, qid, correction)
@@ -161,7 +175,7 @@ class Failures:
         return Resolution(failure.id, "discarded", failure.path, offset)
 
     async def replay_all(
-        self, *, event: dict[str, Any] | None = None, limit: int = BULK_LIMIT,
+        self, *, event: dict[str, Any] | None = None, patch: dict[str, Any] | None = None, limit: int = BULK_LIMIT,
         check: Callable[[list[Failure]], Awaitable[None]] | None = None, **selection: Any,
     ) -> Bulk:
         """``replay`` every failure the selection (``list``'s filters)
@@ -170,9 +184,12 @@ class Failures:
         failures selected before any is replayed: what it raises refuses
         them all (the HTTP API refuses corrections on streams that pin their
         data handling; one selection, so none can slip in between)."""
-        if event is not None:  # refused as a whole, before anything is selected
+        check_one_correction(event, patch)  # refused as a whole, before anything is selected
+        if event is not None:
             check_correction(event, self.services.max_event_bytes)
-        return await self._each(selection, limit, lambda f: self.replay(f.id, event), check)
+        if patch is not None:
+            check_patch(patch)  # each failure's own event is patched (and checked) when it is replayed
+        return await self._each(selection, limit, lambda f: self.replay(f.id, event, patch=patch), check)
 
     async def discard_all(self, reason: str, *, limit: int = BULK_LIMIT, **selection: Any) -> Bulk:
         check_reason(reason)

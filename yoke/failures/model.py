@@ -286,6 +286,50 @@ def check_correction(correction: Any, max_event_bytes: int) -> dict[str, Any]:
     return dict(correction)
 
 
+def check_one_correction(event: Any, patch: Any) -> None:
+    if event is not None and patch is not None:
+        raise errors.InvalidInput("a replay takes a corrected event or a patch, not both", field="patch")
+
+
+def check_patch(patch: Any) -> dict[str, Any]:
+    """A patch of the failed event: a JSON Merge Patch (RFC 7386) of its
+    ``type``, ``payload`` and ``metadata`` (``{"payload": {"amount": 12}}``
+    changes one payload field and keeps the others; ``null`` removes one).
+    What it makes of each event is validated when applied (``patched``)."""
+    if not isinstance(patch, dict) or not patch:
+        raise errors.InvalidInput("a patch is an object with type, payload or metadata", field="patch")
+    extra = set(patch) - {"type", "payload", "metadata"}
+    if extra:
+        raise errors.InvalidInput(f"a patch changes type, payload or metadata, not {', '.join(sorted(extra))}",
+                                  field="patch")
+    if not isinstance(patch.get("metadata", {}), (dict, type(None))):
+        raise errors.InvalidInput("a patch's metadata is an object (or null: none)", field="metadata")
+    return dict(patch)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: an object patch merges into an object target, member by
+    member (``null`` removes the member); anything else replaces the target."""
+    if not isinstance(patch, dict):
+        return patch
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
+
+
+def patched(original: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """The correction ``patch`` makes of the ``original`` event: each field
+    it names, merged (metadata removed whole is ``{}``)."""
+    correction = {field: merge_patch(original.get(field), change) for field, change in patch.items()}
+    if "metadata" in correction and correction["metadata"] is None:
+        correction["metadata"] = {}
+    return correction
+
+
 def corrected(original: dict[str, Any], correction: dict[str, Any] | None, failure_id: str,
               new_id: str) -> dict[str, Any]:
     """The event a replay delivers: the original document, or (with a

@@ -85,9 +85,9 @@ async def list_failures(
     return json_response({"failures": await shown(request, principal, listed)})
 
 
-async def bulk_of(request: Request, field: str) -> tuple[dict[str, Any], dict[str, Any]]:
+async def bulk_of(request: Request, *fields: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """A by-filter body: (the body, the keyword arguments of the filter and limit)."""
-    body = object_body(await json_body(request), {"filter", "limit", field})
+    body = object_body(await json_body(request), {"filter", "limit", *fields})
     return body, {"limit": body.get("limit", 1000), **selection_of(body)}
 
 
@@ -97,10 +97,12 @@ async def bulk_of(request: Request, field: str) -> tuple[dict[str, Any], dict[st
     summary="Replay every failure a filter selects",
 )
 async def replay_all(request: Request, principal: Principal = ADMIN) -> Response:
-    body, chosen = await bulk_of(request, "event")
-    event = body.get("event")
-    check = None if event is None else functools.partial(refuse_corrections_of_pinned, request, principal)
-    return json_response((await failures_of(request, principal).replay_all(event=event, check=check, **chosen)).to_dict())
+    body, chosen = await bulk_of(request, "event", "patch")
+    event, patch = body.get("event"), body.get("patch")
+    check = None if event is None and patch is None else functools.partial(refuse_corrections_of_pinned, request,
+                                                                           principal)
+    bulk = await failures_of(request, principal).replay_all(event=event, patch=patch, check=check, **chosen)
+    return json_response(bulk.to_dict())
 
 
 @router.post(
@@ -126,14 +128,14 @@ async def show_failure(request: Request, failure_id: str = FAILURE_ID, principal
     "/{failure_id}/replay",
     openapi_extra=request_body(ReplayRequest, required=False, description="No body: replay as it is"),
     responses={200: answer(Resolution, "Replayed (yoke.failure.replayed appended)")},
-    summary="Replay a failure, as it is or with a corrected event",
+    summary="Replay a failure, as it is or corrected (a patch of the event, or its fields replaced)",
 )
 async def replay(request: Request, failure_id: str = FAILURE_ID, principal: Principal = ADMIN) -> Response:
-    body = object_body(await optional_json_body(request), {"event"})
+    body = object_body(await optional_json_body(request), {"event", "patch"})
     inbox = failures_of(request, principal)
-    if body.get("event") is not None:
+    if body.get("event") is not None or body.get("patch") is not None:
         await refuse_corrections_of_pinned(request, principal, [await inbox.get(failure_id)])
-    done = await inbox.replay(failure_id, body.get("event"))
+    done = await inbox.replay(failure_id, body.get("event"), patch=body.get("patch"))
     return json_response(done.to_dict())
 
 

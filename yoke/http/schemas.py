@@ -1118,6 +1118,7 @@ RESOLUTION_EXAMPLE = {
 }  # fmt: skip
 FAILURE_FILTER_EXAMPLE = {"kind": "halted", "receiver": "webhook", "stream": "/orders"}
 CORRECTION_EXAMPLE = {"payload": {"order_id": "A-1", "total": 42}}
+PATCH_EXAMPLE = {"payload": {"total": 42}}
 
 
 class FailureAttempt(BaseModel):
@@ -1162,11 +1163,27 @@ class Correction(BaseModel):
     metadata: JsonObject | None = None
 
 
-class ReplayRequest(BaseModel):
-    """No body (or no event): replay as it is."""
+PATCH_DESCRIPTION = (
+    "A JSON Merge Patch (RFC 7386) of the event's type, payload and metadata: {\"payload\": {\"total\": 42}}"
+    " changes that field and keeps the others; null removes one"
+)
 
-    model_config = closed_config({"event": CORRECTION_EXAMPLE})
-    event: Correction | None = Field(default=None, description="A corrected event")
+
+class EventPatch(BaseModel):
+    """A JSON Merge Patch of the failed event's fields."""
+
+    model_config = closed_config(PATCH_EXAMPLE)
+    type: str | None = None
+    payload: Json = None
+    metadata: JsonObject | None = None
+
+
+class ReplayRequest(BaseModel):
+    """No body (or neither field): replay as it is. ``patch`` or ``event``, not both."""
+
+    model_config = closed_config({"patch": PATCH_EXAMPLE})
+    patch: EventPatch | None = Field(default=None, description=PATCH_DESCRIPTION)
+    event: Correction | None = Field(default=None, description="A corrected event: the fields given replace the original's whole")
 
 
 class DiscardRequest(BaseModel):
@@ -1191,7 +1208,8 @@ class FailureFilter(BaseModel):
 class BulkReplayRequest(BaseModel):
     model_config = closed_config({"filter": FAILURE_FILTER_EXAMPLE})
     filter: FailureFilter
-    event: Correction | None = Field(default=None, description="A correction applied to each")
+    patch: EventPatch | None = Field(default=None, description=PATCH_DESCRIPTION + " (applied to each failure's event)")
+    event: Correction | None = Field(default=None, description="A correction applied to each (fields replaced whole)")
     limit: int = Field(default=1000, ge=1, le=1000, description="At most this many, oldest first")
 
 
