@@ -239,3 +239,31 @@ async def test_a_run_never_outlives_its_lease(fresh_url: str, tmp_path) -> None:
     assert log[0::2] == [("start", a) for _, a in log[1::2]]
     assert [kind for kind, _ in log] == ["start", "end"] * (len(log) // 2)
     assert log[-1][0] == "end"
+
+
+async def test_wait_idle_says_what_is_still_busy(fresh_url: str, tmp_path) -> None:
+    """A row waiting for its retry keeps the runtime busy: the timeout names
+    the actor, the instance, the attempts, when the next try is due and the
+    last error (it said only "not idle after 1s")."""
+    app = App()
+    tried = asyncio.Event()
+
+    @app.actor("billing", filter=Filter(types=["bill"]), max_attempts=5, retry_base_s=60, retry_max_s=60)
+    async def billing(ctx, event):
+        tried.set()
+        raise ValueError("card declined for customer c1")
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        inst = await y.instances(T).create("billing", key="c1")
+        await y.stream("/bills", T).append({"type": "bill", "payload": {"amount": 12}})
+        await tried.wait()
+        try:
+            await y.wait_idle(timeout_s=1)
+        except TimeoutError as exc:
+            said = str(exc)
+        else:
+            raise AssertionError("idle while a row waits for its retry")
+        assert said.startswith("not idle after 1s: busy instances: billing " + inst.instance_id + " in acme")
+        assert "1 unfinished rows (0 processing)" in said
+        assert "attempt 1 failed, next try in " in said
+        assert said.endswith("last error: ValueError: card declined for customer c1")

@@ -118,6 +118,25 @@ async def test_fail_retries_then_dead_letters_and_redrive(store, tenant):
     assert await store.actors.queue_depth(tenant, inst.instance_id) == type(await store.actors.queue_depth(tenant, None))()
 
 
+async def test_unfinished_rows_most_attempted_first_dead_left_out(store, tenant):
+    worker = new_id("w")
+    inst = await instance(store, tenant, worker_id=worker)
+    other = await instance(store, tenant, "other", worker_id=worker)
+    await store.actors.enqueue(tenant, [item(inst, 0), item(inst, 1), item(other, 2)], now_ms())
+    rows = await claim(store, tenant, worker)
+    tried = next(r for r in rows if r.instance_id == inst.instance_id)
+    await store.actors.fail(tenant, tried.qid, tried.attempts, retry_at=now_ms() + 60_000, error="boom", traceback="")
+    unfinished = await store.actors.unfinished_rows(tenant, [ACTOR], 10)
+    assert len(unfinished) == 3 and unfinished[0].qid == tried.qid  # the most attempted first
+    assert (unfinished[0].attempts, unfinished[0].last_error, unfinished[0].actor) == (1, "boom", ACTOR)
+    assert {r.status for r in unfinished[1:]} <= {"pending", "processing"}
+    assert len(await store.actors.unfinished_rows(tenant, [ACTOR], 2)) == 2
+    assert await store.actors.unfinished_rows(tenant, ["another_actor"], 10) == []
+    (row,) = [r for r in await claim(store, tenant, worker, now=now_ms() + 60_000) if r.qid == tried.qid]
+    await store.actors.fail(tenant, row.qid, row.attempts, retry_at=None, error="dead", traceback="")
+    assert tried.qid not in {r.qid for r in await store.actors.unfinished_rows(tenant, [ACTOR], 10)}
+
+
 async def test_workers_heartbeat_reap_and_hand_over(store, tenant):
     gone, alive = new_id("w"), new_id("w")
     await store.actors.register_worker(gone, {"host": "a"})

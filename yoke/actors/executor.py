@@ -15,9 +15,11 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+from ..clock import wall_ms
 from ..hosts.languages import node_launch, python_launch
 from ..hosts.pool import HostPool
 from .app import App, app_spec, check_isolation
+from .busy import busy_report
 from .fanout import Fanout
 from .kernel import ActorKernel
 from .portals import run_loop
@@ -175,9 +177,13 @@ class Executor:
                 async with asyncio.timeout(max(remaining, 0)):
                     await quiet()
             except TimeoutError:
-                raise TimeoutError(f"not idle after {timeout_s}s") from None
+                raise TimeoutError(await self._not_idle(timeout_s)) from None
             if await self._kernel.actors().unfinished(list(self.app.actors)) == 0:
                 return
             if clock.monotonic() >= deadline:
-                raise TimeoutError(f"not idle after {timeout_s}s")
+                raise TimeoutError(await self._not_idle(timeout_s))
             await asyncio.sleep(IDLE_POLL_S)
+
+    async def _not_idle(self, timeout_s: float) -> str:
+        report = await busy_report(self._kernel.actors(), list(self.app.actors), wall_ms(self._kernel.clock))
+        return f"not idle after {timeout_s}s: {report}"

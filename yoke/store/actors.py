@@ -346,6 +346,11 @@ class ActorStore(Protocol):
         """Pending and processing rows of instances of ``actors``, plus events
         not fanned out yet, over every tenant."""
 
+    async def unfinished_rows(self, tenant: str, actors: Sequence[str], limit: int) -> list[QueueRow]:
+        """Up to ``limit`` pending and processing rows of instances of
+        ``actors`` (``actor`` filled in), the most attempted first: what
+        keeps a tenant busy, for ``wait_idle``'s answer."""
+
     # --- workers -------------------------------------------------------------
 
     # Heartbeats run on the database's clock (every process's beats and

@@ -432,6 +432,18 @@ class PgActorStore:
                 )
         return int(total)
 
+    async def unfinished_rows(self, tenant: str, actors: Sequence[str], limit: int) -> list[QueueRow]:
+        async with self._tx(tenant) as conn:
+            rows = await conn.fetch(
+                f"SELECT {', '.join('q.' + c.strip() for c in QUEUE_COLUMNS.split(','))}, i.actor"
+                " FROM actor_queue q JOIN actor_instances i"
+                " ON i.tenant_id = q.tenant_id AND i.instance_id = q.instance_id"
+                " WHERE q.tenant_id=$1 AND q.status <> 'dead' AND i.actor = ANY($2)"
+                " ORDER BY q.attempts DESC, q.qid LIMIT $3",
+                tenant, list(actors), limit,
+            )
+        return [queue_row_from_row(r) for r in rows]
+
     # --- workers -------------------------------------------------------------
 
     async def register_worker(self, worker_id: str, info: dict[str, Any]) -> None:

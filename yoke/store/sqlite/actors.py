@@ -555,6 +555,17 @@ class SqliteActorStore:
         )
         return int(rows[0][0])
 
+    async def unfinished_rows(self, tenant: str, actors: Sequence[str], limit: int) -> list[QueueRow]:
+        marks = ",".join("?" * len(actors)) or "NULL"
+        rows = await self._read(
+            f"SELECT {', '.join('q.' + c.strip() for c in QUEUE_COLUMNS.split(','))}, i.actor"
+            " FROM actor_queue q JOIN actor_instances i ON i.tenant_id = q.tenant_id AND i.instance_id = q.instance_id"
+            f" WHERE q.tenant_id=? AND q.status <> 'dead' AND i.actor IN ({marks})"
+            " ORDER BY q.attempts DESC, q.qid LIMIT ?",
+            [tenant, *actors, limit],
+        )
+        return [queue_row_from_row(r) for r in rows]
+
     # --- workers -------------------------------------------------------------
 
     async def _exec(self, sql: str, params: Sequence[Any]) -> int:
