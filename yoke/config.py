@@ -157,6 +157,15 @@ class Settings:
     # retry ladder (doubling from base to max, +-20% jitter; tests make the
     # clock fast by lowering these) and the receiver timeout (webhook
     # response, call and processor).
+    # Actors' retries (docs/basics/actors.md#queues-retries-dead-letters):
+    # attempts before a row is dead and the backoff (doubling from base to
+    # max, +-20% jitter) for every actor, and per actor as a JSON object
+    # ({"billing": {"max_attempts": 2, "retry_base_s": 0.01}}); an argument
+    # given to the actor's decorator wins over both.
+    actor_max_attempts: int = 5
+    actor_retry_base_s: float = 1.0
+    actor_retry_max_s: float = 300.0
+    actor_retry: str = ""
     subscription_sweep_s: float = 30.0
     subscription_lease_s: float = 10.0
     subscription_retry_base_s: float = 1.0

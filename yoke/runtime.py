@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from . import errors, metrics
-from .actors.app import App, app_spec
+from .actors.app import App, app_spec, per_actor_retry, with_retry_settings
 from .actors.executor import Executor
 from .actors.instances import Instances
 from .actors.kernel import ActorKernel, ActorSettings
@@ -57,7 +57,11 @@ class Runtime:
         self, settings: Settings, app: App | None = None, *, executor: bool = True, clock: Clock = SYSTEM
     ) -> None:
         self.settings = settings
-        self.app = app
+        # The actors' retries as this deployment sets them (decorator arguments win).
+        self.app = app if app is None else with_retry_settings(app, {
+            "max_attempts": settings.actor_max_attempts, "retry_base_s": settings.actor_retry_base_s,
+            "retry_max_s": settings.actor_retry_max_s,
+        }, per_actor_retry(settings.actor_retry))
         # The one clock every component and the store take the time from
         # (clock.py): a test or a virtual-time run hands in its own.
         self.clock = clock

@@ -267,3 +267,30 @@ async def test_wait_idle_says_what_is_still_busy(fresh_url: str, tmp_path) -> No
         assert "1 unfinished rows (0 processing)" in said
         assert "attempt 1 failed, next try in " in said
         assert said.endswith("last error: ValueError: card declined for customer c1")
+
+
+async def test_the_deployment_sets_retries_and_the_decorator_wins(fresh_url: str, tmp_path) -> None:
+    """Settings for every actor and for one actor make a dead-letter test
+    fast without touching the application; a decorator argument wins."""
+    app = App()
+    tries: dict[str, int] = {}
+
+    def failing(name: str):  # noqa: ANN202
+        async def process(ctx, event):  # noqa: ANN001, ANN202
+            tries[name] = ctx.attempt
+            raise ValueError(name)
+
+        return process
+
+    app.actor("plain", filter=Filter(types=["job"]))(failing("plain"))
+    app.actor("tuned", filter=Filter(types=["job"]))(failing("tuned"))
+    app.actor("own", filter=Filter(types=["job"]), max_attempts=1)(failing("own"))
+    settings = {"actor_max_attempts": 2, "actor_retry_base_s": 0.01, "actor_retry_max_s": 0.02,
+                "actor_retry": '{"tuned": {"max_attempts": 3}, "own": {"max_attempts": 4}}'}
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), **settings) as y:
+        for name in ("plain", "tuned", "own"):
+            await y.instances(T).create(name, key="k")
+        await y.stream("/", T).append({"type": "job", "payload": {}})
+        await y.wait_idle(timeout_s=10)  # three dead letters, retried within milliseconds
+        assert tries == {"plain": 2, "tuned": 3, "own": 1}
+        assert len(await y.failures(T).list(kind="dead_letter")) == 3

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import errors
@@ -48,6 +49,9 @@ class ActorDef:
     # "default": effects commit one by one, journaled per queue row;
     # "atomic": a run's effects commit together with its completion (docs/advanced/effects.md).
     effects: str = "default"
+    # The retry fields (RETRY_FIELDS) the decorator was given: they win over
+    # the deployment's settings (with_retry_settings); the others take them.
+    given: frozenset[str] = frozenset()
 
     @property
     def keyed(self) -> bool:
@@ -113,11 +117,11 @@ class App:
         filter: Filter | Mapping[str, Any] | None = None,  # noqa: A002
         filter_from_config: Callable[[Mapping[str, Any]], Any] | None = None,
         concurrency: int = 1,
-        max_attempts: int = 5,
+        max_attempts: int | None = None,
         timeout_s: float = 30.0,
         singleton: bool = False,
-        retry_base_s: float = 1.0,
-        retry_max_s: float = 300.0,
+        retry_base_s: float | None = None,
+        retry_max_s: float | None = None,
         isolation: str | None = None,
         effects: str = "default",
     ) -> Callable[[Handler], Handler]:
@@ -144,11 +148,11 @@ class App:
         filter: Filter | Mapping[str, Any] | None = None,  # noqa: A002
         filter_from_config: Callable[[Mapping[str, Any]], Any] | None = None,
         concurrency: int = 1,
-        max_attempts: int = 5,
+        max_attempts: int | None = None,
         timeout_s: float = 30.0,
         singleton: bool = False,
-        retry_base_s: float = 1.0,
-        retry_max_s: float = 300.0,
+        retry_base_s: float | None = None,
+        retry_max_s: float | None = None,
         effects: str = "default",
     ) -> None:
         """An actor whose ``process(ctx, event)`` is exported by ``script``,
@@ -166,18 +170,21 @@ class App:
 
     def _definer(
         self, name: Any, *, filter: Any, filter_from_config: Any, concurrency: Any,  # noqa: A002
-        max_attempts: Any, timeout_s: Any, singleton: bool, retry_base_s: float, retry_max_s: float,
+        max_attempts: Any, timeout_s: Any, singleton: bool, retry_base_s: Any, retry_max_s: Any,
         isolation: str | None, effects: str = "default",
     ) -> Callable[..., None]:
-        """Checks an actor's settings now; the returned function registers it."""
+        """Checks an actor's settings now; the returned function registers it.
+        A retry field left None takes the deployment's setting (or the default)."""
+        retry = {"max_attempts": max_attempts, "retry_base_s": retry_base_s, "retry_max_s": retry_max_s}
+        given = frozenset(k for k, v in retry.items() if v is not None)
+        check_retry({k: v for k, v in retry.items() if v is not None}, "the actor's")
+        resolved = {**RETRY_DEFAULTS, **{k: v for k, v in retry.items() if v is not None}}
         if not isinstance(name, str) or not 1 <= len(name) <= 200:
             raise errors.InvalidInput("an actor name is 1-200 characters", field="name")
         if name in self.actors:
             raise errors.InvalidInput(f"actor {name!r} is already registered", field="name")
         if not isinstance(concurrency, int) or concurrency < 1:
             raise errors.InvalidInput("concurrency must be a positive integer", field="concurrency")
-        if not isinstance(max_attempts, int) or max_attempts < 1:
-            raise errors.InvalidInput("max_attempts must be a positive integer", field="max_attempts")
         if not timeout_s > 0:
             raise errors.InvalidInput("timeout_s must be positive", field="timeout_s")
         if effects not in EFFECTS:
@@ -192,9 +199,9 @@ class App:
             if name in self.actors:
                 raise errors.InvalidInput(f"actor {name!r} is already registered", field="name")
             self.actors[name] = ActorDef(
-                name, handler, parsed, filter_from_config, concurrency, max_attempts,
-                float(timeout_s), singleton, retry_base_s, retry_max_s, isolation, language, script,
-                effects,
+                name, handler, parsed, filter_from_config, concurrency, resolved["max_attempts"],
+                float(timeout_s), singleton, float(resolved["retry_base_s"]), float(resolved["retry_max_s"]),
+                isolation, language, script, effects, given,
             )
 
         return define
@@ -254,6 +261,59 @@ class App:
 
 ISOLATIONS = ("inprocess", "process")
 EFFECTS = ("default", "atomic")
+
+# An actor's retries: the decorator's arguments, else the deployment's
+# per-actor setting (actor_retry), else its settings for every actor
+# (actor_max_attempts, actor_retry_base_s, actor_retry_max_s), else these.
+RETRY_DEFAULTS: dict[str, Any] = {"max_attempts": 5, "retry_base_s": 1.0, "retry_max_s": 300.0}
+RETRY_FIELDS = tuple(RETRY_DEFAULTS)
+
+
+def check_retry(values: Mapping[str, Any], whose: str) -> None:
+    """``values``: some of RETRY_FIELDS, each in its domain."""
+    for name, value in values.items():
+        if name not in RETRY_FIELDS:
+            raise errors.InvalidInput(f"{whose} retry settings are {', '.join(RETRY_FIELDS)}, not {name!r}",
+                                      field=name)
+        if name == "max_attempts":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise errors.InvalidInput("max_attempts must be a positive integer", field=name)
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise errors.InvalidInput(f"{name} must be a positive number of seconds", field=name)
+
+
+def per_actor_retry(text: str) -> dict[str, dict[str, Any]]:
+    """The ``actor_retry`` setting: a JSON object of actor name to retry
+    fields (``{"billing": {"max_attempts": 2}}``); "" is none."""
+    if not text.strip():
+        return {}
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        raise errors.InvalidInput(f"actor_retry is not valid JSON: {exc}", field="actor_retry") from None
+    if not isinstance(parsed, dict) or not all(isinstance(v, dict) for v in parsed.values()):
+        raise errors.InvalidInput('actor_retry is an object of actor name to retry fields,'
+                                  ' e.g. {"billing": {"max_attempts": 2}}', field="actor_retry")
+    return parsed
+
+
+def with_retry_settings(app: App, every: Mapping[str, Any], per_actor: Mapping[str, Mapping[str, Any]]) -> App:
+    """``app`` with each actor's retry fields as the deployment sets them:
+    ``every`` for all actors, ``per_actor[name]`` for one, the decorator's
+    own arguments winning over both. Names in ``per_actor`` must be actors."""
+    check_retry(every, "the deployment's")
+    unknown = set(per_actor) - set(app.actors)
+    if unknown:
+        raise errors.InvalidInput(f"actor_retry names no actor of the app: {', '.join(sorted(unknown))}",
+                                  field="actor_retry")
+    actors = {}
+    for name, d in app.actors.items():
+        own = per_actor.get(name, {})
+        check_retry(own, f"actor {name!r}'s")
+        values = {**RETRY_DEFAULTS, **every, **own, **{f: getattr(d, f) for f in d.given}}
+        actors[name] = replace(d, max_attempts=values["max_attempts"], retry_base_s=float(values["retry_base_s"]),
+                               retry_max_s=float(values["retry_max_s"]))
+    return replace(app, actors=actors)
 
 
 def check_isolation(isolation: str | None) -> None:
