@@ -56,6 +56,7 @@ async def test_state_set_get_and_sqlite_survive_a_restart(fresh_url: str, tmp_pa
         await y.wait_idle(timeout_s=10)
         assert await y.instances(T).state(inst.instance_id) == ({"last": "two"}, 2)
     assert results["rows"] == [{"id": 1, "text": "one"}, {"id": 2, "text": "two"}]
+    assert [list(row) for row in results["rows"]] == [["id", "text"]] * 2  # the statement's column order (documented)
 
 
 async def test_bad_sql_and_the_reserved_table_fail_the_run(fresh_url: str, tmp_path) -> None:

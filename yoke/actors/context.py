@@ -94,7 +94,7 @@ class Sqlite:
         return await self._ops.call("sqlite_exec", {"sql": sql, "params": params})
 
     async def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[dict[str, Any]]:
-        """Rows as dicts."""
+        """The rows as dicts keyed by column name, in the statement's column order."""
         return await self._ops.call("sqlite_query", {"sql": sql, "params": params})
 
 
