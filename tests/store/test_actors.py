@@ -101,6 +101,7 @@ async def test_fail_retries_then_dead_letters_and_redrive(store, tenant):
     await store.actors.fail(tenant, row.qid, row.attempts, retry_at=retry_at, error="boom", traceback="tb")
     (pending,) = await store.actors.queue_rows(tenant, inst.instance_id, "pending", 10)
     assert (pending.attempts, pending.available_at, pending.last_error) == (1, retry_at, "boom")
+    assert pending.actor == ACTOR  # was '' (the instance's actor, joined)
     assert await claim(store, tenant, worker) == []  # not due yet
     (row,) = await claim(store, tenant, worker, now=retry_at)
     assert row.attempts == 2

@@ -319,7 +319,9 @@ class PgActorStore:
     ) -> list[QueueRow]:
         async with self._tx(tenant) as conn:
             rows = await conn.fetch(
-                f"SELECT {QUEUE_COLUMNS}, '' FROM actor_queue WHERE tenant_id=$1 AND instance_id=$2"
+                f"SELECT {QUEUE_COLUMNS}, (SELECT i.actor FROM actor_instances i"
+                "  WHERE i.tenant_id = q.tenant_id AND i.instance_id = q.instance_id)"
+                " FROM actor_queue q WHERE tenant_id=$1 AND instance_id=$2"
                 " AND ($3::text IS NULL OR status=$3) ORDER BY qid LIMIT $4",
                 tenant, instance_id, status, limit,
             )

@@ -436,7 +436,9 @@ class SqliteActorStore:
         self, tenant: str, instance_id: str, status: str | None, limit: int
     ) -> list[QueueRow]:
         rows = await self._read(
-            f"SELECT {QUEUE_COLUMNS}, '' FROM actor_queue WHERE tenant_id=? AND instance_id=?"
+            f"SELECT {QUEUE_COLUMNS}, (SELECT i.actor FROM actor_instances i"
+            "  WHERE i.tenant_id = q.tenant_id AND i.instance_id = q.instance_id)"
+            " FROM actor_queue q WHERE tenant_id=? AND instance_id=?"
             " AND (? IS NULL OR status=?) ORDER BY qid LIMIT ?",
             (tenant, instance_id, status, status, limit),
         )
