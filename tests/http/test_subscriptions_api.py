@@ -373,7 +373,7 @@ async def test_wait_answers_503_when_the_server_stops(tmp_path, monkeypatch):
     """A waiting request ends at once with 503 when the server begins to
     stop, so it never holds the graceful shutdown (in process: the wait's
     start is observable there)."""
-    from yoke.http.app import create_app
+    from yoke.http.app import create_app, serve_runtime
     from yoke.streams.stream import Stream
 
     entered = asyncio.Event()
@@ -386,7 +386,7 @@ async def test_wait_answers_503_when_the_server_stops(tmp_path, monkeypatch):
     monkeypatch.setattr(Stream, "wait_until_processed", observed)
     app = create_app(contextlib.nullcontext)  # the lifespan is not run: the runtime is set below
     async with yoke.open(f"sqlite:///{tmp_path}/yoke.db") as runtime:
-        app.state.runtime = runtime
+        serve_runtime(app, runtime)
         token = (await runtime.tokens.create("default", ["admin"], "test")).token
         transport = httpx.ASGITransport(app=app)
         headers = {"Authorization": f"Bearer {token}"}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -163,8 +164,11 @@ async def test_500_is_retried_with_the_attempt_incremented(fresh_url: str, tenan
     failing = True
     target = 0
 
-    def respond(request: Request) -> int:
-        return 500 if failing and request.offset == target else 204
+    def respond(request: Request) -> Response | int:
+        if failing and request.offset == target:
+            return Response(500, [("content-type", "application/json")],
+                            b'{"error":\n  "ledger is down"}' + b" " * 5000 + b"the end")
+        return 204
 
     secret = new_secret()
     # A slower ladder than FAST (15 attempts take ~1.3 s): the test stops
@@ -184,7 +188,9 @@ async def test_500_is_retried_with_the_attempt_incremented(fresh_url: str, tenan
 
         status = await eventually(failing_row, what="three failed attempts recorded")
         assert status.processed_through_offset == e1  # the cursor stays before the failing event
-        assert "500" in status.last_error
+        # The evidence: the status, how long it took, the answer's start on one line, bounded.
+        assert re.fullmatch(r'WebhookFailed: POST \S+ answered 500 in \d+ ms: \{"error": "ledger is down"\}', status.last_error), \
+            status.last_error
         assert status.next_retry_at is not None and status.halted is None
         assert e3 not in hook.offsets()  # nothing overtakes the failing event
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import sys
+import textwrap
 import time
 from datetime import datetime
 from typing import Any
@@ -88,8 +89,17 @@ FAILURE_COLUMNS: list[Column] = [
     ("TO", where, "<"),
     ("FAILED", lambda f: when(f["failed_at"]), "<"),
     ("ATTEMPTS", lambda f: f["attempt_count"], ">"),
-    ("ERROR", lambda f: (f["error"] or "-").splitlines()[0][:80] if f["error"] else "-", "<"),
+    ("ERROR", lambda f: error_cell(f["error"]), "<"),
 ]
+
+ERROR_CELL_CHARS = 100  # the list's last column; `yoke failures show ID` prints the whole error
+
+
+def error_cell(error: str | None) -> str:
+    """An error on one line, cut at a word (marked …) rather than mid-word."""
+    if not error:
+        return "-"
+    return textwrap.shorten(" ".join(error.split()), ERROR_CELL_CHARS, placeholder=" …")
 
 
 def failure_lines(f: dict[str, Any]) -> str:

@@ -45,9 +45,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with open_runtime() as runtime:
-            app.state.runtime = runtime
-            # Made with the runtime, as the runtime is: its entries age by the runtime's clock.
-            app.state.token_cache = TokenCache(clock=runtime.clock)
+            serve_runtime(app, runtime)
             yield
             app.state.shutdown.set()
 
@@ -94,6 +92,14 @@ def create_app(
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def serve_runtime(app: FastAPI, runtime: Any) -> None:
+    """The app serves ``runtime`` (the lifespan does this once it is open).
+    The token cache is made with it, as it is: its entries age by the
+    runtime's clock."""
+    app.state.runtime = runtime
+    app.state.token_cache = TokenCache(clock=runtime.clock)
 
 
 def asgi_app(app: FastAPI, cors: CorsPolicy | None = None) -> ASGIApp:

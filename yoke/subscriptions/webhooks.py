@@ -39,6 +39,9 @@ MAX_RETRY_AFTER_S = 1800.0
 # this many bytes, arriving within this many seconds after the status.
 DRAIN_BYTES = 64 * 1024
 DRAIN_S = 0.5
+# How much of a failing receiver's answer its error quotes.
+EXCERPT_BYTES = 1024
+EXCERPT_CHARS = 300
 
 
 class WebhookFailed(errors.YokeError):
@@ -111,6 +114,8 @@ async def send(
             "yoke-generation": str(batch.generation),
         }
         request = client.build_request("POST", url, content=body, headers=headers)
+        loop = asyncio.get_running_loop()
+        started = loop.time()  # the exchange's real duration (evidence in the error), not the clock's
         try:
             # A deadline for the whole exchange up to the status line.
             async with asyncio.timeout(timeout_s):
@@ -122,26 +127,41 @@ async def send(
         try:
             status = response.status_code
             retry_after = response.headers.get("retry-after")
-            await drain(response)
+            took_ms = round((loop.time() - started) * 1000)
+            head = await drain(response)
         finally:
             await response.aclose()
         if 200 <= status < 300:
             continue
         wait = retry_after_s(retry_after, clock) if status in (429, 503) else None
-        raise WebhookFailed(f"POST {url} answered {status}", retry_after_s=wait)
+        said = excerpt(head)
+        raise WebhookFailed(f"POST {url} answered {status} in {took_ms} ms" + (f": {said}" if said else ""),
+                            retry_after_s=wait)
 
 
-async def drain(response: httpx.Response) -> None:
+def excerpt(head: bytes) -> str:
+    """The start of a receiver's answer, as evidence in an error: text on
+    one line, at most ``EXCERPT_CHARS``."""
+    text = " ".join(head.decode("utf-8", errors="replace").split())
+    return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "…"
+
+
+async def drain(response: httpx.Response) -> bytes:
     """Read a small answer body to its end (``DRAIN_BYTES`` within
     ``DRAIN_S``), so that the connection returns to the pool; give up on
     anything larger or slower, or on an error (the connection then closes).
-    The status has decided already: nothing here fails a delivery."""
+    The status has decided already: nothing here fails a delivery. Returns
+    the body's first ``EXCERPT_BYTES`` (what arrived of them)."""
     read = 0
+    head = bytearray()
     try:
         async with asyncio.timeout(DRAIN_S):
-            async for chunk in response.aiter_raw():
+            async for chunk in response.aiter_bytes():
                 read += len(chunk)
+                if len(head) < EXCERPT_BYTES:
+                    head += chunk[: EXCERPT_BYTES - len(head)]
                 if read > DRAIN_BYTES:
-                    return
+                    break
     except (TimeoutError, httpx.HTTPError):
-        return
+        pass
+    return bytes(head)
