@@ -140,7 +140,11 @@ def test_tables_have_headers_and_aligned_columns(cli, server):
     )
     assert any(f" counter  {key} " in f" {row} " or key in row.split() for row in rows)
 
-    cli("subscriptions", "add", path, "--name", "audit", "--copy-to", path + "-copy", "--start", "beginning")
+    add = ("subscriptions", "add", path, "--name", "audit", "--copy-to", path + "-copy")
+    assert cli(*add, "--start", "beginning").stdout.startswith(f"created audit on {path} ")
+    assert cli(*add, "--start", "beginning").stdout.startswith(f"exists  audit on {path} ")  # identical: nothing
+    assert cli(*add, "--start", "now").stdout.startswith(f"replaced audit on {path} ")  # one flag changed
+    assert cli(*add, "--start", "beginning").stdout.startswith(f"replaced audit on {path} ")
     rows = check_table(
         cli("subscriptions", "list", path).stdout,
         [("NAME", "<"), ("RECEIVER", "<"), ("THROUGH", ">"), ("LAG", ">"), ("STATE", "<")],

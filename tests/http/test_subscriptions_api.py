@@ -162,7 +162,8 @@ def test_copy_subscription_delivers_and_identical_config_answers_200(http, path)
     assert first.status_code == 201, first.text
     made = first.json()
     assert made == {
-        "name": "audit/eu", "path": path, "offset": 1, "id": made["id"], "created": True, "secret": None
+        "name": "audit/eu", "path": path, "offset": 1, "id": made["id"], "created": True, "replaced": False,
+        "secret": None,
     }
     again = http.post(sub_url(path), json=body)
     assert again.status_code == 200
@@ -180,7 +181,7 @@ def test_copy_subscription_delivers_and_identical_config_answers_200(http, path)
     # Another configuration under the same name replaces it (a new configure event).
     changed = http.post(sub_url(path), json={**body, "filter": {"types": ["order.*"], "where": "payload = 1"}})
     assert changed.status_code == 201
-    assert changed.json()["offset"] == 5 and changed.json()["created"] is True
+    assert changed.json()["offset"] == 5 and changed.json()["created"] is True and changed.json()["replaced"] is True
     assert show(http, path, "audit/eu")["config"]["filter"] == {"types": ["order.*"], "where": "payload = 1"}
 
 

@@ -59,10 +59,11 @@ async def test_identical_configuration_returns_original_event_and_different_one_
         a = y.stream("/a")
         first = await a.subscribe("s", yoke.copy_to_stream("/b"), filter={"types": ["x"]})
         again = await a.subscribe("s", yoke.copy_to_stream("/b"), filter={"types": ["x"]})
-        assert (again.offset, again.id, again.created) == (first.offset, first.id, False)
+        assert (again.offset, again.id, again.created, again.replaced) == (first.offset, first.id, False, False)
+        assert first.created and not first.replaced
         assert (await a.info()).head == first.offset  # nothing appended
         replaced = await a.subscribe("s", yoke.copy_to_stream("/b"), filter={"types": ["y"]})
-        assert replaced.created and replaced.offset == first.offset + 1
+        assert replaced.created and replaced.replaced and replaced.offset == first.offset + 1
         status = await a.subscription("s")
         assert status.generation == replaced.offset and status.config["filter"] == {"types": ["y"]}
         assert len(await a.subscriptions()) == 1

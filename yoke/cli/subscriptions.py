@@ -139,7 +139,7 @@ def subscriptions_add(
     )
 
     def human(r: dict[str, Any]) -> str:
-        verb = "created" if r["created"] else "exists "
+        verb = "replaced" if r.get("replaced") else "created" if r["created"] else "exists "
         line = f"{verb} {r['name']} on {r['path']} (configured at offset {r['offset']})"
         if r["secret"]:
             line += f"\nwebhook secret (shown once): {r['secret']}"

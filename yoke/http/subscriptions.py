@@ -138,6 +138,7 @@ async def subscribe(request: Request, path: str = PATH_PARAM, principal: Princip
             "offset": subscribed.offset,
             "id": subscribed.id,
             "created": subscribed.created,
+            "replaced": subscribed.replaced,
             "secret": subscribed.secret,
         },
         status_code=201 if subscribed.created else 200,

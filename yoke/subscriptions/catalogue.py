@@ -74,7 +74,7 @@ def decide_configure(
 ):  # noqa: ANN201 - returns a Decide
     def decide(row: SubscriptionRow | None, source: SourceState) -> Change:
         if row is not None and row.config == config:
-            return Change(reply=(row, False))  # identical: the original configure event stands
+            return Change(reply=(row, False, False))  # identical: the original configure event stands
         # Counted under the lock on the target (control(copies_into=...)),
         # leaving out this subscription: replacing one of the 64 is no 65th.
         if config["kind"] == "copy" and source.copies_into >= MAX_COPIES_INTO:
@@ -92,7 +92,8 @@ def decide_configure(
             cursor=offset if config["start"] == "now" else 0,
             secret=secret, head=offset,
         )
-        return Change(events=[event], row=new, drop_checkpoint=True, reply=(new, True))
+        # Replaced: another configuration of that name stood (its run ends here).
+        return Change(events=[event], row=new, drop_checkpoint=True, reply=(new, True, row is not None))
 
     return decide
 
