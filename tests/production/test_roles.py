@@ -146,3 +146,27 @@ async def test_connections_carry_the_name_and_the_statement_timeout(database):
         async with y.store.pool.acquire() as conn:
             assert await conn.fetchval("SHOW statement_timeout") == "0"
     await asyncio.sleep(0)
+
+
+def test_a_role_outlives_its_databases_until_removed_as_documented(database, roles, tmp_path):
+    """Roles are cluster-wide: dropping a Yoke database leaves its runtime
+    role, and DROP ROLE refuses while another database still grants it.
+    docs/production/roles.md's removal: DROP OWNED BY in each database left
+    (the role owns nothing there: this takes its grants back), then DROP ROLE."""
+    role = roles[0]
+    second = with_database(PG_ADMIN_URL, f"yoke_roles_{uuid.uuid4().hex[:12]}")
+    run_apart(admin_sql(f'CREATE DATABASE "{second.rsplit("/", 1)[1]}"'))
+    try:
+        for url in (database, second):
+            run_yoke("migrate", cwd=tmp_path, YOKE_DATABASE_URL=url, YOKE_PG_ROLE=role)
+        run_apart(admin_sql(f'DROP DATABASE "{database.rsplit("/", 1)[1]}" WITH (FORCE)'))
+        assert run_apart(fetch(PG_ADMIN_URL, "SELECT 1 FROM pg_roles WHERE rolname = $1", role))  # still there
+        with pytest.raises(asyncpg.exceptions.DependentObjectsStillExistError):
+            run_apart(admin_sql(f'DROP ROLE "{role}"'))  # the second database grants it
+        run_apart(fetch(second, f'DROP OWNED BY "{role}"'))
+        run_apart(admin_sql(f'DROP ROLE "{role}"'))
+        assert not run_apart(fetch(PG_ADMIN_URL, "SELECT 1 FROM pg_roles WHERE rolname = $1", role))
+        [left] = run_apart(fetch(second, "SELECT count(*) FROM yoke_schema_version"))
+        assert left[0] > 0  # the database's own data is untouched
+    finally:
+        run_apart(admin_sql(f'DROP DATABASE IF EXISTS "{second.rsplit("/", 1)[1]}" WITH (FORCE)'))
