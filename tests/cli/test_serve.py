@@ -48,6 +48,9 @@ def test_serve_json_on_port_0_announces_the_bound_port(tmp_path):
         ready, _, _ = select.select([process.stdout], [], [], 60)
         assert ready, "yoke serve --json printed nothing within 60 s"
         announced = json.loads(process.stdout.readline())
+        # The fields docs/basics/cli.md lists (token only with --print-token).
+        assert set(announced) == {"url", "token_file", "database_url", "app", "executor", "console", "dev", "workers"}
+        assert (announced["app"], announced["executor"], announced["dev"], announced["workers"]) == (None, True, False, 1)
         port = int(announced["url"].rsplit(":", 1)[1])
         assert port != 0
         assert announced["token_file"] == f".yoke/token-{port}"
