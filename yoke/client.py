@@ -294,6 +294,19 @@ class Client:
         """The instance with its ``state`` and ``queue`` depth."""
         return self.request("GET", instance_url(instance_id))
 
+    def schedules(self, instance_id: str) -> Any:
+        """``{"schedules": [...]}``: the instance's timers and cron schedules."""
+        return self.request("GET", instance_url(instance_id, "schedules"))
+
+    def instance_sql(
+        self, instance_id: str, sql: str, params: list[Any] | None = None, max_rows: int | None = None
+    ) -> Any:
+        """A read-only query on the instance's SQLite database: ``{columns, rows, truncated}``."""
+        body: dict[str, Any] = {"sql": sql, "params": params or []}
+        if max_rows is not None:
+            body["max_rows"] = max_rows
+        return self.request("POST", instance_url(instance_id, "sql"), json=body)
+
     def remove_instance(self, instance_id: str) -> Any:
         return self.request("DELETE", instance_url(instance_id))
 

@@ -163,6 +163,30 @@ def test_tables_have_headers_and_aligned_columns(cli, server):
     assert cli("dlq", "list", flaky).stdout == "(no dead rows)\n"
 
 
+def test_instance_schedules_and_sql(cli):
+    key = uuid.uuid4().hex[:10]
+    planner = json.loads(cli("instances", "create", "planner", "--key", key, "--json").stdout)["id"]
+    cli("append", fresh("plans"), "plan.made", '{"name": "a b", "qty": 2}')
+    wait_for(lambda: "nightly" in cli("instances", "schedules", planner).stdout, "the schedule")
+    [row] = check_table(
+        cli("instances", "schedules", planner).stdout,
+        [("NAME", "<"), ("DUE", "<"), ("CRON", "<"), ("STREAM", "<"), ("EVENT", "<")],
+    )
+    assert row.startswith("nightly ") and "0 3 * * *" in row and '"plan.review"' in row
+    # By ACTOR/KEY too; the rows under their column names, text as it is, NULL for null.
+    out = cli("instances", "sql", f"planner/{key}", "SELECT name, qty, note FROM plans WHERE qty > ?",
+              "--params", "[1]").stdout
+    assert out.splitlines() == ["name  qty  note", "a b   2    NULL"]
+    as_json = json.loads(cli("instances", "sql", planner, "SELECT qty FROM plans", "--json").stdout)
+    assert as_json == {"columns": ["qty"], "rows": [[2]], "truncated": False}
+    cut = cli("instances", "sql", planner, "SELECT 1 UNION ALL SELECT 2", "--max-rows", "1").stdout
+    assert cut.splitlines()[-1] == "(the first 1 rows: --max-rows for more)"
+    refused = cli("instances", "sql", planner, "DELETE FROM plans", check=False)
+    assert refused.returncode != 0 and "invalid_input" in refused.stderr and "Traceback" not in refused.stderr
+    bad = cli("instances", "sql", planner, "SELECT 1", "--params", '{"a": 1}', check=False)
+    assert bad.returncode != 0 and "--params is a JSON list" in bad.stderr
+
+
 def test_readable_values(cli):
     path = fresh("values")
     cli("append", path, "x")
@@ -224,6 +248,8 @@ def test_json_output_of_every_command(cli, server, tmp_path):
     assert js("dlq", "list", created["id"]) == []
     assert js("dlq", "redrive", created["id"]) == {"redriven": 0}
     assert js("dlq", "drop", created["id"]) == {"dropped": 0}
+    assert js("instances", "schedules", created["id"]) == []
+    assert js("instances", "sql", created["id"], "SELECT 7 AS n") == {"columns": ["n"], "rows": [[7]], "truncated": False}
     flaky = js("instances", "create", "flaky", "--key", uuid.uuid4().hex)["id"]
     cli("append", fresh("jobs"), "flaky.fail", '"json"')
     [failure] = wait_for(lambda: js("failures", "list", "--instance", flaky), "its dead letter in the inbox")

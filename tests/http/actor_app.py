@@ -6,6 +6,8 @@ tests.http.actor_app:app``, ``yoke worker --app ...``).
   reached the instance (2 attempts, fast retries), so a dead row succeeds
   once redriven after a heal;
 - ``worker`` takes its filter from its config (``{"role": ...}``);
+- ``planner`` keeps ``plan.*`` payloads in its own table ``plans`` (name,
+  qty, note) and a cron schedule ``nightly``;
 - the ``hooks`` portal appends the JSON body it receives as ``count.hook``
   to ``/hooks/<the path below the portal>``, if the sender signs it with the
   header ``X-Signature: ok`` (the portal verifies its sender itself);
@@ -40,6 +42,14 @@ async def flaky(ctx, event):
 )
 async def worker(ctx, event):
     await ctx.state.update(lambda s: {"n": s.get("n", 0) + 1})
+
+
+@app.actor("planner", filter=Filter(types=["plan.*"]))
+async def planner(ctx, event):
+    await ctx.sqlite.exec("CREATE TABLE IF NOT EXISTS plans (name TEXT PRIMARY KEY, qty INTEGER, note TEXT)")
+    await ctx.sqlite.exec("INSERT OR REPLACE INTO plans VALUES (?, ?, ?)",
+                          [event.payload["name"], event.payload["qty"], event.payload.get("note")])
+    await ctx.schedules.upsert("nightly", cron="0 3 * * *", event={"type": "plan.review"})
 
 
 @app.portal("hooks")

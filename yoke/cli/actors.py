@@ -1,5 +1,5 @@
-"""Actor commands over HTTP: ``instances list|create|show`` and
-``dlq list|redrive|drop`` (docs/basics/actors.md)."""
+"""Actor commands over HTTP: ``instances list|create|show|remove|schedules|sql``
+and ``dlq list|redrive|drop`` (docs/basics/actors.md)."""
 
 from __future__ import annotations
 
@@ -132,6 +132,61 @@ def instances_remove(client: Remote, as_json: bool, instance_id: str) -> None:
     """Remove an instance with its queue rows, schedules and state."""
     removed = client.remove_instance(instance_id_of(client, instance_id))
     emit(removed, as_json, lambda i: f"removed {i['id']} (actor {i['actor']}, key {i['key']})")
+
+
+SCHEDULE_COLUMNS: list[Column] = [
+    ("NAME", lambda s: s["name"], "<"),
+    ("DUE", lambda s: when(s["due_at"]), "<"),
+    ("CRON", lambda s: or_dash(s["cron"]), "<"),
+    ("STREAM", lambda s: or_dash(s["stream"]), "<"),
+    ("EVENT", lambda s: compact(s["event"]), "<"),
+]
+
+
+@instances.command("schedules")
+@argument("instance_id", INSTANCE_ID_HELP)
+@http_command
+def instances_schedules(client: Remote, as_json: bool, instance_id: str) -> None:
+    """The instance's timers and cron schedules (ctx.schedules), by name."""
+    listed = client.schedules(instance_id_of(client, instance_id))["schedules"]
+    emit(listed, as_json, lambda v: table(v, SCHEDULE_COLUMNS, "(no schedules)"))
+
+
+@instances.command("sql")
+@argument("instance_id", INSTANCE_ID_HELP)
+@argument("sql", "one read-only statement, like 'SELECT * FROM items' (ctx.sqlite tables and _yoke_state)")
+@click.option("--params", "params_json", default=None, metavar="JSON", help="Values for its ? marks, a JSON list.")
+@click.option("--max-rows", default=None, type=click.IntRange(1, 10000), metavar="N",
+              help="At most N rows (default 500).")
+@http_command
+def instances_sql(client: Remote, as_json: bool, instance_id: str, sql: str, params_json: str | None,
+                  max_rows: int | None) -> None:
+    """A read-only SQL query on the instance's own SQLite database."""
+    params = parse_json(params_json, "--params") if params_json is not None else None
+    if params is not None and not isinstance(params, list):
+        fail("--params is a JSON list, like '[\"a\", 2]'")
+    result = client.instance_sql(instance_id_of(client, instance_id), sql, params, max_rows)
+    emit(result, as_json, sql_lines)
+
+
+def sql_cell(value: Any) -> str:
+    """Text as it is, NULL for null, numbers as written."""
+    if value is None:
+        return "NULL"
+    return value if isinstance(value, str) else compact(value)
+
+
+def sql_lines(result: dict[str, Any]) -> str:
+    """The rows under their column names; a last line when the rows were cut."""
+    rows = [{str(i): v for i, v in enumerate(row)} for row in result["rows"]]
+    columns: list[Column] = [
+        (name, lambda r, i=i: sql_cell(r[str(i)]), "<")
+        for i, name in enumerate(result["columns"])
+    ]
+    text = table(rows, columns, "(no rows)") if columns else "(no rows)"
+    if result.get("truncated"):
+        text += f"\n(the first {len(rows)} rows: --max-rows for more)"
+    return text
 
 
 @group()
