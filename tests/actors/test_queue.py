@@ -257,6 +257,8 @@ async def test_wait_idle_says_what_is_still_busy(fresh_url: str, tmp_path) -> No
         inst = await y.instances(T).create("billing", key="c1")
         await y.stream("/bills", T).append({"type": "bill", "payload": {"amount": 12}})
         await tried.wait()
+        while not any(r.last_error for r in await y.instances(T).queue(inst.instance_id)):  # the failure committed
+            await asyncio.sleep(0.01)
         try:
             await y.wait_idle(timeout_s=1)
         except TimeoutError as exc:
@@ -294,3 +296,28 @@ async def test_the_deployment_sets_retries_and_the_decorator_wins(fresh_url: str
         await y.wait_idle(timeout_s=10)  # three dead letters, retried within milliseconds
         assert tries == {"plain": 2, "tuned": 3, "own": 1}
         assert len(await y.failures(T).list(kind="dead_letter")) == 3
+
+
+async def test_wait_idle_names_a_run_still_going(fresh_url: str, tmp_path) -> None:
+    app = App()
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @app.actor("slow", filter=Filter(types=["job"]), timeout_s=60)
+    async def slow(ctx, event):
+        started.set()
+        await release.wait()
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        inst = await y.instances(T).create("slow", key="k")
+        await y.stream("/jobs", T).append({"type": "job", "payload": {}})
+        await started.wait()
+        try:
+            await y.wait_idle(timeout_s=0.5)
+        except TimeoutError as exc:
+            said = str(exc)
+        else:
+            raise AssertionError("idle while a run is going")
+        assert f"slow {inst.instance_id} in acme: 1 unfinished rows (1 processing), attempt 1 running" in said
+        assert "failed" not in said
+        release.set()
+        await y.wait_idle(timeout_s=10)

@@ -402,3 +402,11 @@ async def test_a_patched_replay_changes_what_the_patch_names_and_keeps_the_rest(
         assert sorted(p["n"] for _, p, _ in got) == [1, 2] and all("poison" not in p for _, p, _ in got)
         with pytest.raises(errors.InvalidInput):
             await inbox.replay_all(stream="/bills", patch={"offset": 1})
+        # A patch that makes an invalid event of a failure: reported, the failure left open.
+        await s.append({"type": "bill", "payload": {"n": 3, "poison": True}})
+        await y.wait_idle(timeout_s=10)
+        [open_one] = await inbox.list()
+        bulk = await inbox.replay_all(stream="/bills", patch={"type": None})
+        assert bulk.done == [] and [fid for fid, _ in bulk.failed] == [open_one.id]
+        assert isinstance(bulk.failed[0][1], errors.InvalidInput)  # the event needs its type
+        assert [f.id for f in await inbox.list()] == [open_one.id]

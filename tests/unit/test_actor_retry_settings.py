@@ -44,6 +44,10 @@ def test_decorator_over_per_actor_over_every_actor() -> None:
     assert retries(app(), "tuned") == (9, 1.0, 300.0)  # the app itself is left as it was
 
 
+def test_zero_seconds_is_an_immediate_retry() -> None:
+    assert retries(with_retry_settings(app(), {"retry_base_s": 0, "retry_max_s": 0}, {}), "plain") == (5, 0.0, 0.0)
+
+
 def test_the_setting_parses_and_refuses_with_the_field_named() -> None:
     assert per_actor_retry("") == {} and per_actor_retry(' {"a": {"max_attempts": 2}} ') == {"a": {"max_attempts": 2}}
     for text in ("{", "[1]", '{"a": 3}'):

@@ -18,3 +18,9 @@ def test_short_and_missing_errors() -> None:
     assert error_cell("ValueError: poisoned order 1") == "ValueError: poisoned order 1"
     assert error_cell("ValueError: x\n  at line 2") == "ValueError: x at line 2"  # one line
     assert error_cell(None) == "-" and error_cell("") == "-"
+
+
+def test_a_word_longer_than_the_cell_is_cut_inside() -> None:
+    error = "ValueError: " + '{"very":"long","json":"blob"}' * 10
+    cell = error_cell(error)
+    assert cell.endswith(" …") and len(cell) == ERROR_CELL_CHARS and error.startswith(cell.removesuffix(" …"))

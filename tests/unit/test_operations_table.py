@@ -84,4 +84,5 @@ def test_each_form_exists(row: list[str]) -> None:
         page, _, label = console.partition(":")
         script = (PAGES / f"{page.strip()}.js").read_text()
         [text] = codes(label)
-        assert text in script, f"the console's {page} page shows no {text!r}"
+        # A string literal of the page's script that is, or starts with, the label.
+        assert re.search(r"""['"`]""" + re.escape(text), script), f"the console's {page} page shows no {text!r}"

@@ -278,8 +278,8 @@ def check_retry(values: Mapping[str, Any], whose: str) -> None:
         if name == "max_attempts":
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise errors.InvalidInput("max_attempts must be a positive integer", field=name)
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-            raise errors.InvalidInput(f"{name} must be a positive number of seconds", field=name)
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+            raise errors.InvalidInput(f"{name} must be a number of seconds, 0 or more", field=name)
 
 
 def per_actor_retry(text: str) -> dict[str, dict[str, Any]]:
@@ -313,7 +313,9 @@ def with_retry_settings(app: App, every: Mapping[str, Any], per_actor: Mapping[s
         values = {**RETRY_DEFAULTS, **every, **own, **{f: getattr(d, f) for f in d.given}}
         actors[name] = replace(d, max_attempts=values["max_attempts"], retry_base_s=float(values["retry_base_s"]),
                                retry_max_s=float(values["retry_max_s"]))
-    return replace(app, actors=actors)
+    # The copy names the application as it is importable (hosts import it by
+    # that name; no module holds the copy itself).
+    return replace(app, actors=actors, spec=find_spec(app))
 
 
 def check_isolation(isolation: str | None) -> None:
@@ -321,9 +323,9 @@ def check_isolation(isolation: str | None) -> None:
         raise errors.InvalidInput(f"isolation is one of {', '.join(ISOLATIONS)}", field="isolation")
 
 
-def app_spec(app: App) -> str:
-    """``module:attribute`` naming ``app``, for hosts to import: the one
-    load_app was given, else a module-level name bound to it."""
+def find_spec(app: App) -> str | None:
+    """``module:attribute`` naming ``app``: the one load_app was given, else
+    a module-level name bound to it (remembered), else None."""
     if app.spec is not None:
         return app.spec
     import sys
@@ -335,6 +337,14 @@ def app_spec(app: App) -> str:
             if value is app:
                 app.spec = f"{module_name}:{attr}"
                 return app.spec
+    return None
+
+
+def app_spec(app: App) -> str:
+    """``module:attribute`` naming ``app``, for hosts to import (``find_spec``)."""
+    found = find_spec(app)
+    if found is not None:
+        return found
     raise errors.InvalidInput(
         "actors with isolation='process' need their App importable as module:attribute"
         " (a module-level name, or App(spec='module:attribute'))", field="isolation",

@@ -41,7 +41,9 @@ def _instance_line(tenant: str, instance_id: str, rows: list[QueueRow], now_ms: 
     first = rows[0]  # the most attempted
     processing = sum(r.status == "processing" for r in rows)
     said = [f"{first.actor} {instance_id} in {tenant}: {len(rows)} unfinished rows ({processing} processing)"]
-    if first.attempts:
+    if first.status == "processing":  # attempts counts the running one
+        said.append(f"attempt {first.attempts} running")
+    elif first.attempts:
         due = (first.available_at - now_ms) / 1000
         said.append(f"attempt {first.attempts} failed, next try " + (f"in {due:.1f}s" if due > 0 else "due now"))
     if first.last_error:

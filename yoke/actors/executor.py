@@ -15,6 +15,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+from .. import errors
 from ..clock import wall_ms
 from ..hosts.languages import node_launch, python_launch
 from ..hosts.pool import HostPool
@@ -185,5 +186,8 @@ class Executor:
             await asyncio.sleep(IDLE_POLL_S)
 
     async def _not_idle(self, timeout_s: float) -> str:
-        report = await busy_report(self._kernel.actors(), list(self.app.actors), wall_ms(self._kernel.clock))
+        try:
+            report = await busy_report(self._kernel.actors(), list(self.app.actors), wall_ms(self._kernel.clock))
+        except errors.Unavailable as exc:  # the timeout stays the answer; the report is a courtesy
+            report = f"(what is busy could not be read: {exc.message})"
         return f"not idle after {timeout_s}s: {report}"

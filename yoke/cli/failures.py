@@ -99,7 +99,13 @@ def error_cell(error: str | None) -> str:
     """An error on one line, cut at a word (marked …) rather than mid-word."""
     if not error:
         return "-"
-    return textwrap.shorten(" ".join(error.split()), ERROR_CELL_CHARS, placeholder=" …")
+    flat = " ".join(error.split())
+    if len(flat) <= ERROR_CELL_CHARS:
+        return flat
+    cut = textwrap.shorten(flat, ERROR_CELL_CHARS, placeholder=" …")
+    # A word longer than the cell (a JSON blob, a URL) would leave almost
+    # nothing: then cut inside it.
+    return cut if len(cut) >= ERROR_CELL_CHARS // 2 else flat[: ERROR_CELL_CHARS - 2] + " …"
 
 
 def failure_lines(f: dict[str, Any]) -> str:
