@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 import yoke
 from yoke import App, Filter
 
@@ -259,12 +261,9 @@ async def test_wait_idle_says_what_is_still_busy(fresh_url: str, tmp_path) -> No
         await tried.wait()
         while not any(r.last_error for r in await y.instances(T).queue(inst.instance_id)):  # the failure committed
             await asyncio.sleep(0.01)
-        try:
+        with pytest.raises(TimeoutError) as caught:  # a row waits for its retry
             await y.wait_idle(timeout_s=1)
-        except TimeoutError as exc:
-            said = str(exc)
-        else:
-            raise AssertionError("idle while a row waits for its retry")
+        said = str(caught.value)
         assert said.startswith("not idle after 1s: busy instances: billing " + inst.instance_id + " in acme")
         assert "1 unfinished rows (0 processing)" in said
         assert "attempt 1 failed, next try in " in said
@@ -311,12 +310,9 @@ async def test_wait_idle_names_a_run_still_going(fresh_url: str, tmp_path) -> No
         inst = await y.instances(T).create("slow", key="k")
         await y.stream("/jobs", T).append({"type": "job", "payload": {}})
         await started.wait()
-        try:
+        with pytest.raises(TimeoutError) as caught:  # a run is going
             await y.wait_idle(timeout_s=0.5)
-        except TimeoutError as exc:
-            said = str(exc)
-        else:
-            raise AssertionError("idle while a run is going")
+        said = str(caught.value)
         assert f"slow {inst.instance_id} in acme: 1 unfinished rows (1 processing), attempt 1 running" in said
         assert "failed" not in said
         release.set()
