@@ -109,6 +109,9 @@ class App:
     processors: dict[str, Any] = field(default_factory=dict)
     # module:attribute that names this App (set by load_app; hosts import it).
     spec: str | None = None
+    # The App this one was made from (with_retry_settings): the name a
+    # module binds is the original's.
+    origin: App | None = field(default=None, repr=False, compare=False)
 
     def actor(
         self,
@@ -313,9 +316,9 @@ def with_retry_settings(app: App, every: Mapping[str, Any], per_actor: Mapping[s
         values = {**RETRY_DEFAULTS, **every, **own, **{f: getattr(d, f) for f in d.given}}
         actors[name] = replace(d, max_attempts=values["max_attempts"], retry_base_s=float(values["retry_base_s"]),
                                retry_max_s=float(values["retry_max_s"]))
-    # The copy names the application as it is importable (hosts import it by
-    # that name; no module holds the copy itself).
-    return replace(app, actors=actors, spec=find_spec(app))
+    # No module holds the copy: its importable name is its origin's, looked
+    # up when a host first needs it (find_spec).
+    return replace(app, actors=actors, origin=app.origin or app)
 
 
 def check_isolation(isolation: str | None) -> None:
@@ -330,11 +333,12 @@ def find_spec(app: App) -> str | None:
         return app.spec
     import sys
 
+    named = app.origin or app
     for module_name, module in list(sys.modules.items()):
         if module_name == "__main__" or getattr(module, "__file__", None) is None:
             continue
         for attr, value in list(vars(module).items()):
-            if value is app:
+            if value is named:
                 app.spec = f"{module_name}:{attr}"
                 return app.spec
     return None
