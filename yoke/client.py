@@ -335,11 +335,19 @@ class Client:
         return self.request("GET", failure_url(failure_id))
 
     def replay_failure(
-        self, failure_id: str, event: dict[str, Any] | None = None, patch: dict[str, Any] | None = None
+        self, failure_id: str, event: dict[str, Any] | None = None, patch: dict[str, Any] | None = None,
+        *, wait: bool = False, timeout_s: float = 30.0,
     ) -> Any:
         """Replay as it is, patched (``patch``: a JSON Merge Patch of type,
-        payload and metadata) or with ``event``'s fields replacing the original's."""
-        return self.request("POST", failure_url(failure_id, "replay"), json=correction_body(event, patch))
+        payload and metadata) or with ``event``'s fields replacing the original's.
+        ``wait``: then wait up to ``timeout_s`` (at most 60) for what becomes
+        of the event: the answer's ``outcome`` (state done, failed or pending)."""
+        if not wait:
+            return self.request("POST", failure_url(failure_id, "replay"), json=correction_body(event, patch))
+        return self.request(
+            "POST", failure_url(failure_id, "replay"), params={"wait": True, "timeout_s": timeout_s},
+            json=correction_body(event, patch), timeout=timeout_s + 30.0,
+        )
 
     def discard_failure(self, failure_id: str, reason: str) -> Any:
         return self.request("POST", failure_url(failure_id, "discard"), json={"reason": reason})

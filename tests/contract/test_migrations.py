@@ -260,7 +260,10 @@ async def test_sqlite_files_from_before_the_record_are_taken_as_applied(tmp_path
 
 # How to undo the migrations after 0014 that could not run twice (reopening
 # the file applies them again) beyond the tables they create, which go too.
-UNDO_LATER = {"0017_token_expiry.sql": "ALTER TABLE tokens DROP COLUMN expires_at"}
+UNDO_LATER = {
+    "0017_token_expiry.sql": "ALTER TABLE tokens DROP COLUMN expires_at",
+    "0018_subscription_error_time.sql": "ALTER TABLE subscriptions DROP COLUMN last_error_at",
+}
 
 
 def _undo_sqlite_migrations(path, since: str) -> None:

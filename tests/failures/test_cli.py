@@ -4,17 +4,41 @@
 
 from __future__ import annotations
 
+import base64
+import re
 import subprocess
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import orjson
+import pytest
 
+from yoke.cli.common import when
+
+from ..http.test_subscriptions_api import Hook
 from .conftest import Served
 from .test_http import failures, setup_poison, wait_for
 
 
 def cli(served: Served, token: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     return served.server.cli(*args, "--url", served.server.url, "--token", token, check=check)
+
+
+def base64url(failure_id: str) -> bytes:
+    """The coordinates a failure id encodes (a dead letter's: [qid])."""
+    body = failure_id.split("_", 1)[1]
+    return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+
+
+@pytest.fixture
+def hook() -> Iterator[Hook]:
+    """A local webhook receiver answering ``hook.status`` (500 at first)."""
+    h = Hook()
+    try:
+        yield h
+    finally:
+        h.close()
 
 
 def test_cli_lists_shows_replays_and_discards(served: Served, admin: httpx.Client) -> None:
@@ -85,6 +109,85 @@ def test_cli_bulk_discard_and_misuse(served: Served, admin: httpx.Client) -> Non
         (("failures", "replay", "dl_WzEyMzQ1XQ", "--event", "{"), "--event is not valid JSON"),
         (("failures", "replay", "dl_WzEyMzQ1XQ", "--patch", "{"), "--patch is not valid JSON"),
         (("failures", "replay", "dl_WzEyMzQ1XQ", "--patch", "{}", "--event", "{}"), "not both"),
+    ]:
+        done = cli(served, token, *args, check=False)
+        assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+
+
+# --- replay --wait: the outcome, as a user sees it -------------------------------------
+
+
+def setup_waiting(http: httpx.Client, hook: Hook) -> dict[str, Any]:
+    """A dead letter (a poisoned order for the ``orders`` actor) and a webhook
+    subscription halted on an event its receiver refused (500)."""
+    inst = http.post("/v1/instances", json={"actor": "orders", "key": "k"}).json()
+    made = http.post("/v1/streams/w/-/subscriptions", json={
+        "name": "hook", "receiver": {"kind": "webhook", "url": hook.url}, "start": "beginning",
+    })
+    assert made.status_code == 201, made.text
+    assert http.post("/v1/streams/s/-/events", json={"type": "order", "payload": {"n": 1, "poison": True}}).is_success
+    assert http.post("/v1/streams/w/-/events", json={"type": "ping", "payload": {"n": 1}}).is_success
+    listed = wait_for(lambda: failures(http), lambda fs: len(fs) == 2)
+    return {"instance": inst, "by_kind": {f["kind"]: f for f in listed}}
+
+
+def test_replay_wait_exits_0_once_it_went_through(served: Served, admin: httpx.Client, hook: Hook) -> None:
+    token = admin.headers["Authorization"].split()[1]
+    got = setup_waiting(admin, hook)
+    dead, halted = got["by_kind"]["dead_letter"], got["by_kind"]["halted"]
+    halted_status = admin.get("/v1/streams/w/-/subscription", params={"name": "hook"}).json()
+    assert halted_status["state"] == "halted" and "answered 500" in halted_status["last_error"]
+    assert halted_status["last_error_at"] == halted["attempts"][-1]["at"]  # the halting attempt
+
+    # The dead letter, patched: its row is processed.
+    out = cli(served, token, "failures", "replay", dead["id"], "--patch", '{"payload": {"poison": null}}', "--wait")
+    first, outcome = out.stdout.splitlines()
+    assert first.startswith(f"replayed {dead['id']} (audit event /s@")
+    assert outcome == f"done: queue row {orjson.loads(base64url(dead['id']))[0]} of instance" \
+                      f" {got['instance']['id']} was processed"
+    # The webhook answers again: the halt replayed as it is goes through.
+    hook.status = 204
+    done = orjson.loads(cli(served, token, "failures", "replay", halted["id"], "--wait", "--timeout", "20",
+                            "--json").stdout)
+    assert done["outcome"]["state"] == "done" and done["outcome"]["error"] is None, done
+    assert re.fullmatch(rf"hook processed through \d+, past the replayed offset {halted['offset']}",
+                        done["outcome"]["detail"]), done
+    assert failures(admin) == []
+    # Recovered, and still saying when it last failed.
+    shown = cli(served, token, "subscriptions", "show", "/w", "hook").stdout
+    assert "running" in shown and "halted" not in shown
+    [line] = [x for x in shown.splitlines() if x.startswith("last error")]
+    assert re.fullmatch(r"last error  \(at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\): WebhookFailed: POST \S+ answered 500 in \d+ ms", line), line
+    status = orjson.loads(cli(served, token, "subscriptions", "show", "/w", "hook", "--json").stdout)
+    assert status["last_error_at"] == halted_status["last_error_at"]
+    listed = cli(served, token, "subscriptions", "list", "/w").stdout
+    assert listed.splitlines()[0].split()[-2:] == ["LAST", "ERROR"] and when(status["last_error_at"]) in listed
+
+
+def test_replay_wait_exits_1_when_it_fails_again(served: Served, admin: httpx.Client, hook: Hook) -> None:
+    token = admin.headers["Authorization"].split()[1]
+    got = setup_waiting(admin, hook)
+    dead, halted = got["by_kind"]["dead_letter"], got["by_kind"]["halted"]
+
+    # As it is: still poisoned, dead again; the new error printed.
+    again = cli(served, token, "failures", "replay", dead["id"], "--wait", check=False)
+    assert again.returncode == 1, again
+    lines = again.stdout.splitlines()
+    assert lines[0].startswith(f"replayed {dead['id']}")
+    assert lines[1].startswith("failed again: queue row ") and lines[1].endswith("is dead again after 2 attempt(s)")
+    assert re.fullmatch(r"error \(at [-0-9: ]+\): ValueError: poisoned order 1", lines[2]), lines
+    # The webhook still refuses: the first failed attempt after the resume is the outcome.
+    again = cli(served, token, "failures", "replay", halted["id"], "--wait", "--json", check=False)
+    assert again.returncode == 1, again
+    outcome = orjson.loads(again.stdout)["outcome"]
+    assert outcome["state"] == "failed" and "answered 500" in outcome["error"], outcome
+    assert outcome["error_at"] >= halted["failed_at"]
+    human = cli(served, token, "failures", "replay", dead["id"], "--wait", "--timeout", "0", check=False)
+    assert human.returncode == 1 and human.stdout.splitlines()[1].startswith("still pending: after 0 s, queue row ")
+    for args, message in [
+        (("failures", "replay", "--all", "--wait"), "--wait waits for one failure id"),
+        (("failures", "replay", dead["id"], "--timeout", "5"), "--timeout goes with --wait"),
+        (("failures", "replay", dead["id"], "--wait", "--timeout", "61"), "--timeout"),
     ]:
         done = cli(served, token, *args, check=False)
         assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)

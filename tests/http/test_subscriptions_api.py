@@ -38,7 +38,7 @@ FAST = {
 }
 STATUS_FIELDS = {
     "name", "path", "config", "configured_at", "generation", "processed_through_offset", "head", "lag",
-    "halted", "last_error", "attempts", "next_retry_at", "delivered", "failures", "delivering",
+    "halted", "last_error", "last_error_at", "attempts", "next_retry_at", "delivered", "failures", "delivering",
     "parked", "state", "source_stream_id",
 }
 

@@ -132,6 +132,19 @@ def resolution_line(r: dict[str, Any]) -> str:
     return f"{r['action']} {r['id']} (audit event {at}{', delivered' if r.get('delivered') else ''})"
 
 
+OUTCOME_WORDS = {"done": "done", "failed": "failed again", "pending": "still pending"}
+
+
+def waited_lines(r: dict[str, Any]) -> str:
+    """A replay and what became of its event (``--wait``)."""
+    o = r["outcome"]
+    lines = [resolution_line(r), f"{OUTCOME_WORDS.get(o['state'], o['state'])}: {o['detail']}"]
+    if o.get("error"):
+        at = f" (at {when(o['error_at'])})" if o.get("error_at") is not None else ""
+        lines.append(f"{'error' if o['state'] == 'failed' else 'last error'}{at}: {o['error']}")
+    return "\n".join(lines)
+
+
 def bulk_lines(b: dict[str, Any]) -> str:
     lines = [resolution_line(r) for r in b["done"]]
     lines += [f"failed   {x['id']}: {x['error'].get('code')}: {x['error'].get('message')}" for x in b["failed"]]
@@ -190,18 +203,37 @@ def failures_show(client: Remote, as_json: bool, failure_id: str) -> None:
 @filter_options
 @click.option("--limit", default=1000, show_default=True, type=click.IntRange(1, 1000), metavar="N",
               help="With --all: at most N failures, oldest first.")
+@click.option("--wait", is_flag=True,
+              help="Then wait for the outcome: exit 0 once the event went through, 1 when it failed again (the"
+                   " error printed) or had not settled by --timeout. One failure id, not --all.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0, 60), default=None, metavar="SECONDS",
+              help="With --wait: how long to wait (default 30, at most 60).")
 @http_command
 def failures_replay(client: Remote, as_json: bool, failure_id: str | None, patch_json: str | None,
-                    event_json: str | None, every: bool, limit: int, **filters: Any) -> None:
+                    event_json: str | None, every: bool, limit: int, wait: bool, timeout_s: float | None,
+                    **filters: Any) -> None:
     """Replay a failure (or --all), as it was or corrected (--patch, or
     --event to replace fields whole); with --all, exit 1 when any could not
-    be replayed."""
+    be replayed. --wait: then wait for the replayed event to go through (a
+    dead letter processed, a subscription past it) or to fail again; exit 1
+    unless it went through."""
     chosen = selection(**filters)
     one_or_all(failure_id, every, chosen)
     if patch_json is not None and event_json is not None:
         raise click.UsageError("give --patch or --event, not both")
+    if wait and failure_id is None:
+        raise click.UsageError("--wait waits for one failure id, not --all")
+    if timeout_s is not None and not wait:
+        raise click.UsageError("--timeout goes with --wait")
     patch = parse_json(patch_json, "--patch") if patch_json is not None else None
     event = parse_json(event_json, "--event") if event_json is not None else None
+    if failure_id is not None and wait:
+        timeout = 30.0 if timeout_s is None else timeout_s
+        done = client.replay_failure(failure_id, event, patch, wait=True, timeout_s=timeout)
+        emit(done, as_json, waited_lines)
+        if done["outcome"]["state"] != "done":
+            sys.exit(1)
+        return
     if failure_id is not None:
         emit(client.replay_failure(failure_id, event, patch), as_json, resolution_line)
         return

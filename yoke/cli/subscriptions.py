@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from .common import Column, Remote, argument, compact, emit, fail, group, http_command, table
+from .common import Column, Remote, argument, compact, emit, fail, group, http_command, table, when
 
 SOURCE_HELP = "the source stream's path, like /orders"
 NAME_HELP = "the subscription's name (see `yoke subscriptions list PATH`)"
@@ -40,7 +40,16 @@ SUBSCRIPTION_COLUMNS: list[Column] = [
     ("THROUGH", lambda s: s["processed_through_offset"], ">"),
     ("LAG", lambda s: s["lag"], ">"),
     ("STATE", subscription_state, "<"),
+    # Kept after it recovers: a running subscription that failed lately says when.
+    ("LAST ERROR", lambda s: when(s.get("last_error_at")), "<"),
 ]
+
+
+def last_error_line(s: dict[str, Any]) -> str:
+    """``(at 2025-06-01 12:00:05): ValueError: ...`` (the time when the server knows it)."""
+    text = s["last_error"].splitlines()[0][:200]
+    at = s.get("last_error_at")
+    return text if at is None else f"(at {when(at)}): {text}"
 
 
 def subscription_lines(s: dict[str, Any]) -> str:
@@ -58,7 +67,7 @@ def subscription_lines(s: dict[str, Any]) -> str:
     if s["halted"] is not None:
         rows.append(("halted", compact(s["halted"])))
     if s["last_error"]:
-        rows.append(("last error", s["last_error"].splitlines()[0][:200]))
+        rows.append(("last error", last_error_line(s)))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 

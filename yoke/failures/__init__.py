@@ -2,6 +2,6 @@
 (actor dead letters, halted subscriptions, skipped events) in one model."""
 
 from .inbox import Failures
-from .model import Bulk, Failure, FailureServices, Resolution, Selection
+from .model import Bulk, Failure, FailureServices, ReplayOutcome, Resolution, Selection
 
-__all__ = ["Bulk", "Failure", "FailureServices", "Failures", "Resolution", "Selection"]
+__all__ = ["Bulk", "Failure", "FailureServices", "Failures", "ReplayOutcome", "Resolution", "Selection"]

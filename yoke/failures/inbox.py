@@ -12,15 +12,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..events import new_event_id, validate_tenant
 from . import dead_letters, subscriptions
+from . import outcome as outcomes
 from .model import (
     DEAD_LETTER,
     Bulk,
     Failure,
+    ReplayOutcome,
     Resolution,
     Selection,
     check_correction,
@@ -115,6 +118,7 @@ class Failures:
 
     async def replay(
         self, failure_id: str, event: dict[str, Any] | None = None, *, patch: dict[str, Any] | None = None,
+        wait: bool = False, timeout_s: float = outcomes.DEFAULT_TIMEOUT_S,
     ) -> Resolution:
         """Deliver the failed event again, as it was or corrected: ``patch``
         is a JSON Merge Patch of the event's ``type``, ``payload`` and
@@ -128,14 +132,33 @@ class Failures:
         corrected: the corrected event is delivered here, then the
         subscription resumes after the original); a skipped event is
         delivered once more to that subscription alone. A
-        ``yoke.failure.replayed`` event on the failure's stream records it."""
+        ``yoke.failure.replayed`` event on the failure's stream records it.
+
+        ``wait``: then wait up to ``timeout_s`` (0-3600) for what becomes of
+        the event (``outcome``): the resolution's ``outcome`` says."""
         services = self.services
         check_one_correction(event, patch)
         correction = None if event is None else check_correction(event, services.max_event_bytes)
         patch = None if patch is None else check_patch(patch)
+        if wait:
+            outcomes.check_timeout(timeout_s)
         parse_id(failure_id)  # FailureNotFound for what is not an id
         async with claimed(self.tenant, failure_id):
-            return await self._replay(failure_id, correction, patch)
+            done = await self._replay(failure_id, correction, patch)
+        if not wait:
+            return done
+        return replace(done, outcome=await self.outcome(done, timeout_s=timeout_s))
+
+    async def outcome(self, replayed: Resolution, *, timeout_s: float = outcomes.DEFAULT_TIMEOUT_S) -> ReplayOutcome:
+        """What became of the event that ``replayed`` (what ``replay``
+        returned) sent again, waiting up to ``timeout_s`` (0-3600) for it to settle:
+        ``done`` (a dead letter's row was processed; a halted subscription's
+        cursor passed the event; a skip or a corrected halt was delivered in
+        the replay itself), ``failed`` (the row is dead again; the
+        subscription recorded a new error before passing the event, or
+        halted again: ``error``, ``error_at``) or, at the timeout,
+        ``pending`` (``detail`` says what is still on its way)."""
+        return await outcomes.wait(self.services, self.tenant, replayed, outcomes.check_timeout(timeout_s))
 
     async def _replay(
         self, failure_id: str, correction: dict[str, Any] | None, patch: dict[str, Any] | None
@@ -147,13 +170,13 @@ class Failures:
         if failure.kind == DEAD_LETTER:
             qid = parse_id(failure_id)[1][0]
             path, offset = await dead_letters.replay(services, self.tenant, failure, qid, correction)
-            return Resolution(failure.id, "replayed", path, offset)
+            return Resolution(failure.id, "replayed", path, offset, failure=failure)
         document = failure.event
         if document is not None and correction is not None:
             document = corrected(document, correction, failure.id, new_event_id())
         offset, delivered = await subscriptions.replay(services, self.tenant, failure, document, correction)
         assert failure.path is not None
-        return Resolution(failure.id, "replayed", failure.path, offset, delivered)
+        return Resolution(failure.id, "replayed", failure.path, offset, delivered, failure=failure)
 
     async def discard(self, failure_id: str, reason: str) -> Resolution:
         """Give up on the failure, saying why: the dead letter is deleted, a

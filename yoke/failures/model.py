@@ -120,6 +120,27 @@ class Failure:
         }
 
 
+DONE = "done"
+FAILED = "failed"
+PENDING = "pending"
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    """What became of a replayed event (``replay(..., wait=True)``, see
+    ``outcome.py``): ``done`` (it went through), ``failed`` (a new error
+    for it: ``error``, at ``error_at``) or ``pending`` (still on its way
+    when the wait ended; ``error`` is a retry's, if one failed meanwhile)."""
+
+    state: str  # done | failed | pending
+    detail: str  # one sentence: what happened, or what is still pending (no event data in it)
+    error: str | None = None
+    error_at: int | None = None  # ms since the epoch
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"state": self.state, "detail": self.detail, "error": self.error, "error_at": self.error_at}
+
+
 @dataclass(frozen=True)
 class Resolution:
     """What one replay or discard did."""
@@ -129,12 +150,19 @@ class Resolution:
     audit_path: str  # the stream that holds the audit event
     audit_offset: int | None
     delivered: bool = False  # a subscription replay: the receiver took the event (False: filtered out)
+    # A replay waited for (``replay(..., wait=True)``, ``Failures.outcome``): what became of it.
+    outcome: ReplayOutcome | None = None
+    # The failure as it was when resolved: what ``Failures.outcome`` follows.
+    failure: Failure | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "id": self.id, "action": self.action, "audit_path": self.audit_path,
             "audit_offset": self.audit_offset, "delivered": self.delivered,
         }
+        if self.outcome is not None:
+            d["outcome"] = self.outcome.to_dict()
+        return d
 
 
 @dataclass(frozen=True)

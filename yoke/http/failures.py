@@ -13,6 +13,7 @@ the workflow surface is the way in).
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -30,6 +31,7 @@ from .schemas import (
     Resolution, answer, request_body,
 )
 from .streams import object_body
+from .subscriptions import MAX_WAIT_S, until_shutdown
 
 router = APIRouter(prefix="/v1/failures", tags=["failures"], responses=ERROR_RESPONSES)
 
@@ -130,12 +132,29 @@ async def show_failure(request: Request, failure_id: str = FAILURE_ID, principal
     responses={200: answer(Resolution, "Replayed (yoke.failure.replayed appended)")},
     summary="Replay a failure, as it is or corrected (a patch of the event, or its fields replaced)",
 )
-async def replay(request: Request, failure_id: str = FAILURE_ID, principal: Principal = ADMIN) -> Response:
+async def replay(
+    request: Request,
+    failure_id: str = FAILURE_ID,
+    wait: bool = Query(False, description="Then wait for what becomes of the event: the answer's outcome"),
+    timeout_s: float = Query(
+        30.0, ge=0, le=MAX_WAIT_S, allow_inf_nan=False,
+        description="With wait: how long to wait (then outcome.state is pending)",
+    ),
+    principal: Principal = ADMIN,
+) -> Response:
     body = object_body(await optional_json_body(request), {"event", "patch"})
     inbox = failures_of(request, principal)
     if body.get("event") is not None or body.get("patch") is not None:
         await refuse_corrections_of_pinned(request, principal, [await inbox.get(failure_id)])
     done = await inbox.replay(failure_id, body.get("event"), patch=body.get("patch"))
+    if wait:
+        # Only the wait gives way to a shutdown: the replay above is done.
+        outcome = await until_shutdown(request, inbox.outcome(done, timeout_s=timeout_s))
+        if outcome.error is not None and done.failure is not None:
+            pins = PinnedPaths(runtime_of(request), principal.tenant)
+            if await pins.pinned(done.failure.path):  # error texts often quote the event
+                outcome = replace(outcome, error=None)
+        done = replace(done, outcome=outcome)
     return json_response(done.to_dict())
 
 

@@ -735,7 +735,7 @@ SUBSCRIPTION_EXAMPLE = {
     "config": {"receiver": {"kind": "copy", "target": "/archive/orders"}, "filter": None, "transform": None,
                "start": "beginning", "on_failing_event": "halt"},
     "configured_at": 4, "generation": 1, "processed_through_offset": 3, "head": 4, "lag": 1, "halted": None,
-    "last_error": None, "attempts": 0, "next_retry_at": None, "delivered": 3, "failures": 0,
+    "last_error": None, "last_error_at": None, "attempts": 0, "next_retry_at": None, "delivered": 3, "failures": 0,
     "delivering": "wrk_0123456789abcdef", "parked": None, "state": "running",
     "source_stream_id": "str_0123456789abcdef01234567",
 }  # fmt: skip
@@ -753,6 +753,10 @@ class SubscriptionStatus(BaseModel):
     lag: int
     halted: JsonObject | None
     last_error: str | None
+    last_error_at: int | None = Field(
+        default=None,
+        description="When last_error happened (ms since the epoch); both are kept after it recovers",
+    )
     attempts: int
     next_retry_at: int | None = Field(description="Milliseconds since the epoch, while a retry is pending")
     delivered: int
@@ -1120,6 +1124,10 @@ FAILURE_EXAMPLE = {
 RESOLUTION_EXAMPLE = {
     "id": FAILURE_ID, "action": "replayed", "audit_path": "/orders", "audit_offset": 57, "delivered": True,
 }  # fmt: skip
+REPLAY_OUTCOME_EXAMPLE = {
+    "state": "failed", "detail": "queue row 12 of instance inst_0123456789abcdef is dead again after 3 attempt(s)",
+    "error": "ValueError: total", "error_at": 1767225600000,
+}  # fmt: skip
 FAILURE_FILTER_EXAMPLE = {"kind": "halted", "receiver": "webhook", "stream": "/orders"}
 CORRECTION_EXAMPLE = {"payload": {"order_id": "A-1", "total": 42}}
 PATCH_EXAMPLE = {"payload": {"total": 42}}
@@ -1224,6 +1232,21 @@ class BulkDiscardRequest(BaseModel):
     limit: int = Field(default=1000, ge=1, le=1000, description="At most this many, oldest first")
 
 
+class ReplayOutcome(BaseModel):
+    """What became of a replayed event (``?wait=true``)."""
+
+    model_config = config(REPLAY_OUTCOME_EXAMPLE)
+    state: Literal["done", "failed", "pending"] = Field(
+        description="done: it went through; failed: a new error for it; pending: still on its way at the timeout"
+    )
+    detail: str = Field(description="What happened, or what is still pending, in one sentence")
+    error: str | None = Field(
+        description="failed: the new error (pending: a retry's, if one failed); null on a stream that pins"
+                    " its data handling"
+    )
+    error_at: int | None = Field(description="When that error happened (ms since the epoch)")
+
+
 class Resolution(BaseModel):
     model_config = config(RESOLUTION_EXAMPLE)
     id: str
@@ -1231,6 +1254,9 @@ class Resolution(BaseModel):
     audit_path: str = Field(description="The stream holding the yoke.failure.* audit event")
     audit_offset: int | None
     delivered: bool = Field(description="Delivered by this call (a corrected halt, a skip)")
+    outcome: ReplayOutcome | None = Field(
+        default=None, description="A replay with ?wait=true: what became of the event (absent otherwise)"
+    )
 
 
 class BulkFailed(BaseModel):

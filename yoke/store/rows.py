@@ -287,13 +287,15 @@ def message_from_row(row: Sequence[Any]) -> Message:
 SUBSCRIPTION_COLUMNS = (
     "tenant_id, path, name, config, configured_at, configured_id, configured_ms, generation,"
     " source_stream_id, processed_through_offset, halted, attempts, skips, last_error,"
-    " next_retry_at, delivered, failures, secret, lease_owner, lease_until, gave_up, attempt_errors"
+    " next_retry_at, delivered, failures, secret, lease_owner, lease_until, gave_up, attempt_errors,"
+    " last_error_at"
 )
 # Written by ``control`` and ``write_catalogue`` (every column but the lease).
 SUBSCRIPTION_WRITE_COLUMNS = (
     "tenant_id", "path", "name", "config", "configured_at", "configured_id", "configured_ms",
     "generation", "source_stream_id", "processed_through_offset", "halted", "gave_up",
     "attempts", "skips", "last_error", "next_retry_at", "secret", "delivered", "failures", "attempt_errors",
+    "last_error_at",
 )
 # The subscription columns with the source's head, for status and lag; the
 # lease runs until its holder's last heartbeat plus its lease (a holder gone
@@ -322,7 +324,7 @@ def subscription_from_row(row: Sequence[Any], head: int = 0) -> SubscriptionRow:
         last_error=row[13], next_retry_at=row[14], delivered=row[15], failures=row[16],
         secret=row[17], lease_owner=row[18], lease_until=row[19],
         gave_up=tuple(v for v in (row[20] or "").split("|") if v), head=head,
-        attempt_errors=tuple(_json(row[21]) or ()),
+        attempt_errors=tuple(_json(row[21]) or ()), last_error_at=row[22],
     )
 
 
@@ -340,6 +342,7 @@ def subscription_values(r: SubscriptionRow) -> tuple[Any, ...]:
         gave_up_text(r.gave_up),
         r.attempts, r.skips, r.last_error, r.next_retry_at, r.secret, r.delivered, r.failures,
         orjson.dumps(list(r.attempt_errors)).decode() if r.attempt_errors else None,
+        r.last_error_at,
     )
 
 

@@ -36,6 +36,9 @@ class SubscriptionRow:
     attempts: int = 0
     skips: int = 0
     last_error: str | None = None
+    # When ``last_error`` happened (ms since the epoch, the store's clock):
+    # kept, like the error, after the subscription recovers.
+    last_error_at: int | None = None
     next_retry_at: int = 0  # ms
     delivered: int = 0
     failures: int = 0
@@ -287,7 +290,9 @@ class SubscriptionStore(Protocol):
         self, tenant: str, path: str, name: str, generation: int, attempts: int, error: str,
         next_retry_at: int, *, stream_id: str | None = None,
     ) -> SubscriptionRow | None:
-        """Record a failed attempt (same generation and lifetime rule as ``ack``)."""
+        """Record a failed attempt (same generation and lifetime rule as
+        ``ack``): its error as ``last_error``, stamped ``last_error_at`` by
+        the store's clock (what its kept attempt says too)."""
 
     async def append_copies(
         self, tenant: str, path: str, events: Sequence[PreparedEvent], stamp: Stamp, now: int,

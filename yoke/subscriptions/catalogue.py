@@ -347,7 +347,8 @@ def merge_rebuilt(
         if old is not None and old.generation == row.generation:
             row = replace(
                 row, cursor=max(row.cursor, old.cursor), attempts=old.attempts, skips=old.skips,
-                last_error=old.last_error, next_retry_at=old.next_retry_at, gave_up=old.gave_up,
+                last_error=old.last_error, last_error_at=old.last_error_at, next_retry_at=old.next_retry_at,
+                gave_up=old.gave_up,
                 attempt_errors=old.attempt_errors,
             )
         if old is not None and old.config.get("secret_id") == row.config.get("secret_id"):

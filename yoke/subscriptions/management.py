@@ -77,6 +77,9 @@ class SubscriptionStatus:
     lag: int
     halted: dict[str, Any] | None
     last_error: str | None
+    # When last_error happened (ms since the epoch; None: no error recorded).
+    # Both are kept after the subscription recovers: "it last failed at T".
+    last_error_at: int | None
     attempts: int
     next_retry_at: int | None  # ms since the epoch, while a retry is pending
     delivered: int
@@ -102,7 +105,7 @@ class SubscriptionStatus:
             name=row.name, path=row.path, config=row.config, configured_at=row.configured_at,
             generation=row.generation, processed_through_offset=row.cursor, head=row.head,
             lag=max(row.head - row.cursor, 0), halted=None if parked else stopped,
-            last_error=row.last_error, attempts=row.attempts,
+            last_error=row.last_error, last_error_at=row.last_error_at, attempts=row.attempts,
             next_retry_at=row.next_retry_at if retrying else None,
             delivered=row.delivered, failures=row.failures,
             delivering=row.lease_owner if row.lease_until > now and stopped is None else None,

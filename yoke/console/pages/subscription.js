@@ -28,6 +28,7 @@ export async function render(main, params, { signal }) {
       h('dt', null, 'On a failing event'), h('dd', null, s.config.on_failing_event || 'halt'),
       h('dt', null, 'Halted'), h('dd', null, s.halted ? `on offset ${s.halted.offset} after ${s.halted.attempts} attempts` : 'no'),
       h('dt', null, 'Last error'), h('dd', { class: 'error-text' }, s.last_error || '—'),
+      h('dt', null, 'Last error at'), h('dd', null, s.last_error ? time(s.last_error_at) : '—'),
       h('dt', null, 'Attempts'), h('dd', null, num(s.attempts)),
       h('dt', null, 'Next retry'), h('dd', null, s.next_retry_at ? time(s.next_retry_at) : '—'),
       h('dt', null, 'Delivered by'), h('dd', { class: 'mono' }, s.delivering || 'no process now'),

@@ -2,7 +2,7 @@
 // lag, failures and last error, with resume, move the cursor and remove.
 
 import { api, get, can, streamUrl } from '../api.js';
-import { h, link, num, table, empty, errorBox, confirmDialog, actionButton, route } from '../dom.js';
+import { h, link, num, ago, table, empty, errorBox, confirmDialog, actionButton, route } from '../dom.js';
 
 export function receiverText(config) {
   const r = config.receiver || config;
@@ -58,6 +58,15 @@ export function subscriptionActions(path, s, errors, { afterRemove } = {}) {
     move);
 }
 
+// The last error, and how long ago it happened (kept after the subscription
+// recovers: a running one that failed lately says so).
+function lastErrorCell(s) {
+  if (!s.last_error) return h('td', { class: 'error-text clip' }, '—');
+  const at = s.last_error_at;
+  return h('td', { class: 'error-text clip', title: at ? new Date(at).toISOString() : null },
+    at ? `${ago(at)}: ` : '', s.last_error);
+}
+
 export async function streamSubscriptions(body, path, signal) {
   const { subscriptions } = await get(streamUrl(path, 'subscriptions'), { signal });
   if (!subscriptions.length) {
@@ -76,7 +85,7 @@ export async function streamSubscriptions(body, path, signal) {
         h('td', { class: 'num' }, num(s.lag)),
         h('td', { class: 'num' }, num(s.delivered)),
         h('td', { class: 'num' }, num(s.failures)),
-        h('td', { class: 'error-text clip' }, s.last_error || '—'),
+        lastErrorCell(s),
         h('td', null, subscriptionActions(path, s, errors)));
     }), { id: 'subscriptions' }));
 }

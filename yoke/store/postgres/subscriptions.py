@@ -309,14 +309,15 @@ class PgSubscriptionStore:
         self, tenant: str, path: str, name: str, generation: int, attempts: int, error: str,
         next_retry_at: int, *, stream_id: str | None = None,
     ) -> SubscriptionRow | None:
+        now = self._db.now_ms()
         async with self._tx(tenant) as conn:
             row = await conn.fetchrow(
-                "UPDATE subscriptions SET attempts=$5, last_error=$6, next_retry_at=$7,"
+                "UPDATE subscriptions SET attempts=$5, last_error=$6, last_error_at=$10, next_retry_at=$7,"
                 f" failures=failures+1, attempt_errors={APPEND_ATTEMPT.format('$9')} WHERE {KEY} AND generation=$4"
                 " AND ($8::text IS NULL OR source_stream_id = $8)"
                 f" RETURNING {SUBSCRIPTION_COLUMNS}",
                 tenant, path, name, generation, attempts, error, next_retry_at, stream_id,
-                attempt_error(attempts, self._db.now_ms(), error),
+                attempt_error(attempts, now, error), now,
             )
         return None if row is None else subscription_from_row(row)
 

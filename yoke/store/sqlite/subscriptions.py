@@ -283,13 +283,14 @@ class SqliteSubscriptionStore:
         next_retry_at: int, *, stream_id: str | None = None,
     ) -> SubscriptionRow | None:
         def run() -> SubscriptionRow | None:
+            now = self._db.now_ms()
             with self._db.transaction() as conn:
                 row = conn.execute(
-                    "UPDATE subscriptions SET attempts=?, last_error=?, next_retry_at=?,"
+                    "UPDATE subscriptions SET attempts=?, last_error=?, last_error_at=?, next_retry_at=?,"
                     f" failures=failures+1, attempt_errors={APPEND_ATTEMPT}"
                     f" WHERE {KEY} AND generation=? AND {SAME_LIFETIME}"
                     f" RETURNING {SUBSCRIPTION_COLUMNS}",
-                    (attempts, error, next_retry_at, attempt_error(attempts, self._db.now_ms(), error),
+                    (attempts, error, now, next_retry_at, attempt_error(attempts, now, error),
                      tenant, path, name, generation, stream_id, stream_id),
                 ).fetchone()
             return None if row is None else subscription_from_row(row)
