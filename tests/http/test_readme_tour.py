@@ -59,7 +59,9 @@ def test_the_tour_runs_as_written(backend, tmp_path):
     lines = tour_lines()
     assert any(line.startswith("curl") for line in lines) and any(".venv/bin/yoke" in line for line in lines)
     with own_database(backend, tmp_path, "yoke_tour") as db_url:
-        server = start_server(db_url, tmp_path / ".yoke", args=("--app", "examples.orders:app"))
+        # From the repository root, as the README runs it (the install maps only yoke).
+        server = start_server(db_url, tmp_path / ".yoke", args=("--app", "examples.orders:app"),
+                              PYTHONPATH=str(README.parent))
         try:
             run_tour(server, lines, tmp_path)
         finally:
