@@ -62,13 +62,15 @@ _LAZY = {
     "InstanceInfo": ".store.actors",
     "Retention": ".store.contract",
     "StreamInfo": ".store.contract",
-    "Stream": ".streams.handle",
-    "Subscribed": ".subscriptions.operator",
-    "SubscriptionStatus": ".subscriptions.operator",
+    "Stream": ".streams.stream",
+    "Subscribed": ".subscriptions.management",
+    "SubscriptionStatus": ".subscriptions.management",
     "call": ".subscriptions.receivers",
     "copy_to_stream": ".subscriptions.receivers",
     "processor": ".subscriptions.receivers",
     "webhook": ".subscriptions.receivers",
+    "secret_from_env": ".subscriptions.receivers",
+    "secret_from_setting": ".subscriptions.receivers",
 }
 
 if TYPE_CHECKING:
@@ -82,7 +84,14 @@ if TYPE_CHECKING:
     from .store.contract import Retention, StreamInfo
     from .streams.stream import Stream
     from .subscriptions.management import Subscribed, SubscriptionStatus
-    from .subscriptions.receivers import call, copy_to_stream, processor, webhook
+    from .subscriptions.receivers import (
+        call,
+        copy_to_stream,
+        processor,
+        secret_from_env,
+        secret_from_setting,
+        webhook,
+    )
 
 
 def __getattr__(name: str) -> Any:
@@ -147,5 +156,7 @@ __all__ = [
     "copy_to_stream",
     "open",
     "processor",
+    "secret_from_env",
+    "secret_from_setting",
     "webhook",
 ]
