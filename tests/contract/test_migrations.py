@@ -358,3 +358,41 @@ async def test_sqlite_events_move_to_a_rowid_table_unchanged(tmp_path):
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         db.close()
+
+
+def test_sqlite_processes_opening_a_new_file_together_migrate_it_once(tmp_path):
+    """``yoke serve`` and ``yoke worker`` started at once on a new file: each
+    migration runs once (the second waits on the write lock, then finds the
+    version recorded), and both start."""
+    from yoke.store.sqlite.migrate import migrations as _migrations
+
+    path = tmp_path / "yoke.db"
+    # Each process loads everything, says so, and opens when told: all at once.
+    code = (
+        "import asyncio, sys, yoke, yoke.runtime\n"
+        "async def main():\n"
+        f"    async with yoke.open({f'sqlite:///{path}'!r}) as y:\n"
+        "        await y.ready()\n"
+        "print('loaded', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "asyncio.run(main())\n"
+    )
+    runs = [
+        subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    for run in runs:
+        assert run.stdout.readline() == "loaded\n"
+    for run in runs:
+        run.stdin.write("go\n")
+        run.stdin.flush()
+    for run in runs:
+        _, err = run.communicate(timeout=60)
+        assert run.returncode == 0, err
+    db = _sqlite(path)
+    try:
+        rows = db.execute("SELECT version FROM yoke_schema_version ORDER BY version").fetchall()
+        assert [r[0] for r in rows] == [m.version for m in _migrations()]
+    finally:
+        db.close()

@@ -77,13 +77,21 @@ def migrate(conn: sqlite3.Connection, now_ms: Callable[[], int]) -> None:
     for m in files:
         if m.version <= current:
             continue
+        # The version's row is written first, under the write lock: a process
+        # that opened the same file at the same moment and applied it already
+        # makes this insert fail, and the migration is not run twice.
         try:
             conn.executescript(
-                f"BEGIN IMMEDIATE;\n{m.sql}\n;{VERSION_TABLE};\n"
+                f"BEGIN IMMEDIATE;\n{VERSION_TABLE};\n"
                 f"INSERT INTO yoke_schema_version VALUES ({m.version}, {_sql_text(m.name)},"
                 f" {_sql_text(m.checksum)}, {now_ms()});\n"
-                f"PRAGMA user_version = {m.version};\nCOMMIT;"
+                f"{m.sql}\n;PRAGMA user_version = {m.version};\nCOMMIT;"
             )
+        except sqlite3.IntegrityError:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if recorded(conn).get(m.version) != Recorded(m.name, m.checksum):
+                raise
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
