@@ -150,13 +150,6 @@ class Settings:
     reload: bool = False
     # The deployment version (subscriptions resume halted deliveries on a new one).
     deploy_version: str = ""
-    # Subscriptions: how often the engine sweeps every tenant's leases
-    # without being asked (the safety net: it sweeps at once on a change it
-    # hears of), how long a delivering process may stay silent before its
-    # subscriptions go to others (it heartbeats four times per lease), the
-    # retry ladder (doubling from base to max, +-20% jitter; tests make the
-    # clock fast by lowering these) and the receiver timeout (webhook
-    # response, call and processor).
     # Actors' retries (docs/basics/actors.md#queues-retries-dead-letters):
     # attempts before a row is dead and the backoff (doubling from base to
     # max, +-20% jitter) for every actor, and per actor as a JSON object
@@ -166,6 +159,19 @@ class Settings:
     actor_retry_base_s: float = 1.0
     actor_retry_max_s: float = 300.0
     actor_retry: str = ""
+    # Subscriptions declared on the App (docs/basics/subscriptions.md):
+    # secrets their webhooks name with secret_from_setting (a JSON object of
+    # name to secret), and whether a subscription the app declared once and
+    # no longer declares is removed at start (else only reported).
+    webhook_secrets: str = ""
+    remove_undeclared_subscriptions: bool = False
+    # Subscriptions: how often the engine sweeps every tenant's leases
+    # without being asked (the safety net: it sweeps at once on a change it
+    # hears of), how long a delivering process may stay silent before its
+    # subscriptions go to others (it heartbeats four times per lease), the
+    # retry ladder (doubling from base to max, +-20% jitter; tests make the
+    # clock fast by lowering these) and the receiver timeout (webhook
+    # response, call and processor).
     subscription_sweep_s: float = 30.0
     subscription_lease_s: float = 10.0
     subscription_retry_base_s: float = 1.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -45,6 +46,7 @@ from .streams.tail import SharedReads
 from .streams.wakeups import WakeupHub
 from .store.faults import log_retried
 from .subscriptions.copies import Copying
+from .subscriptions.declared import Reconciled, reconcile, webhook_secrets
 from .subscriptions.deliveries import Deliveries, DeliverySettings
 from .subscriptions.management import rebuild_stale_catalogues
 from .tokens import Tokens
@@ -76,6 +78,8 @@ class Runtime:
         if settings.reload and app is not None:
             self.code = CodeWatch(app_spec(app), [d.script for d in app.actors.values() if d.script])
         self.catalogues: asyncio.Task[list[tuple[str, str]]] | None = None  # the check on open
+        # What starting did to the subscriptions the app declares (app.subscription).
+        self.subscriptions_reconciled: list[Reconciled] = []
         self._state_dbs: StateDatabases | None = None
         self._store: Store = connect_store(settings, clock)
         # Where the instances' state lives: claimed by an executor at start,
@@ -162,6 +166,12 @@ class Runtime:
                 await self.state_home.claim()
                 self.executor = Executor(self.actor_kernel, self.app)
                 await self.executor.start()
+            except BaseException:
+                await self.close()
+                raise
+        if self._want_deliveries and self.app is not None and self.app.subscriptions:
+            try:
+                self.subscriptions_reconciled = await self._reconcile_subscriptions(self.app)
             except BaseException:
                 await self.close()
                 raise
@@ -290,6 +300,15 @@ class Runtime:
             )
             self._state_dbs = StateDatabases(storage, clock=self.clock)
         return self._state_dbs
+
+    async def _reconcile_subscriptions(self, app: App) -> list[Reconciled]:
+        """The subscriptions ``app`` declares, brought in line before any delivers."""
+        return await reconcile(
+            app.subscriptions.values(), lambda path, tenant: self.stream(path, tenant).subscription_operator(),
+            self._open_store, declared_by=app.name, receivers=app.receivers, processors=app.processors,
+            environ=os.environ, secrets=webhook_secrets(self.settings.webhook_secrets),
+            remove_undeclared=self.settings.remove_undeclared_subscriptions,
+        )
 
     async def _rebuild_catalogues(self) -> list[tuple[str, str]]:
         try:

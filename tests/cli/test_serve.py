@@ -49,8 +49,11 @@ def test_serve_json_on_port_0_announces_the_bound_port(tmp_path):
         assert ready, "yoke serve --json printed nothing within 60 s"
         announced = json.loads(process.stdout.readline())
         # The fields docs/basics/cli.md lists (token only with --print-token).
-        assert set(announced) == {"url", "token_file", "database_url", "app", "executor", "console", "dev", "workers"}
+        assert set(announced) == {
+            "url", "token_file", "database_url", "app", "executor", "console", "dev", "workers", "subscriptions",
+        }
         assert (announced["app"], announced["executor"], announced["dev"], announced["workers"]) == (None, True, False, 1)
+        assert announced["subscriptions"] == []
         port = int(announced["url"].rsplit(":", 1)[1])
         assert port != 0
         assert announced["token_file"] == f".yoke/token-{port}"
@@ -151,3 +154,65 @@ def test_token_file_is_private_and_keyed_by_port(tmp_path):
     finally:
         stop_server(server)
 
+
+
+DECLARING_APP = """
+import yoke
+
+app = yoke.App(name="shop")
+app.subscription("/orders", "mirror", yoke.copy_to_stream("/archive"), filter={"types": ["order.%s"]})
+"""
+
+
+def test_serve_and_worker_report_the_apps_declared_subscriptions(tmp_path):
+    """A user's own module in the directory they serve from: the first start
+    creates its subscription, the next finds it unchanged (banner and
+    --json), a changed filter is reported changed by the worker."""
+    (tmp_path / "shop.py").write_text(DECLARING_APP % "placed")
+
+    def serve_json() -> dict:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "yoke.cli", "serve", "--app", "shop:app", "--port", "0", "--json"], cwd=tmp_path,
+            env=clean_env(YOKE_ACCESS_LOG="0"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            ready, _, _ = select.select([process.stdout], [], [], 60)
+            assert ready, "yoke serve --json printed nothing within 60 s"
+            return json.loads(process.stdout.readline())
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.communicate(timeout=30)
+
+    first = serve_json()
+    assert [(s["path"], s["name"], s["outcome"]) for s in first["subscriptions"]] == [("/orders", "mirror", "created")]
+    assert first["subscriptions"][0]["tenant"] == "default" and first["subscriptions"][0]["offset"] == 1
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "yoke.cli", "serve", "--app", "shop:app", "--port", "0"], cwd=tmp_path,
+        env=clean_env(YOKE_ACCESS_LOG="0"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        seen = []
+        while not any("subscriptions unchanged: mirror (/orders)" in line for line in seen):
+            ready, _, _ = select.select([process.stderr], [], [], 60)
+            assert ready, f"no banner line about the subscription within 60 s: {seen}"
+            line = process.stderr.readline()
+            assert line, f"yoke serve ended: {seen}"
+            seen.append(line)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)
+
+    (tmp_path / "shop.py").write_text(DECLARING_APP % "paid")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "yoke.cli", "worker", "--app", "shop:app", "--json"], cwd=tmp_path,
+        env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        ready, _, _ = select.select([worker.stdout], [], [], 60)
+        assert ready, "yoke worker --json printed nothing within 60 s"
+        announced = json.loads(worker.stdout.readline())
+        assert [(s["name"], s["outcome"]) for s in announced["subscriptions"]] == [("mirror", "changed")]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.communicate(timeout=30)

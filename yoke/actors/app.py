@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import errors
+from ..events import validate_path, validate_tenant
 from ..routing.filters import Filter
 
 Handler = Callable[..., Awaitable[Any]]
@@ -99,6 +100,26 @@ class PortalDef:
         return register
 
 
+@dataclass(frozen=True)
+class SubscriptionDef:
+    """A subscription the application declares (``app.subscription``),
+    reconciled with the database when the application starts
+    (subscriptions/declared.py)."""
+
+    tenant: str
+    source: str
+    name: str
+    # copy_to_stream(), call(), processor() or webhook(url, secret=<a reference>)
+    receiver: Any
+    filter: Any = None
+    transform: str | None = None
+    start: str = "now"
+    on_failing_event: str = "halt"
+
+
+RECEIVER_KINDS = ("copy", "call", "processor", "webhook")
+
+
 @dataclass
 class App:
     version: str | None = None  # the deployment version (subscriptions resume on a new one)
@@ -112,6 +133,60 @@ class App:
     # The App this one was made from (with_retry_settings): the name a
     # module binds is the original's.
     origin: App | None = field(default=None, repr=False, compare=False)
+    # Subscriptions declared with app.subscription, by (tenant, source, name).
+    subscriptions: dict[tuple[str, str, str], SubscriptionDef] = field(default_factory=dict)
+    # Marks the subscriptions this application declares: applications that
+    # share a database name themselves apart, so that neither reports (or
+    # removes) the other's as no longer declared.
+    name: str = "app"
+
+    def subscription(
+        self,
+        source: str,
+        name: str,
+        receiver: Any,
+        *,
+        tenant: str = "default",
+        filter: Filter | Mapping[str, Any] | None = None,  # noqa: A002
+        transform: str | None = None,
+        start: str = "now",
+        on_failing_event: str = "halt",
+    ) -> SubscriptionDef:
+        """Declare a subscription of the stream ``source``: created when the
+        application starts and it is missing, left alone when it stands as
+        declared, reconfigured when the declaration changed
+        (docs/basics/subscriptions.md, "Declared on the App"). A webhook's
+        secret is given by reference: ``webhook(url,
+        secret=secret_from_env("NAME"))`` or ``secret_from_setting("name")``."""
+        validate_path(source)
+        validate_tenant(tenant)
+        if not isinstance(name, str) or not 1 <= len(name) <= 500 or "\x00" in name or name.startswith("subscription:"):
+            raise errors.InvalidInput(
+                "a declared subscription's name is 1-500 characters, not starting with 'subscription:'", field="name"
+            )
+        kind = getattr(receiver, "kind", None)
+        if kind not in RECEIVER_KINDS:
+            raise errors.InvalidInput(
+                "receiver is copy_to_stream(), call(), processor() or webhook()", field="receiver"
+            )
+        if kind == "webhook" and getattr(receiver, "secret_ref", None) is None:
+            raise errors.InvalidInput(
+                f"subscription {name!r}: a declared webhook's secret is a reference, never in code:"
+                " webhook(url, secret=secret_from_env('NAME')) or secret_from_setting('name')", field="secret",
+            )
+        if start not in ("now", "beginning"):
+            raise errors.InvalidInput("start is 'now' or 'beginning'", field="start")
+        if on_failing_event not in ("halt", "skip"):
+            raise errors.InvalidInput("on_failing_event is 'halt' or 'skip'", field="on_failing_event")
+        key = (tenant, source, name)
+        if key in self.subscriptions:
+            raise errors.InvalidInput(f"subscription {name!r} of {source} is already declared", field="name")
+        declared = SubscriptionDef(
+            tenant, source, name, receiver, None if filter is None else Filter.from_dict(filter), transform,
+            start, on_failing_event,
+        )
+        self.subscriptions[key] = declared
+        return declared
 
     def actor(
         self,

@@ -255,7 +255,7 @@ def serve(
     # The sign-in link is a secret too: shown to a person at a terminal, not to a log collector.
     on_terminal = (sys.stdout if as_json else sys.stderr).isatty()
 
-    def on_ready(settings: Settings, token: str, link: str | None) -> None:
+    def on_ready(settings: Settings, token: str, link: str | None, reconciled: list[Any]) -> None:
         from .. import tokenfile
 
         token_file = str(tokenfile.token_file(settings.data_dir, settings.port))
@@ -265,6 +265,7 @@ def serve(
             announced = {
                 "url": url, "token_file": token_file, "database_url": redact(settings.database_url),
                 "app": app_spec, "executor": not no_executor, "console": console, "dev": dev, "workers": workers,
+                "subscriptions": [r.to_dict() for r in reconciled],
             }
             if print_token:
                 announced["token"] = token
@@ -280,6 +281,7 @@ def serve(
         if app is not None:
             mode = "API only (no executor: run `yoke worker`)" if no_executor else "running its actors here"
             notes.append(f"app:          {app_spec}: {describe_app(app)}; {mode}")
+            notes.extend(subscription_notes(reconciled))
         elif no_executor:
             notes.append("no executor:  appends are stored without fan-out")
         if settings.log_format == "json":  # every line on stderr is a JSON log line
@@ -308,6 +310,20 @@ def serve(
     from ..http.workers import serve_forked
 
     serve_forked(workers, serve_one)
+
+
+def subscription_notes(reconciled: list[Any]) -> list[str]:
+    """The banner's lines for the app's declared subscriptions: one per
+    outcome (created, unchanged, changed, undeclared, removed) naming them."""
+    by_outcome: dict[str, list[str]] = {}
+    for r in reconciled:
+        where = r.path if r.tenant == "default" else f"{r.tenant}:{r.path}"
+        by_outcome.setdefault(r.outcome, []).append(f"{r.name} ({where})")
+    notes = [f"subscriptions {outcome}: {', '.join(names)}" for outcome, names in by_outcome.items()]
+    if "undeclared" in by_outcome:
+        notes.append("  (undeclared: no longer in the app, still delivering;"
+                     " YOKE_REMOVE_UNDECLARED_SUBSCRIPTIONS=1 removes them)")
+    return notes
 
 
 def warn_exposure(settings: Settings) -> None:
@@ -464,7 +480,8 @@ async def _work(settings: Settings, app: Any, app_spec: str, as_json: bool, sock
             loop.add_signal_handler(sig, stop.set)
         if as_json:
             emit({"worker_id": runtime.worker_id, "database_url": redact(settings.database_url), "app": app_spec,
-                  "metrics_url": metrics_url}, True, str)
+                  "metrics_url": metrics_url,
+                  "subscriptions": [r.to_dict() for r in runtime.subscriptions_reconciled]}, True, str)
             sys.stdout.flush()
         log.info(
             "yoke worker %s on %s: %s: %s%s (SIGTERM or Ctrl-C to stop)",

@@ -107,7 +107,7 @@ def serve(
     *,
     app: App | None = None,
     executor: bool = True,
-    on_ready: Callable[[Settings, str, str | None], None] | None = None,
+    on_ready: Callable[[Settings, str, str | None, list[Any]], None] | None = None,
     sock: socket.socket | None = None,
     dev: bool = False,
     announce: bool = True,
@@ -119,7 +119,8 @@ def serve(
     on a socket bound first: a busy port raises OSError before the runtime
     opens. ``on_ready`` gets the settings with the bound port (``port=0``
     picks a free one), the admin token and, with ``sign_in_link``, the
-    console's sign-in link (a one-time code; else None and no code exists).
+    console's sign-in link (a one-time code; else None and no code exists)
+    and what starting did to the app's declared subscriptions (``Reconciled``).
     ``rotate_token``: a new admin token replaces the directory's
     (``admin_token.py``). ``dev``: requests without a token act as tenant
     ``default`` with every scope; only on a loopback address.
@@ -164,7 +165,7 @@ def serve(
                             link = console
                         elif sign_in_link:
                             link = f"{console}#code={api.state.login_codes.issue()}"
-                        on_ready(settings, token, link)
+                        on_ready(settings, token, link, runtime.subscriptions_reconciled)
                 yield runtime
             finally:
                 await sampler.stop()

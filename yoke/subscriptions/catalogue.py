@@ -70,8 +70,14 @@ def _missing(name: str, path: str) -> errors.SubscriptionNotFound:
 
 
 def decide_configure(
-    tenant: str, path: str, name: str | None, config: dict[str, Any], secret: str | None
+    tenant: str, path: str, name: str | None, config: dict[str, Any], secret: str | None,
+    *, keep_cursor: bool = False,
 ):  # noqa: ANN201 - returns a Decide
+    """``keep_cursor``: a changed configuration goes on from the cursor the
+    subscription had (a declared one, reconfigured: nothing delivered
+    twice, nothing skipped), except a processor's, whose fold starts over.
+    The configure event then says where (``after_offset``)."""
+
     def decide(row: SubscriptionRow | None, source: SourceState) -> Change:
         if row is not None and row.config == config:
             return Change(reply=(row, False, False))  # identical: the original configure event stands
@@ -84,13 +90,16 @@ def decide_configure(
             )
         offset = source.next_offset
         chosen = name if name is not None else f"{GENERATED_PREFIX}{offset}"
-        event = _event(CONFIGURED, {"name": chosen, "config": config})
+        payload: dict[str, Any] = {"name": chosen, "config": config}
+        if keep_cursor and row is not None and config["kind"] != "processor":
+            payload["after_offset"] = cursor = row.cursor
+        else:
+            cursor = offset if config["start"] == "now" else 0
+        event = _event(CONFIGURED, payload)
         new = SubscriptionRow(
             tenant=tenant, path=path, name=chosen, config=config, configured_at=offset,
             configured_id=event.id, configured_ms=source.now, generation=offset,
-            source_stream_id=source.stream_id,
-            cursor=offset if config["start"] == "now" else 0,
-            secret=secret, head=offset,
+            source_stream_id=source.stream_id, cursor=cursor, secret=secret, head=offset,
         )
         # Replaced: another configuration of that name stood (its run ends here).
         return Change(events=[event], row=new, drop_checkpoint=True, reply=(new, True, row is not None))
@@ -277,11 +286,13 @@ def reduce_log(
         row = rows.get(name)
         if e.type == CONFIGURED:
             config = p.get("config") or {}
+            kept = p.get("after_offset")  # a reconfiguration that went on from its cursor
             rows[name] = SubscriptionRow(
                 tenant=tenant, path=path, name=name, config=config, configured_at=e.offset,
                 configured_id=e.id, configured_ms=e.at, generation=e.offset,
                 source_stream_id=stream_id,
-                cursor=e.offset if config.get("start") == "now" else 0,
+                cursor=kept if isinstance(kept, int) and not isinstance(kept, bool) and 0 <= kept < e.offset
+                else e.offset if config.get("start") == "now" else 0,
             )
         elif row is None:
             continue

@@ -175,6 +175,34 @@ class Subscriptions:
         start: str = "now",
         on_failing_event: str = "halt",
     ) -> Subscribed:
+        return await self._configure(
+            name, receiver, filter=filter, transform=transform, start=start, on_failing_event=on_failing_event
+        )
+
+    async def declare(
+        self,
+        name: str,
+        receiver: Receiver,
+        *,
+        declared_by: str,
+        filter: Filter | Mapping[str, Any] | None = None,  # noqa: A002
+        transform: str | None = None,
+        start: str = "now",
+        on_failing_event: str = "halt",
+    ) -> Subscribed:
+        """``subscribe`` for a subscription an application declares
+        (subscriptions/declared.py): its configuration remembers ``declared_by``,
+        and a changed one goes on from its cursor instead of starting a new
+        run from ``start`` (a processor's fold excepted)."""
+        return await self._configure(
+            name, receiver, filter=filter, transform=transform, start=start, on_failing_event=on_failing_event,
+            declared_by=declared_by,
+        )
+
+    async def _configure(
+        self, name: str | None, receiver: Receiver, *, filter: Any, transform: str | None,  # noqa: A002
+        start: str, on_failing_event: str, declared_by: str | None = None,
+    ) -> Subscribed:
         if name is not None:
             check_caller_name(name)
         receiver = validated(receiver)
@@ -211,8 +239,10 @@ class Subscriptions:
             "start": start,
             "on_failing_event": on_failing_event,
         }
+        if declared_by is not None:
+            config["declared_by"] = declared_by
         secret = receiver.secret if isinstance(receiver, Webhook) else None
-        decide = decide_configure(self.tenant, self.path, name, config, secret)
+        decide = decide_configure(self.tenant, self.path, name, config, secret, keep_cursor=declared_by is not None)
         target = receiver.path if isinstance(receiver, CopyToStream) else None
         row, created, replaced = await self._control(
             name if name is not None else GENERATED_PREFIX, decide, copies_into=target

@@ -62,12 +62,58 @@ class Processor:
 
 
 @dataclass(frozen=True)
+class SecretRef:
+    """Where a declared webhook's secret is found when the application
+    starts (``secret_from_env``, ``secret_from_setting``), so that no secret
+    is written in code."""
+
+    source: str  # "env": an environment variable; "setting": an entry of the webhook_secrets setting
+    name: str
+
+    def __str__(self) -> str:
+        return f"environment variable {self.name}" if self.source == "env" else f"webhook_secrets[{self.name!r}]"
+
+
+def secret_from_env(name: str) -> SecretRef:
+    """A webhook secret read from the environment variable ``name`` at start-up."""
+    return SecretRef("env", _reference_name(name))
+
+
+def secret_from_setting(name: str) -> SecretRef:
+    """A webhook secret read from the ``webhook_secrets`` setting (a JSON
+    object of name to secret; ``YOKE_WEBHOOK_SECRETS``) at start-up."""
+    return SecretRef("setting", _reference_name(name))
+
+
+def _reference_name(name: Any) -> str:
+    if not isinstance(name, str) or not 1 <= len(name) <= 200 or "\x00" in name:
+        raise errors.InvalidInput("a secret reference names 1-200 characters", field="secret")
+    return name
+
+
+def resolve_secret(ref: SecretRef, environ: Mapping[str, str], setting: Mapping[str, str]) -> str:
+    """The secret ``ref`` names, checked; ``InvalidInput`` naming the
+    reference when it is missing or not a webhook secret."""
+    found = (environ if ref.source == "env" else setting).get(ref.name)
+    if not found:
+        raise errors.InvalidInput(f"the webhook secret is missing: {ref} is not set", field="secret")
+    try:
+        signing_key(found)
+    except errors.InvalidInput as exc:
+        raise errors.InvalidInput(f"{ref}: {exc.message}", field="secret") from None
+    return found
+
+
+@dataclass(frozen=True)
 class Webhook:
     """POST each event, signed per Standard Webhooks, to ``url``."""
 
     url: str
     secret: str
     generated: bool = False  # the secret was made by ``webhook()``, not given
+    # A declared webhook's secret, found when the application starts
+    # (``secret`` is "" until then).
+    secret_ref: SecretRef | None = None
     kind = "webhook"
 
     def config(self) -> dict[str, Any]:
@@ -90,9 +136,11 @@ def processor(name: str) -> Processor:
     return Processor(_registered_name(name, "name"))
 
 
-def webhook(url: str, secret: str | None = None) -> Webhook:
+def webhook(url: str, secret: str | SecretRef | None = None) -> Webhook:
     """``secret`` is ``whsec_<base64>`` (24-64 random bytes); omitted, one is
-    generated and returned once by ``subscribe``."""
+    generated and returned once by ``subscribe``. A subscription declared
+    on the App (``app.subscription``) takes a reference instead:
+    ``secret_from_env(name)`` or ``secret_from_setting(name)``."""
     refused = errors.InvalidInput("a webhook url is http:// or https:// with a host", field="url")
     if not isinstance(url, str) or len(url) > 2048 or any(c in url for c in "\x00\r\n\t "):
         raise refused
@@ -105,6 +153,8 @@ def webhook(url: str, secret: str | None = None) -> Webhook:
         raise refused
     if secret is None:
         return Webhook(url, new_secret(), generated=True)
+    if isinstance(secret, SecretRef):
+        return Webhook(url, "", secret_ref=secret)
     signing_key(secret)  # validates
     return Webhook(url, secret)
 
@@ -146,6 +196,11 @@ def validated(receiver: Any) -> Receiver:
     if isinstance(receiver, Processor):
         return processor(receiver.name)
     if isinstance(receiver, Webhook):
+        if receiver.secret_ref is not None and not receiver.secret:
+            raise errors.InvalidInput(
+                f"a webhook secret by reference ({receiver.secret_ref}) is for subscriptions declared on"
+                " the App; subscribe takes the secret itself", field="secret",
+            )
         checked = webhook(receiver.url, receiver.secret)
         return Webhook(checked.url, checked.secret, receiver.generated)
     raise errors.InvalidInput(
