@@ -23,7 +23,7 @@ from .actors.kernel import ActorKernel, ActorSettings
 from .failures import Failures, FailureServices
 from .actors.state import StateDatabases, make_storage
 from .actors.state_home import Guard as StateHomeGuard
-from .clock import SYSTEM, Clock
+from .clock import SYSTEM, Clock, wall_ms
 from .config import Settings
 from .events import MAX_PATH_CHARS, validate_path, validate_tenant
 from .hosts.reload import CodeWatch
@@ -48,7 +48,7 @@ from .store.faults import log_retried
 from .subscriptions.copies import Copying
 from .subscriptions.declared import Reconciled, reconcile, webhook_secrets
 from .subscriptions.deliveries import Deliveries, DeliverySettings
-from .subscriptions.management import rebuild_stale_catalogues
+from .subscriptions.management import lag_report, rebuild_stale_catalogues
 from .tokens import Tokens
 
 log = logging.getLogger("yoke.runtime")
@@ -327,7 +327,16 @@ class Runtime:
         processing (dead rows excepted). For tests and scripts; needs an app."""
         if self.executor is None:
             raise errors.InvalidInput("wait_idle needs a runtime opened with an app that has actors")
-        await self.executor.wait_idle(timeout_s)
+        try:
+            await self.executor.wait_idle(timeout_s)
+        except TimeoutError as exc:
+            try:  # subscriptions are not waited for, but may be why (a halted copy into an actor's stream)
+                lagging = await lag_report(self._open_store, wall_ms(self.clock))
+            except errors.YokeError:
+                lagging = ""
+            if not lagging:
+                raise
+            raise TimeoutError(f"{exc}. {lagging}") from None
 
     def exposition(self) -> bytes:
         """``/metrics``: this process's series, the in-memory gauges refreshed

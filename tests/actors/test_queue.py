@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 
@@ -317,3 +318,32 @@ async def test_wait_idle_names_a_run_still_going(fresh_url: str, tmp_path) -> No
         assert "failed" not in said
         release.set()
         await y.wait_idle(timeout_s=10)
+
+
+async def test_wait_idle_names_the_subscriptions_behind(fresh_url: str, tmp_path) -> None:
+    """Subscriptions are not waited for, but a timeout names those behind
+    with their state and last error (a webhook nobody answers, say)."""
+    app = App()
+
+    @app.actor("billing", filter=Filter(types=["bill"]), max_attempts=5, retry_base_s=60, retry_max_s=60)
+    async def billing(ctx, event):
+        raise ValueError("card declined")
+
+    fast = {"subscription_retry_base_s": 0.001, "subscription_retry_max_s": 0.005, "subscription_sweep_s": 0.05}
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), **fast) as y:
+        inst = await y.instances(T).create("billing", key="c1")
+        bills = y.stream("/bills", T)
+        await bills.subscribe("hook", yoke.webhook("http://127.0.0.1:9/closed", secret="whsec_" + "QUJD" * 8))
+        await bills.append({"type": "bill", "payload": {"amount": 12}})
+        while not (await bills.subscription("hook")).last_error:  # its first attempt failed
+            await asyncio.sleep(0.01)
+        while not any(r.last_error for r in await y.instances(T).queue(inst.instance_id)):
+            await asyncio.sleep(0.01)
+        with pytest.raises(TimeoutError) as caught:
+            await y.wait_idle(timeout_s=0.5)
+        said = str(caught.value)
+        assert "busy instances: billing" in said
+        behind = said[said.index("subscriptions behind: "):]
+        # The bill, and a halt's own control event once the ladder gave up.
+        assert re.match(r"subscriptions behind: hook of /bills in acme: [12] events behind, (retrying|halted),"
+                        r" last error: WebhookFailed: POST http://127.0.0.1:9/closed failed", behind), behind

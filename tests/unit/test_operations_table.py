@@ -17,6 +17,7 @@ import pytest
 from yoke.actors.instances import Instances
 from yoke.cli import main
 from yoke.failures.inbox import Failures
+from yoke.actors.app import App
 from yoke.http.app import create_app
 from yoke.runtime import Runtime
 from yoke.streams.stream import Stream
@@ -25,7 +26,7 @@ from yoke.tokens import Tokens
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "docs" / "reference" / "operations.md"
 PAGES = ROOT / "yoke" / "console" / "pages"
-OWNERS = {"s": Stream, "i": Instances, "f": Failures, "y.tokens": Tokens, "y": Runtime}
+OWNERS = {"s": Stream, "i": Instances, "f": Failures, "y.tokens": Tokens, "y": Runtime, "app": App}
 
 
 def rows() -> list[list[str]]:

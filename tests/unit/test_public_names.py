@@ -27,3 +27,8 @@ def test_the_lazy_table_is_the_export_list_and_names_the_defining_modules():
     from yoke.subscriptions.management import Subscribed
 
     assert yoke.Stream is Stream and yoke.Subscribed is Subscribed
+
+
+def test_an_instance_id_is_id_in_python_as_in_http_and_the_cli():
+    info = yoke.InstanceInfo("inst_0123", "default", "counter", "a")
+    assert info.id == info.instance_id == "inst_0123"

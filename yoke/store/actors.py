@@ -46,6 +46,12 @@ class InstanceInfo:
     worker_id: str | None = None
     created_at: int = 0
 
+    @property
+    def id(self) -> str:
+        """The instance's id, by the name HTTP and the CLI give it
+        (``instance_id`` is the same: the field's older spelling)."""
+        return self.instance_id
+
 
 @dataclass(frozen=True, slots=True)
 class StateHome:

@@ -411,6 +411,30 @@ class Subscriptions:
         return await self.list()
 
 
+LAG_SHOWN = 5
+LAG_ERROR_CHARS = 200
+
+
+async def lag_report(store: OpenStore, now: int) -> str:
+    """One sentence naming the subscriptions that have not delivered their
+    source's head (halted first, then by lag) with their state and last
+    error, for ``wait_idle``'s timeout; "" when none lags."""
+    lines: list[str] = []
+    opened = store()
+    for tenant in await opened.subscriptions.tenants():
+        _, rows = await opened.subscriptions.totals(tenant, LAG_SHOWN)
+        for row in rows:
+            status = SubscriptionStatus.of(row, now)
+            if status.lag == 0 and status.state == "running":
+                continue
+            said = f"{row.name} of {row.path} in {tenant}: {status.lag} events behind, {status.state}"
+            if row.last_error:
+                error = row.last_error if len(row.last_error) <= LAG_ERROR_CHARS else row.last_error[:LAG_ERROR_CHARS] + "…"
+                said += f", last error: {error}"
+            lines.append(said)
+    return "subscriptions behind: " + "; ".join(lines[:LAG_SHOWN]) if lines else ""
+
+
 async def rebuild_stale_catalogues(
     store: OpenStore, subscriptions: Callable[[str, str], Subscriptions]
 ) -> list[tuple[str, str]]:
