@@ -222,7 +222,7 @@ def decide_halt(  # noqa: ANN201
         halted = {k: v for k, v in payload.items() if k != "name"} | {"at_offset": source.next_offset}
         new = replace(
             row, halted=halted, gave_up=gave_up, attempts=attempts, last_error=error_text,
-            failures=row.failures + 1,
+            last_error_at=source.now, failures=row.failures + 1,
             attempt_errors=with_attempt(row.attempt_errors, attempts, error_text, source.now),
         )
         return Change(events=[_event(HALTED, payload)], row=new, bookkeeping=True, reply=new)
@@ -244,7 +244,8 @@ def decide_skip(name: str, generation: int, offset: int, attempts: int, error: s
         })
         new = replace(
             row, cursor=offset, attempts=0, skips=row.skips + 1, next_retry_at=0,
-            last_error=error[:MAX_ERROR_CHARS], failures=row.failures + 1, attempt_errors=(),
+            last_error=error[:MAX_ERROR_CHARS], last_error_at=source.now, failures=row.failures + 1,
+            attempt_errors=(),
         )
         return Change(events=[audit], row=new, bookkeeping=True, reply=new)
 

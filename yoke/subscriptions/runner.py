@@ -25,7 +25,7 @@ from ..events import Event
 from ..lifecycle import is_lifecycle
 from ..routing.evaluation import Failed
 from ..routing.filters import Filter, failure
-from ..store.subscriptions import Change, Checkpoint, Decide, SourceState, SubscriptionRow
+from ..store.subscriptions import Checkpoint, SubscriptionRow
 from . import copies, processors, webhooks
 from .catalogue import (
     AUDIT,
@@ -59,23 +59,6 @@ RUN_ENDING = frozenset({CONFIGURED, CURSOR_SET, REMOVED})
 def backoff_s(attempts: int, base_s: float, max_s: float) -> float:
     """1 s, 2 s, 4 s ... (from ``base_s``) up to ``max_s``, +-20% jitter."""
     return min(base_s * 2 ** (attempts - 1), max_s) * random.uniform(0.8, 1.2)
-
-
-def error_stamped(decide: Decide) -> Decide:
-    """A halt or a skip (``decide_halt``, ``decide_skip``): they record the
-    failed attempt's error instead of the store's ``fail``, so they stamp
-    its time too, the decision's (``source.now``, the runtime's clock)."""
-
-    def stamped(row: SubscriptionRow | None, source: SourceState) -> Change:
-        change = decide(row, source)
-        if change.row is not None and change.row.last_error is not None:
-            new = replace(change.row, last_error_at=source.now)
-            if change.reply is change.row:
-                change.reply = new
-            change.row = new
-        return change
-
-    return stamped
 
 
 def transformed(event: Event, shaped: Any) -> Event:
@@ -462,12 +445,12 @@ class Runner:
         version = self.engine.version
         if row.config.get("on_failing_event") == "skip" and attempts >= SKIP_AFTER and first == last:
             if row.skips + 1 >= SKIPS_IN_A_ROW:
-                await self._apply(error_stamped(decide_halt(row.name, row.generation, first, attempts, error, version)))
+                await self._apply(decide_halt(row.name, row.generation, first, attempts, error, version))
             else:
-                await self._apply(error_stamped(decide_skip(row.name, row.generation, first, attempts, error)))
+                await self._apply(decide_skip(row.name, row.generation, first, attempts, error))
             return
         if attempts >= MAX_ATTEMPTS:
-            await self._apply(error_stamped(decide_halt(row.name, row.generation, first, attempts, error, version)))
+            await self._apply(decide_halt(row.name, row.generation, first, attempts, error, version))
             return
         settings = self.engine.settings
         delay = getattr(exc, "retry_after_s", None)
