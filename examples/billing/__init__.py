@@ -1,0 +1,1 @@
+"""Subscription billing: the newcomer's ten-minute path (see README.md)."""
