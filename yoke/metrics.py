@@ -120,6 +120,10 @@ ATTEMPTS = Histogram(
 
 # Worker membership (actors/membership.py): reaps this process made, and times
 # this process found itself reaped and rejoined, by reason.
+INSTANCES_RELEASED = Counter(
+    "yoke_instances_released_total",
+    "Instances this process's worker gave up for other workers to adopt (beyond its fair share when workers joined)",
+)
 WORKER_REAPS = Counter(
     "yoke_worker_reaps_total",
     "Workers this process reaped, by reason (stale: no heartbeat for worker_stale_s by the database's clock)",

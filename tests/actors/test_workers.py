@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+import asyncpg
+import pytest
+
 import yoke
 from yoke import App, Filter
 from yoke.actors.membership import Membership
@@ -128,3 +131,71 @@ async def test_a_joining_worker_heartbeats_during_its_first_adoption(fresh_url: 
         await asyncio.sleep(0.2)  # four heartbeat periods: a beat left running would rejoin
         assert actors.beats == beats
         assert await y.store.actors.live_workers() == []
+
+
+async def test_a_worker_over_its_share_gives_up_the_excess_but_never_a_running_instance(
+    fresh_url: str, tmp_path
+) -> None:
+    """Workers share the instances: w1 had all six, w2 joins; w1 gives up
+    what is beyond ceil(6 / 2), keeping the instance whose row is running,
+    and w2 adopts what w1 gave up."""
+    from yoke.store.actors import Policy, QueueItem
+
+    async with yoke.open(fresh_url, data_dir=str(tmp_path)) as y:
+        actors = y.store.actors
+        await actors.register_worker("w1", {})
+        made = [await y.instances(T).create("a", key=str(i)) for i in range(6)]
+        assert await actors.adopt_instances(T, "w1", 1) == 6
+        assert await actors.release_excess(T, "w1", 1) == []  # alone: its share is all
+        # A row of the instance released first (the highest id) is running on w1.
+        busy = max(m.instance_id for m in made)
+        await actors.enqueue(T, [QueueItem('{"type": "job"}', instance_id=busy)], 0)
+        claimed = await actors.claim(T, "w1", [Policy("a", 1, 60_000)], 1, 10)
+        assert [r.instance_id for r in claimed] == [busy]
+        await actors.register_worker("w2", {})
+        released = await actors.release_excess(T, "w1", 2)
+        assert len(released) == 3 and busy not in released
+        assert await actors.release_excess(T, "w1", 2) == []  # at its share now
+        assert await actors.adopt_instances(T, "w2", 2) == 3
+        owners = {i.instance_id: i.worker_id for i in await y.instances(T).list()}
+        assert sorted(owners.values()) == ["w1"] * 3 + ["w2"] * 3
+        assert owners[busy] == "w1" and all(owners[r] == "w2" for r in released)
+
+
+@pytest.mark.parametrize("fresh_url", ["postgres"], indirect=True)
+async def test_a_release_waits_for_the_workers_claim_under_way(fresh_url: str, tmp_path) -> None:
+    """PostgreSQL: a claim of w1 still open when w1 releases instances. The
+    release waits for it (advisory lock), then sees the row it took and
+    keeps that instance; without the wait, w2 could adopt the instance and
+    run it while w1 runs the claimed row."""
+    from yoke.store.actors import QueueItem
+
+    async with yoke.open(fresh_url, data_dir=str(tmp_path)) as y:
+        actors = y.store.actors
+        await actors.register_worker("w1", {})
+        made = [await y.instances(T).create("a", key=str(i)) for i in range(2)]
+        await actors.adopt_instances(T, "w1", 1)
+        busy = max(m.instance_id for m in made)  # the one a release would give up first
+        await actors.enqueue(T, [QueueItem('{"type": "job"}', instance_id=busy)], 0)
+        await actors.register_worker("w2", {})
+        claiming = await asyncpg.connect(fresh_url)
+        try:
+            tx = claiming.transaction()
+            await tx.start()
+            taken = await claiming.fetch(
+                "SELECT * FROM yoke_claim($1, 'w1', ARRAY['a'], ARRAY[1], ARRAY[60000::bigint], 1, 10,"
+                " '{}'::bigint[], '{}'::int[], 0, 1)", T,
+            )
+            assert [r["o_instance"] for r in taken] == [busy]
+            release = asyncio.create_task(actors.release_excess(T, "w1", 2))
+            async with asyncio.timeout(10):  # the release queues behind the claim's lock
+                while not await claiming.fetchval(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                ):
+                    await asyncio.sleep(0.01)
+            assert not release.done()
+            await tx.commit()
+            released = await release
+        finally:
+            await claiming.close()
+        assert released == [min(m.instance_id for m in made)]  # the running one stays with w1

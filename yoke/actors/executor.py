@@ -78,7 +78,7 @@ class Executor:
             kernel.actors, kernel.hub, self.worker_id,
             heartbeat_s=settings.worker_heartbeat_s, stale_s=settings.worker_stale_s,
             on_adopted=self.scheduler.wake, on_evicted=self._evicted, actors=list(app.actors),
-            clock=kernel.clock,
+            on_released=self._released, clock=kernel.clock,
         )
         self._tasks: list[asyncio.Task[Any]] = []
         self._disconnect: list[Callable[[], None]] = []
@@ -91,6 +91,13 @@ class Executor:
     def _evicted(self) -> None:
         self.scheduler.forget_instances()
         self._kernel.state_databases().forget_all()
+
+    def _released(self, tenant: str, instance_ids: list[str]) -> None:
+        """Instances given up to other workers: their cached databases go (a
+        later adoption back loads what the others wrote)."""
+        states = self._kernel.state_databases()
+        for instance_id in instance_ids:
+            states.forget(tenant, instance_id)
 
     def _resync(self) -> None:
         self.fanout.resync()

@@ -1,9 +1,11 @@
 """Worker membership: many processes sharing one database.
 
 Each executor registers in ``runtime_workers`` and heartbeats. A worker owns
-the instances it creates and adopts unowned ones up to a fair share; a
-worker silent for more than ``worker_stale_s`` is reaped and its instances
-become unowned, so live workers adopt them. Rows the dead worker was
+the instances it creates and adopts unowned ones up to a fair share,
+giving up those beyond it when more workers join (never one with a row
+running: see ``ActorStore.release_excess``); a worker silent for more than
+``worker_stale_s`` is reaped and its instances become unowned, so live
+workers adopt them. Rows the dead worker was
 processing come back when their leases expire (a lease outlives the
 actor's timeout), so a worker that only looked dead cannot run a row at the
 same time as its successor.
@@ -49,7 +51,7 @@ class Membership:
     def __init__(
         self, store: Callable[[], ActorStore], hub: WakeupHub, worker_id: str, *, heartbeat_s: float,
         stale_s: float, on_adopted: Callable[[str], None], on_evicted: Callable[[], None],
-        actors: list[str], clock: Clock = SYSTEM,
+        actors: list[str], on_released: Callable[[str, list[str]], None] | None = None, clock: Clock = SYSTEM,
     ) -> None:
         self._store = store
         self._hub = hub
@@ -59,6 +61,7 @@ class Membership:
         self._stale_s = stale_s
         self._on_adopted = on_adopted
         self._on_evicted = on_evicted
+        self._on_released = on_released
         self._actors = actors  # adopt only instances this worker can run
         self._info = {"host": socket.gethostname(), "pid": os.getpid()}
         self._adopt = asyncio.Event()  # the set of workers changed: adopt now
@@ -192,11 +195,22 @@ class Membership:
                 log_retried(log, "adopting instances failed")
 
     async def adopt(self) -> None:
-        """Take unowned instances (their owner left or was reaped, or none
-        was ever given) up to this worker's fair share, tenant by tenant."""
+        """Share the instances, tenant by tenant: give up those beyond this
+        worker's fair share (a worker joined), then take unowned ones (their
+        owner left or was reaped, another gave them up, or none was ever
+        given) up to it. The share is ceil(instances / live workers), so
+        the workers settle within a pass or two of each other, and an
+        instance moves only from a worker over its share."""
         actors = self._store()
         workers = len(await actors.live_workers())
         for tenant in await actors.tenants():
+            released = await actors.release_excess(tenant, self.worker_id, workers, self._actors)
+            if released:
+                log.info("worker %s gave up %d instances of tenant %s to the %d live workers",
+                         self.worker_id, len(released), tenant, workers)
+                metrics.INSTANCES_RELEASED.inc(len(released))
+                if self._on_released is not None:
+                    self._on_released(tenant, released)
             if await actors.adopt_instances(tenant, self.worker_id, workers, self._actors):
                 self._hub.wake(tenant, GLOBAL)  # their yoke.instance.adopted facts
                 self._on_adopted(tenant)

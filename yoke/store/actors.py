@@ -381,6 +381,15 @@ class ActorStore(Protocol):
     async def release_instances(self, tenant: str, worker_ids: Sequence[str]) -> int:
         """Unown the instances of gone workers (their leases expire on their own)."""
 
+    async def release_excess(
+        self, tenant: str, worker_id: str, workers: int, actors: Sequence[str] | None = None
+    ) -> list[str]:
+        """Unown this worker's instances (of ``actors``; None: any) beyond its
+        fair share of the tenant's (ceil(instances / ``workers``)), for the
+        other workers to adopt; never one with a row processing, and never
+        while a claim of this worker is under way (so no run of a released
+        instance can start here after it). The instance ids released."""
+
     async def adopt_instances(
         self, tenant: str, worker_id: str, workers: int, actors: Sequence[str] | None = None
     ) -> int:

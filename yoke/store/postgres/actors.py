@@ -62,6 +62,9 @@ DB_NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 # Completing finished rows and claiming the next ones is one round trip:
 # the yoke_claim function (migrations/0002_actors.sql).
 CLAIM = "SELECT * FROM yoke_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+# The first key of the two-key advisory lock on a worker's claims (the second
+# is a hash of its id): shared by yoke_claim, exclusive in release_excess.
+CLAIM_LOCK = 24065
 
 ENQUEUE = """
 INSERT INTO actor_queue (tenant_id, instance_id, group_key, priority, path, seq, event,
@@ -486,6 +489,33 @@ class PgActorStore:
                 tenant, list(worker_ids),
             )
         return int(result.split()[-1])
+
+    async def release_excess(
+        self, tenant: str, worker_id: str, workers: int, actors: Sequence[str] | None = None
+    ) -> list[str]:
+        async with self._tx(tenant) as conn:
+            # Exclusive with this worker's claims (yoke_claim): those under way
+            # commit first, and the statement below sees the rows they took.
+            await conn.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", CLAIM_LOCK, worker_id)
+            total, mine = await conn.fetchrow(
+                "SELECT count(*), count(*) FILTER (WHERE worker_id=$2) FROM actor_instances"
+                " WHERE tenant_id=$1 AND ($3::text[] IS NULL OR actor = ANY($3))",
+                tenant, worker_id, None if actors is None else list(actors),
+            )
+            excess = mine - -(-total // max(workers, 1))
+            if excess <= 0:
+                return []
+            rows = await conn.fetch(
+                "WITH pick AS (SELECT i.instance_id FROM actor_instances i WHERE i.tenant_id=$1 AND i.worker_id=$2"
+                " AND ($4::text[] IS NULL OR i.actor = ANY($4))"
+                " AND NOT EXISTS (SELECT 1 FROM actor_queue q WHERE q.tenant_id=$1"
+                "   AND q.instance_id = i.instance_id AND q.status='processing')"
+                " ORDER BY i.instance_id DESC LIMIT $3 FOR UPDATE SKIP LOCKED)"
+                " UPDATE actor_instances i SET worker_id=NULL FROM pick"
+                " WHERE i.tenant_id=$1 AND i.instance_id = pick.instance_id RETURNING i.instance_id",
+                tenant, worker_id, excess, None if actors is None else list(actors),
+            )
+        return [r[0] for r in rows]
 
     async def adopt_instances(
         self, tenant: str, worker_id: str, workers: int, actors: Sequence[str] | None = None

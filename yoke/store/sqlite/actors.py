@@ -625,6 +625,35 @@ class SqliteActorStore:
             (tenant, *worker_ids),
         )
 
+    async def release_excess(
+        self, tenant: str, worker_id: str, workers: int, actors: Sequence[str] | None = None
+    ) -> list[str]:
+        only = "" if actors is None else f" AND actor IN ({','.join('?' * len(actors)) or 'NULL'})"
+        names = [] if actors is None else list(actors)
+
+        def run() -> list[str]:
+            # One writer: no claim of this worker runs meanwhile.
+            with self._tx() as conn:
+                total, mine = conn.execute(
+                    "SELECT count(*), sum(worker_id IS ?) FROM actor_instances WHERE tenant_id=?" + only,
+                    (worker_id, tenant, *names),
+                ).fetchone()
+                excess = (mine or 0) - -(-total // max(workers, 1))
+                if excess <= 0:
+                    return []
+                rows = conn.execute(
+                    "UPDATE actor_instances SET worker_id=NULL WHERE tenant_id=? AND instance_id IN ("
+                    " SELECT i.instance_id FROM actor_instances i WHERE i.tenant_id=? AND i.worker_id=?"
+                    + only.replace("actor IN", "i.actor IN") +
+                    " AND NOT EXISTS (SELECT 1 FROM actor_queue q WHERE q.tenant_id=i.tenant_id"
+                    "  AND q.instance_id=i.instance_id AND q.status='processing')"
+                    " ORDER BY i.instance_id DESC LIMIT ?) RETURNING instance_id",
+                    (tenant, tenant, worker_id, *names, excess),
+                ).fetchall()
+                return [r[0] for r in rows]
+
+        return await self._write(run)
+
     async def adopt_instances(
         self, tenant: str, worker_id: str, workers: int, actors: Sequence[str] | None = None
     ) -> int:

@@ -1,5 +1,5 @@
 -- yoke_claim: the current definition, as the migrations leave it (the last
--- to define it is migrations/0005_hardening.sql). Migrations install it; this
+-- to define it is migrations/0028_worker_rebalance.sql). Migrations install it; this
 -- file is the text to read: tests/store/test_functions.py checks that it
 -- equals what a migrated database holds.
 CREATE OR REPLACE FUNCTION public.yoke_claim(p_tenant text, p_worker text, p_actors text[], p_conc integer[], p_lease bigint[], p_now bigint, p_limit integer, p_done bigint[], p_done_attempts integer[], p_shard integer, p_shards integer)
@@ -23,6 +23,11 @@ BEGIN
     IF p_limit <= 0 THEN
         RETURN;
     END IF;
+    -- Shared with this worker's other claims, exclusive with its release of
+    -- instances (release_excess): a release waits for the claims under
+    -- way to commit and sees the rows they took; a claim after it sees the
+    -- instance gone.
+    PERFORM pg_advisory_xact_lock_shared(24065, hashtext(p_worker));
     RETURN QUERY
     WITH pol AS (
         SELECT * FROM unnest(p_actors, p_conc, p_lease) AS p(actor, concurrency, lease_ms)
