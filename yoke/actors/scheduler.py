@@ -162,8 +162,11 @@ class _ClaimLoop:
                 for row in rows:
                     task = asyncio.create_task(s.run_row(row, self), name=f"yoke-process-{row.qid}")
                     s.running.add(task)
-                    task.add_done_callback(s.running.discard)
-                if len(rows) < free or free == 0:
+                    task.add_done_callback(s.run_ended)
+                if free == 0:  # only completions went: revisit when a run finishes
+                    self.dirty.add(tenant)
+                    break
+                if len(rows) < free:
                     break
         return claimed
 
@@ -210,6 +213,17 @@ class Scheduler:
                 await loop.idle.wait()
             if all(loop.idle.is_set() for loop in self.loops):
                 return
+
+    def run_ended(self, task: asyncio.Task[None]) -> None:
+        """A run's task is done (its ``_settle`` woke the loop that claimed
+        it). ``running`` is shared by every loop: a loop that saw this run
+        in it stayed not idle, and one that found no free slot left its
+        tenant dirty; neither hears of the run otherwise, and would wait
+        for the sweep. Wake them now that the run is out of ``running``."""
+        self.running.discard(task)
+        for loop in self.loops:
+            if loop.dirty or (not self.running and not loop.idle.is_set()):
+                loop.wake_flag.set()
 
     def forget_instances(self) -> None:
         self._instances.clear()
