@@ -23,7 +23,7 @@ NODE_EXAMPLE := examples/node
 NODE_STAMP := $(NODE_EXAMPLE)/node_modules/.installed
 NODE_BUILT := $(NODE_EXAMPLE)/dist/payments.js
 
-.PHONY: install test run bench clean chromium npm constraints
+.PHONY: install test run bench clean chromium pgbouncer npm constraints
 
 $(PY):
 	@echo "creating $(VENV) (Python virtual environment)…"
@@ -60,6 +60,15 @@ chromium:
 			>/tmp/yoke-chromium-install.log 2>&1 \
 		|| { echo "error: could not install chromium, which tests/browser need (see /tmp/yoke-chromium-install.log)"; exit 1; }; }
 
+# Debian's pgbouncer for tests/contract/test_pgbouncer.py (Yoke behind a
+# real pooler, session and transaction mode). Quiet and instant when there.
+pgbouncer:
+	@test -x /usr/sbin/pgbouncer || command -v pgbouncer >/dev/null 2>&1 || { \
+		echo "installing Debian's pgbouncer for the pooler tests (first time only)…"; \
+		(apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq pgbouncer) \
+			>/tmp/yoke-pgbouncer-install.log 2>&1 \
+		|| { echo "error: could not install pgbouncer, which tests/contract/test_pgbouncer.py needs (see /tmp/yoke-pgbouncer-install.log)"; exit 1; }; }
+
 $(DS_STAMP): $(DS_DIR)/package-lock.json
 	@echo "installing the Durable Streams npm packages into $(DS_DIR) (first time only)…"
 	@cd $(DS_DIR) && npm ci --no-audit --no-fund --loglevel=error >/tmp/yoke-npm-ci.log 2>&1 \
@@ -81,7 +90,7 @@ npm: $(DS_STAMP) $(NODE_BUILT)
 # suite's time is spent waiting on servers, fsync and timeouts, not on the CPU.
 # Files are handed out in collection order, longest first (tests/conftest.py),
 # not by their number of tests (xdist's default).
-test: $(DEV_STAMP) chromium npm
+test: $(DEV_STAMP) chromium pgbouncer npm
 	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder
 
 run: $(RUN_STAMP)

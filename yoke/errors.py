@@ -503,6 +503,15 @@ class DatabasePrivileges(YokeError):
     http_status = 500
 
 
+class NotificationsLost(YokeError):
+    """PostgreSQL notifications do not reach this connection: a pooler in
+    transaction or statement mode (PgBouncer ``pool_mode=transaction``)
+    cannot carry LISTEN; connect directly or through a session-mode pooler."""
+
+    code = "notifications_lost"
+    http_status = 500
+
+
 class SchemaPending(YokeError):
     """This build's migrations are not all applied and the process was told
     not to apply them (``--no-migrate``): refusing to start."""

@@ -22,10 +22,14 @@ False.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 from collections.abc import Callable
 
 import asyncpg
+
+from ... import errors
 
 from ..results import EphemeralCallback, WakeupCallback
 from .relay import Reassembly
@@ -40,6 +44,53 @@ QUEUE_CHANNEL = "yoke_queue"  # payload: a tenant whose actor queues got rows
 SUBSCRIPTION_CHANNEL = "yoke_subscription"
 HEALTH_INTERVAL_S = 10.0  # how often an idle listener checks its connection
 HEALTH_TIMEOUT_S = 5.0
+
+
+PROBE_TIMEOUT_S = 3.0
+
+
+async def check_notifications(
+    conn: asyncpg.Connection, dsn: str, server_settings: dict[str, str], timeout_s: float = PROBE_TIMEOUT_S
+) -> None:
+    """Check, once at start, that a notification sent by another connection
+    reaches ``conn`` (LISTEN carries every wake-up, and a transaction-mode
+    pooler silently drops them: tails and actors would wait for sweeps,
+    other processes' ephemeral events would be lost). Simple-protocol
+    statements only, so a pooler's refusal of prepared statements cannot
+    fail the check first. ``NotificationsLost`` when it does not arrive."""
+    channel = f"yoke_probe_{os.urandom(6).hex()}"
+    token = os.urandom(8).hex()
+    arrived = asyncio.Event()
+
+    def heard(_conn: object, _pid: int, _channel: str, payload: str) -> None:
+        if payload == token:
+            arrived.set()
+
+    await conn.add_listener(channel, heard)
+    try:
+        other = await asyncpg.connect(dsn, server_settings=server_settings)
+        try:
+            await other.execute(f"NOTIFY {channel}, '{token}'")
+        finally:
+            await other.close()
+        try:
+            async with asyncio.timeout(timeout_s):
+                while not arrived.is_set():
+                    # A round trip lets a pooler hand over what it holds.
+                    await conn.execute("SELECT 1")
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(0.05):
+                            await arrived.wait()
+        except TimeoutError:
+            raise errors.NotificationsLost(
+                f"a notification sent by another connection did not arrive within {timeout_s:g}s: Yoke's"
+                " wake-ups ride on LISTEN/NOTIFY, which a pooler in transaction or statement mode"
+                " (PgBouncer pool_mode=transaction) cannot carry. Connect Yoke directly to PostgreSQL,"
+                " or through a pooler in session mode (docs/production/scaling.md#connection-poolers)"
+            ) from None
+    finally:
+        with contextlib.suppress(Exception):
+            await conn.remove_listener(channel, heard)
 
 
 class Listener:

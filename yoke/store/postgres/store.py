@@ -46,7 +46,7 @@ from .appends import APPEND, APPEND_IN_LIFETIME, APPEND_RELAY, PgAppends, append
 from .connection import PgDb, connect_failed
 from .consumers import PgConsumers
 from .durable_streams import PgProtocolStore
-from .listener import Listener
+from .listener import Listener, check_notifications
 from .migrate import grants_hint, migrate, missing_grants, pending, privilege_hint, sync_role
 from .migrate import status as migration_status
 from .objects import PgObjects
@@ -167,6 +167,9 @@ class PostgresStore(ConcernParts):
         except Exception as exc:
             raise connect_failed(exc) from exc
         try:
+            # First, before any prepared statement: a transaction-mode
+            # pooler is named, not met as a stray protocol error later.
+            await check_notifications(conn, self.dsn, self._named)
             await self._prepare_schema(conn)
             hand_over = await rls_escape(conn) is not None
             if hand_over and self.migrate:  # as the owner: the runtime role gets what it needs
