@@ -147,7 +147,7 @@ def test_tables_have_headers_and_aligned_columns(cli, server):
     assert cli(*add, "--start", "beginning").stdout.startswith(f"replaced audit on {path} ")
     rows = check_table(
         cli("subscriptions", "list", path).stdout,
-        [("NAME", "<"), ("RECEIVER", "<"), ("THROUGH", ">"), ("LAG", ">"), ("STATE", "<"), ("LAST ERROR", "<")],
+        [("NAME", "<"), ("RECEIVER", "<"), ("THROUGH", ">"), ("LAG", ">"), ("STATE", "<"), ("LAST ERROR AT", "<")],
     )
     assert rows[0].startswith("audit ") and f"copy to {path}-copy" in rows[0]
 

@@ -41,7 +41,7 @@ SUBSCRIPTION_COLUMNS: list[Column] = [
     ("LAG", lambda s: s["lag"], ">"),
     ("STATE", subscription_state, "<"),
     # Kept after it recovers: a running subscription that failed lately says when.
-    ("LAST ERROR", lambda s: when(s.get("last_error_at")), "<"),
+    ("LAST ERROR AT", lambda s: when(s.get("last_error_at")), "<"),
 ]
 
 
