@@ -70,9 +70,10 @@ PostgreSQL, 5,000 on SQLite; (b) p50 <= 5 ms, p99 <= 25 ms on both.
       to nothing left: processing alone, the instances spread.
     - backlog: every batch appended with no worker running, then the N
       workers start; events/s from the first worker running (its ``--json``
-      line) to nothing left. A worker adopts a fair share of the workers
-      registered when it starts and nothing moves later, so the first one
-      up may take every instance: the row says how they were spread.
+      line) to nothing left. The first worker up may take every instance;
+      the workers then share them (a worker gives up what it owns beyond
+      ceil(instances / workers) as others join, docs/basics/actors.md): the
+      row says how they were spread at the end.
     Per row: CPU seconds of the workers, of the PostgreSQL backends of the
     scratch database (processes whose /proc/PID/stat names ``postgres`` and
     whose title names the database: the workers' connections and this

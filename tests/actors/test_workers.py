@@ -161,6 +161,31 @@ async def test_a_worker_over_its_share_gives_up_the_excess_but_never_a_running_i
         assert sorted(owners.values()) == ["w1"] * 3 + ["w2"] * 3
         assert owners[busy] == "w1" and all(owners[r] == "w2" for r in released)
 
+        # A third worker while all three of w1's are busy: its excess (one,
+        # the highest id) drains: its next row is not claimed, and it goes
+        # once idle, its queued row with it.
+        policy = [Policy("a", 1, 60_000)]
+        await actors.register_worker("w3", {})
+        ones = sorted(i for i, w in owners.items() if w == "w1")
+        await actors.enqueue(T, [QueueItem('{"type": "job"}', instance_id=i) for i in ones if i != busy], 0)
+        running = claimed + await actors.claim(T, "w1", policy, 2, 10)
+        assert sorted(r.instance_id for r in running) == ones
+        assert await actors.release_excess(T, "w1", 3) == []  # all busy: one drains
+        await actors.enqueue(T, [QueueItem('{"type": "job"}', instance_id=i) for i in ones], 0)
+        running = await actors.claim(T, "w1", policy, 3, 10, done=[(r.qid, r.attempts) for r in running])
+        assert sorted(r.instance_id for r in running) == ones[:2]  # not the draining one
+        assert await actors.release_excess(T, "w1", 3) == [ones[2]]
+        assert await actors.adopt_instances(T, "w3", 3) == 1
+        assert [r.instance_id for r in await actors.claim(T, "w3", policy, 4, 10)] == [ones[2]]
+
+        # Workers leave before a draining instance goes idle: it stays, claimable again.
+        assert await actors.release_excess(T, "w1", 6) == []  # a share of one, both busy: one drains
+        await actors.enqueue(T, [QueueItem('{"type": "job"}', instance_id=i) for i in ones[:2]], 0)
+        assert await actors.release_excess(T, "w1", 3) == []  # at its share again
+        done = [(r.qid, r.attempts) for r in running]
+        again = await actors.claim(T, "w1", policy, 5, 10, done=done)
+        assert sorted(r.instance_id for r in again) == ones[:2]  # the drained one too
+
 
 @pytest.mark.parametrize("fresh_url", ["postgres"], indirect=True)
 async def test_a_release_waits_for_the_workers_claim_under_way(fresh_url: str, tmp_path) -> None:

@@ -28,6 +28,11 @@ def attempt_error(number: int, at: int, error: str) -> str:
     return orjson.dumps({"number": number, "at": at, "error": error[:MAX_ATTEMPT_ERROR_CHARS]}).decode()
 
 
+# ``claimable_after`` of an instance its worker is giving up (release_excess)
+# while a row of it still runs: no claim takes a new row of it meanwhile.
+DRAINING = 9_000_000_000_000_000
+
+
 def new_instance_id() -> str:
     return "inst_" + secrets.token_hex(10)
 
@@ -384,11 +389,14 @@ class ActorStore(Protocol):
     async def release_excess(
         self, tenant: str, worker_id: str, workers: int, actors: Sequence[str] | None = None
     ) -> list[str]:
-        """Unown this worker's instances (of ``actors``; None: any) beyond its
-        fair share of the tenant's (ceil(instances / ``workers``)), for the
-        other workers to adopt; never one with a row processing, and never
-        while a claim of this worker is under way (so no run of a released
-        instance can start here after it). The instance ids released."""
+        """Give up this worker's instances (of ``actors``; None: any) beyond
+        its fair share of the tenant's (ceil(instances / ``workers``)) for
+        the other workers to adopt: those with no row processing now
+        (draining ones first); the rest of the excess drains (``DRAINING``:
+        claims take no new row of it) and goes on a later call once idle.
+        At its share, nothing drains any more. Never while a claim of this
+        worker is under way, so no run of a released instance starts here
+        after it. The instance ids released."""
 
     async def adopt_instances(
         self, tenant: str, worker_id: str, workers: int, actors: Sequence[str] | None = None

@@ -17,6 +17,7 @@ import orjson
 
 from ...events import PreparedEvent
 from ..actors import (
+    DRAINING,
     MAX_ATTEMPT_ERRORS,
     Effect,
     FanoutLag,
@@ -493,27 +494,44 @@ class PgActorStore:
     async def release_excess(
         self, tenant: str, worker_id: str, workers: int, actors: Sequence[str] | None = None
     ) -> list[str]:
+        names = None if actors is None else list(actors)
         async with self._tx(tenant) as conn:
             # Exclusive with this worker's claims (yoke_claim): those under way
-            # commit first, and the statement below sees the rows they took.
+            # commit first, and the statements below see the rows they took.
             await conn.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", CLAIM_LOCK, worker_id)
             total, mine = await conn.fetchrow(
                 "SELECT count(*), count(*) FILTER (WHERE worker_id=$2) FROM actor_instances"
                 " WHERE tenant_id=$1 AND ($3::text[] IS NULL OR actor = ANY($3))",
-                tenant, worker_id, None if actors is None else list(actors),
+                tenant, worker_id, names,
             )
             excess = mine - -(-total // max(workers, 1))
-            if excess <= 0:
+            if excess <= 0:  # at its share (workers left meanwhile): nothing drains
+                await conn.execute(
+                    "UPDATE actor_instances SET claimable_after=0 WHERE tenant_id=$1 AND worker_id=$2"
+                    " AND claimable_after=$3", tenant, worker_id, DRAINING,
+                )
                 return []
+            # Released: the excess with no row processing, draining ones first.
             rows = await conn.fetch(
                 "WITH pick AS (SELECT i.instance_id FROM actor_instances i WHERE i.tenant_id=$1 AND i.worker_id=$2"
                 " AND ($4::text[] IS NULL OR i.actor = ANY($4))"
                 " AND NOT EXISTS (SELECT 1 FROM actor_queue q WHERE q.tenant_id=$1"
                 "   AND q.instance_id = i.instance_id AND q.status='processing')"
-                " ORDER BY i.instance_id DESC LIMIT $3 FOR UPDATE SKIP LOCKED)"
-                " UPDATE actor_instances i SET worker_id=NULL FROM pick"
+                " ORDER BY i.claimable_after = $5 DESC, i.instance_id DESC LIMIT $3 FOR UPDATE SKIP LOCKED)"
+                " UPDATE actor_instances i SET worker_id=NULL, claimable_after=0 FROM pick"
                 " WHERE i.tenant_id=$1 AND i.instance_id = pick.instance_id RETURNING i.instance_id",
-                tenant, worker_id, excess, None if actors is None else list(actors),
+                tenant, worker_id, excess, names, DRAINING,
+            )
+            # The rest of the excess is busy: it drains (claims take no new
+            # row of it) until a later pass finds it idle.
+            await conn.execute(
+                "WITH pick AS (SELECT instance_id FROM actor_instances WHERE tenant_id=$1 AND worker_id=$2"
+                " AND ($5::text[] IS NULL OR actor = ANY($5)) AND claimable_after <> $4"
+                " ORDER BY instance_id DESC LIMIT greatest($3 - (SELECT count(*) FROM actor_instances"
+                "   WHERE tenant_id=$1 AND worker_id=$2 AND claimable_after = $4), 0) FOR UPDATE SKIP LOCKED)"
+                " UPDATE actor_instances i SET claimable_after=$4 FROM pick"
+                " WHERE i.tenant_id=$1 AND i.instance_id = pick.instance_id",
+                tenant, worker_id, excess - len(rows), DRAINING, names,
             )
         return [r[0] for r in rows]
 

@@ -17,6 +17,7 @@ import orjson
 from ...events import PreparedEvent
 from ...lifecycle import INSTANCE_ADOPTED, INSTANCE_CREATED, INSTANCE_REMOVED, instance_fact
 from ..actors import (
+    DRAINING,
     MAX_ATTEMPT_ERRORS,
     Effect,
     FanoutLag,
@@ -630,6 +631,8 @@ class SqliteActorStore:
     ) -> list[str]:
         only = "" if actors is None else f" AND actor IN ({','.join('?' * len(actors)) or 'NULL'})"
         names = [] if actors is None else list(actors)
+        idle = (" AND NOT EXISTS (SELECT 1 FROM actor_queue q WHERE q.tenant_id=actor_instances.tenant_id"
+                "  AND q.instance_id=actor_instances.instance_id AND q.status='processing')")
 
         def run() -> list[str]:
             # One writer: no claim of this worker runs meanwhile.
@@ -639,18 +642,30 @@ class SqliteActorStore:
                     (worker_id, tenant, *names),
                 ).fetchone()
                 excess = (mine or 0) - -(-total // max(workers, 1))
-                if excess <= 0:
+                if excess <= 0:  # at its share (workers left meanwhile): nothing drains
+                    conn.execute(
+                        "UPDATE actor_instances SET claimable_after=0 WHERE tenant_id=? AND worker_id=?"
+                        " AND claimable_after=?", (tenant, worker_id, DRAINING),
+                    )
                     return []
-                rows = conn.execute(
-                    "UPDATE actor_instances SET worker_id=NULL WHERE tenant_id=? AND instance_id IN ("
-                    " SELECT i.instance_id FROM actor_instances i WHERE i.tenant_id=? AND i.worker_id=?"
-                    + only.replace("actor IN", "i.actor IN") +
-                    " AND NOT EXISTS (SELECT 1 FROM actor_queue q WHERE q.tenant_id=i.tenant_id"
-                    "  AND q.instance_id=i.instance_id AND q.status='processing')"
-                    " ORDER BY i.instance_id DESC LIMIT ?) RETURNING instance_id",
-                    (tenant, tenant, worker_id, *names, excess),
-                ).fetchall()
-                return [r[0] for r in rows]
+                mine_sql = "SELECT instance_id FROM actor_instances WHERE tenant_id=? AND worker_id=?" + only
+                released = [r[0] for r in conn.execute(
+                    "UPDATE actor_instances SET worker_id=NULL, claimable_after=0 WHERE tenant_id=? AND instance_id IN ("
+                    + mine_sql + idle + " ORDER BY claimable_after = ? DESC, instance_id DESC LIMIT ?)"
+                    " RETURNING instance_id",
+                    (tenant, tenant, worker_id, *names, DRAINING, excess),
+                ).fetchall()]
+                draining = conn.execute(
+                    "SELECT count(*) FROM actor_instances WHERE tenant_id=? AND worker_id=? AND claimable_after=?",
+                    (tenant, worker_id, DRAINING),
+                ).fetchone()[0]
+                conn.execute(
+                    "UPDATE actor_instances SET claimable_after=? WHERE tenant_id=? AND instance_id IN ("
+                    + mine_sql + " AND claimable_after <> ? ORDER BY instance_id DESC LIMIT ?)",
+                    (DRAINING, tenant, tenant, worker_id, *names, DRAINING,
+                     max(excess - len(released) - draining, 0)),
+                )
+                return released
 
         return await self._write(run)
 
