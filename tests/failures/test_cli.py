@@ -161,7 +161,7 @@ def test_replay_wait_exits_0_once_it_went_through(served: Served, admin: httpx.C
     status = orjson.loads(cli(served, token, "subscriptions", "show", "/w", "hook", "--json").stdout)
     assert status["last_error_at"] == halted_status["last_error_at"]
     listed = cli(served, token, "subscriptions", "list", "/w").stdout
-    assert listed.splitlines()[0].split()[-2:] == ["LAST", "ERROR"] and when(status["last_error_at"]) in listed
+    assert listed.splitlines()[0].split()[-3:] == ["LAST", "ERROR", "AT"] and when(status["last_error_at"]) in listed
 
 
 def test_replay_wait_exits_1_when_it_fails_again(served: Served, admin: httpx.Client, hook: Hook) -> None:
