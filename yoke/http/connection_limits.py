@@ -370,8 +370,18 @@ class YokeHttpProtocol(HttpToolsProtocol):
             b"connection: close\r\n\r\n",
         ]
         self.transport.write(b"".join(head) + body)
-        self.transport.close()
         self._cancel_timers()
+        if self._reading_head and self.transport.can_write_eof():
+            # The rest of the head may still be arriving: a close now would
+            # reset the connection as it comes, and may discard the answer
+            # before the client reads it. Stage the close, as after an answer.
+            self._lingering = True
+            self.transport.write_eof()
+            self._linger_timer = self.loop.call_later(
+                min(LINGER_S, self.limits.body_timeout_s), self.transport.close
+            )
+            return
+        self.transport.close()
 
 
 def protocol_class(limits: ConnectionLimits) -> type[YokeHttpProtocol]:
