@@ -3,9 +3,12 @@ explicit keyword arguments (the CLI passes its flags that way)."""
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, fields, replace
 from typing import Any
+
+from . import errors
 
 DEFAULT_DATABASE_URL = "sqlite:///./.yoke/yoke.db"
 
@@ -201,3 +204,17 @@ class Settings:
                 values[f.name] = kind(raw) if kind in (int, float) else raw
         settings = cls(**values)
         return replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def json_object_setting(text: str, name: str, values: type, shape: str) -> dict[str, Any]:
+    """A setting holding a JSON object whose values are ``values`` (""
+    is none); ``shape`` says what it holds, for the error."""
+    if not text.strip():
+        return {}
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        raise errors.InvalidInput(f"{name} is not valid JSON: {exc}", field=name) from None
+    if not isinstance(parsed, dict) or not all(isinstance(v, values) for v in parsed.values()):
+        raise errors.InvalidInput(f"{name} is {shape}", field=name)
+    return parsed

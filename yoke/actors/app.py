@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import json
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import errors
+from ..config import json_object_setting
 from ..events import validate_path, validate_tenant
 from ..routing.filters import Filter
 
@@ -363,16 +363,9 @@ def check_retry(values: Mapping[str, Any], whose: str) -> None:
 def per_actor_retry(text: str) -> dict[str, dict[str, Any]]:
     """The ``actor_retry`` setting: a JSON object of actor name to retry
     fields (``{"billing": {"max_attempts": 2}}``); "" is none."""
-    if not text.strip():
-        return {}
-    try:
-        parsed = json.loads(text)
-    except ValueError as exc:
-        raise errors.InvalidInput(f"actor_retry is not valid JSON: {exc}", field="actor_retry") from None
-    if not isinstance(parsed, dict) or not all(isinstance(v, dict) for v in parsed.values()):
-        raise errors.InvalidInput('actor_retry is an object of actor name to retry fields,'
-                                  ' e.g. {"billing": {"max_attempts": 2}}', field="actor_retry")
-    return parsed
+    return json_object_setting(
+        text, "actor_retry", dict, 'an object of actor name to retry fields, e.g. {"billing": {"max_attempts": 2}}'
+    )
 
 
 def with_retry_settings(app: App, every: Mapping[str, Any], per_actor: Mapping[str, Mapping[str, Any]]) -> App:

@@ -11,13 +11,13 @@ longer declares are reported, and removed only when asked.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .. import errors
+from ..config import json_object_setting
 from ..store import OpenStore
 from .management import Subscriptions
 from .receivers import Call, Processor, Webhook, resolve_secret
@@ -48,18 +48,9 @@ class Reconciled:
 
 def webhook_secrets(text: str) -> dict[str, str]:
     """The ``webhook_secrets`` setting: a JSON object of name to secret; "" is none."""
-    if not text.strip():
-        return {}
-    try:
-        parsed = json.loads(text)
-    except ValueError as exc:
-        raise errors.InvalidInput(f"webhook_secrets is not valid JSON: {exc}", field="webhook_secrets") from None
-    if not isinstance(parsed, dict) or not all(isinstance(v, str) for v in parsed.values()):
-        raise errors.InvalidInput(
-            'webhook_secrets is an object of name to secret, e.g. {"billing": "whsec_..."}',
-            field="webhook_secrets",
-        )
-    return parsed
+    return json_object_setting(
+        text, "webhook_secrets", str, 'an object of name to secret, e.g. {"billing": "whsec_..."}'
+    )
 
 
 async def reconcile(
