@@ -187,16 +187,18 @@ def test_serve_and_worker_report_the_apps_declared_subscriptions(tmp_path):
     assert [(s["path"], s["name"], s["outcome"]) for s in first["subscriptions"]] == [("/orders", "mirror", "created")]
     assert first["subscriptions"][0]["tenant"] == "default" and first["subscriptions"][0]["offset"] == 1
 
+    # Unbuffered (bufsize=0): a buffered readline could hold the banner's
+    # later lines in Python's buffer, where select() does not see them.
     process = subprocess.Popen(
         [sys.executable, "-m", "yoke.cli", "serve", "--app", "shop:app", "--port", "0"], cwd=tmp_path,
-        env=clean_env(YOKE_ACCESS_LOG="0"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=clean_env(YOKE_ACCESS_LOG="0"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
     )
     try:
         seen = []
         while not any("subscriptions unchanged: mirror (/orders)" in line for line in seen):
             ready, _, _ = select.select([process.stderr], [], [], 60)
             assert ready, f"no banner line about the subscription within 60 s: {seen}"
-            line = process.stderr.readline()
+            line = process.stderr.readline().decode()
             assert line, f"yoke serve ended: {seen}"
             seen.append(line)
     finally:
