@@ -12,6 +12,8 @@ from yoke import App, Filter
 from yoke.actors.membership import Membership
 from yoke.streams.wakeups import WakeupHub
 
+from tests.conftest import empty_database
+
 T = "acme"
 
 
@@ -224,3 +226,60 @@ async def test_a_release_waits_for_the_workers_claim_under_way(fresh_url: str, t
         finally:
             await claiming.close()
         assert released == [min(m.instance_id for m in made)]  # the running one stays with w1
+
+
+async def test_a_claim_in_flight_when_the_worker_stops_is_seen_through(pg_actors_db: str, tmp_path) -> None:
+    """A stop that begins while a claim is on its way to the store: the rows
+    that claim leases start running after the stop began, and the stop must
+    wait for them (or cancel them, handing their rows back), never return
+    with them still running under a closing runtime and their rows leased.
+    The claim is held on its advisory lock from outside to place it there."""
+    from yoke.store.postgres.actors import CLAIM_LOCK
+
+    await empty_database(pg_actors_db)
+    app = App()
+    started = {"1": asyncio.Event(), "2": asyncio.Event()}
+    gate1 = asyncio.Event()
+    cancelled: list[str] = []
+
+    @app.actor("a", filter=Filter(types=["job"], key="payload.key"), timeout_s=60)
+    async def a(ctx, event):
+        started[ctx.instance.key].set()
+        try:
+            if ctx.instance.key == "1":
+                await gate1.wait()
+            else:
+                await asyncio.Event().wait()  # until the stop's timeout cancels it
+        except asyncio.CancelledError:
+            cancelled.append(ctx.instance.key)
+            raise
+
+    admin = await asyncpg.connect(pg_actors_db)
+    try:
+        async with yoke.open(pg_actors_db, app=app, data_dir=str(tmp_path), shutdown_timeout_s=1.0) as y:
+            await y.stream("/", T).append({"type": "job", "payload": {"key": "1"}})
+            await started["1"].wait()
+            await admin.execute("SELECT pg_advisory_lock($1, hashtext($2))", CLAIM_LOCK, y.worker_id)
+            await y.stream("/", T).append({"type": "job", "payload": {"key": "2"}})
+            async with asyncio.timeout(20):
+                while not await admin.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE '%yoke_claim%'"
+                ):
+                    await asyncio.sleep(0.02)
+            scheduler = y.executor.scheduler
+            closing = asyncio.create_task(y.close())
+            async with asyncio.timeout(20):
+                while not scheduler.stopping:
+                    await asyncio.sleep(0.01)
+            await admin.execute("SELECT pg_advisory_unlock($1, hashtext($2))", CLAIM_LOCK, y.worker_id)
+            await started["2"].wait()
+            gate1.set()
+            await closing
+        # Run 2 started after the stop began; the stop saw it and cancelled it
+        # at its timeout, so its row is pending again, not left leased.
+        assert cancelled == ["2"]
+        rows = await admin.fetch("SELECT status FROM actor_queue ORDER BY qid")
+        assert [r["status"] for r in rows] == ["pending"], rows  # run 1's row completed
+    finally:
+        await admin.close()

@@ -195,6 +195,7 @@ class Scheduler:
         self._instances: dict[tuple[str, str], InstanceInfo] = {}
         self.max_instances = MAX_INSTANCES
         self.loops = [_ClaimLoop(self, shard) for shard in range(max(shards, 1))]
+        self._loop_tasks: list[asyncio.Task[None]] = []
         self.stopping = False
         self.on_run = None  # test hook: (row, started, finished, ok) -> None
 
@@ -233,7 +234,14 @@ class Scheduler:
             for loop in self.loops:
                 loop.idle.set()
             return
-        await asyncio.gather(*(loop.run() for loop in self.loops))
+        self._loop_tasks = [
+            asyncio.create_task(loop.run(), name=f"yoke-claim-{loop.shard}") for loop in self.loops
+        ]
+        try:
+            await asyncio.gather(*self._loop_tasks)
+        finally:
+            for task in self._loop_tasks:
+                task.cancel()
 
     # --- running -----------------------------------------------------------
 
@@ -368,14 +376,31 @@ class Scheduler:
 
     async def stop(self, timeout_s: float) -> None:
         """Stop claiming; let runs finish for ``timeout_s``, then cancel them
-        (their rows go back to pending)."""
+        (their rows go back to pending).
+
+        A claim already on its way to the store when the stop begins comes
+        back with leased rows, and its loop starts their runs before it sees
+        ``stopping``: so the claim loops end first, and only then is
+        ``running`` complete. Waiting on a snapshot taken earlier let such
+        runs start after the stop returned, under a closing runtime, and
+        their rows sat leased until the lease ran out."""
         self.stopping = True
         for loop in self.loops:
             loop.wake_flag.set()
+        clock = self.kernel.clock
+        deadline = clock.monotonic() + timeout_s
+        loops = [task for task in self._loop_tasks if not task.done()]
+        if loops:
+            _, stuck = await asyncio.wait(loops, timeout=timeout_s)
+            for task in stuck:  # a claim that did not come back in time
+                task.cancel()
+            if stuck:
+                await asyncio.wait(stuck)
+        while self.running and (remaining := deadline - clock.monotonic()) > 0:
+            await asyncio.wait(set(self.running), timeout=remaining)
         if self.running:
-            _, pending = await asyncio.wait(set(self.running), timeout=timeout_s)
+            pending = set(self.running)
             for task in pending:
                 task.cancel()
-            if pending:
-                await asyncio.wait(pending)
+            await asyncio.wait(pending)
         await self.flush_completions()
