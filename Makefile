@@ -23,7 +23,7 @@ NODE_EXAMPLE := examples/node
 NODE_STAMP := $(NODE_EXAMPLE)/node_modules/.installed
 NODE_BUILT := $(NODE_EXAMPLE)/dist/payments.js
 
-.PHONY: install test run bench clean chromium pgbouncer npm constraints
+.PHONY: install test run bench clean chromium pgbouncer patroni npm constraints
 
 $(PY):
 	@echo "creating $(VENV) (Python virtual environment)…"
@@ -69,6 +69,16 @@ pgbouncer:
 			>/tmp/yoke-pgbouncer-install.log 2>&1 \
 		|| { echo "error: could not install pgbouncer, which tests/contract/test_pgbouncer.py needs (see /tmp/yoke-pgbouncer-install.log)"; exit 1; }; }
 
+# Debian's patroni and etcd-server for tests/ha (a real PostgreSQL cluster,
+# a primary and a synchronous standby, failed over under load). Quiet and
+# instant when there.
+patroni:
+	@{ test -x /usr/bin/patroni && test -x /usr/bin/etcd; } || { \
+		echo "installing Debian's patroni and etcd-server for the failover tests (first time only)…"; \
+		(apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq patroni etcd-server) \
+			>/tmp/yoke-patroni-install.log 2>&1 \
+		|| { echo "error: could not install patroni and etcd-server, which tests/ha needs (see /tmp/yoke-patroni-install.log)"; exit 1; }; }
+
 $(DS_STAMP): $(DS_DIR)/package-lock.json
 	@echo "installing the Durable Streams npm packages into $(DS_DIR) (first time only)…"
 	@cd $(DS_DIR) && npm ci --no-audit --no-fund --loglevel=error >/tmp/yoke-npm-ci.log 2>&1 \
@@ -90,7 +100,7 @@ npm: $(DS_STAMP) $(NODE_BUILT)
 # suite's time is spent waiting on servers, fsync and timeouts, not on the CPU.
 # Files are handed out in collection order, longest first (tests/conftest.py),
 # not by their number of tests (xdist's default).
-test: $(DEV_STAMP) chromium pgbouncer npm
+test: $(DEV_STAMP) chromium pgbouncer patroni npm
 	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder
 
 run: $(RUN_STAMP)

@@ -1,0 +1,35 @@
+"""The application `yoke serve` runs in tests/ha and bench/failover.py: what
+a failover must not disturb, all fed by ``order`` events on /orders.
+
+- ``counter``: a keyed actor (one instance per ``payload.k``) that counts
+  its runs in ``ctx.state`` and appends one ``order.counted`` to /counted
+  per order. The append is journaled, so a run repeated after a failover
+  returns the first append's offset: /counted holds each order exactly
+  once. The state counts runs (at least once: a repeated run counts again).
+- ``copy``: a subscription copying /orders to /orders-copy.
+- ``hook``: a webhook subscription posting each order to
+  ``YOKE_HA_WEBHOOK_URL``, signed with ``YOKE_HA_WEBHOOK_SECRET``."""
+
+from __future__ import annotations
+
+import os
+
+import yoke
+from yoke import App, Filter
+
+app = App(name="ha")
+
+app.subscription("/orders", "copy", yoke.copy_to_stream("/orders-copy"), start="beginning")
+app.subscription(
+    "/orders", "hook",
+    yoke.webhook(os.environ.get("YOKE_HA_WEBHOOK_URL", "http://127.0.0.1:9/hook"),
+                 secret=yoke.secret_from_env("YOKE_HA_WEBHOOK_SECRET")),
+    start="beginning",
+)
+
+
+@app.actor("counter", filter=Filter(types=["order"], streams="/orders", key="payload.k"), timeout_s=10)
+async def counter(ctx, event):
+    await ctx.state.update(lambda s: {**s, "runs": s.get("runs", 0) + 1})
+    # The same content on every attempt: the journal makes it one append.
+    await ctx.append({"type": "order.counted", "payload": {"order": event.offset}}, "/counted")

@@ -1,0 +1,153 @@
+"""Failovers under load, shared by tests/ha/test_failover.py (which checks
+what must hold) and bench/failover.py (which reports the times).
+
+One run: a Patroni cluster (tests/ha/cluster.py), `yoke serve` on its
+multi-host URL running tests/ha/ha_app.py, the clients of tests/ha/load.py;
+then, under that load:
+
+1. crash: kill -9 the primary's postmaster; Patroni promotes the standby;
+2. rejoin: the old primary comes back as a replica (pg_rewind) and becomes
+   the synchronous standby again;
+3. switchover: ``patronictl switchover`` back to the first node.
+
+Then the writers stop, Yoke drains, and everything is read back."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+
+from tests.ha.cluster import Cluster
+from tests.ha.load import WEBHOOK_SECRET, Load, Outcome, WebhookReceiver, collect, longest_gap, read_all
+from tests.http.conftest import Server, start_server, stop_server
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = "tests.ha.ha_app:app"
+WARM_ACKS = 150  # appends acknowledged before the first failure
+RECOVERED_ACKS = 100  # ... and after each, before the next step
+DRAIN_S = 120.0
+
+
+@dataclass
+class Figures:
+    """Seconds, each measured from the moment of the fault."""
+
+    promoted_s: float = 0.0  # crash: until Patroni reports the standby primary
+    crash_appends_s: float = 0.0  # crash: the longest wait for an acknowledged append
+    crash_actors_s: float = 0.0  # crash: the longest time no actor run committed
+    rejoined_s: float = 0.0  # the old primary back as synchronous standby, from the crash
+    switched_s: float = 0.0  # switchover: until the new primary is reported
+    switch_appends_s: float = 0.0
+    switch_actors_s: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+@contextlib.asynccontextmanager
+async def yoke_on(cluster: Cluster, data_dir: Path, receiver: WebhookReceiver) -> AsyncIterator[Server]:
+    """`yoke serve` running the HA app on the cluster's multi-host URL."""
+    primary = cluster.primary()
+    assert primary is not None
+    conn = await asyncpg.connect(cluster.node_url(primary))
+    try:
+        await conn.execute("DROP DATABASE IF EXISTS yoke WITH (FORCE)")
+        await conn.execute("CREATE DATABASE yoke")
+    finally:
+        await conn.close()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server = await asyncio.to_thread(
+        start_server, cluster.url("yoke"), data_dir, args=("--app", APP),
+        PYTHONPATH=str(ROOT), YOKE_HA_WEBHOOK_URL=receiver.url, YOKE_HA_WEBHOOK_SECRET=WEBHOOK_SECRET,
+        YOKE_SSE_HEARTBEAT_S="0.5",
+    )
+    try:
+        yield server
+    finally:
+        await asyncio.to_thread(stop_server, server)
+
+
+async def until(what: str, check, timeout_s: float = 90.0) -> None:
+    """Poll ``check()`` (state changing on its own: a cluster, a load) until true."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        await asyncio.sleep(0.05)
+
+
+async def run_failovers(cluster: Cluster, data_dir: Path) -> tuple[Figures, Load, Outcome, dict]:
+    figures = Figures()
+    receiver = WebhookReceiver()
+    try:
+        async with yoke_on(cluster, data_dir, receiver) as server:
+            load = Load(server.url, server.token)
+            running = asyncio.create_task(load.run())
+            try:
+                await until("appends before the faults", lambda: len(load.acks) >= WARM_ACKS)
+                first = cluster.primary()
+                second = next(n for n in cluster.nodes if n is not first)
+
+                # 1. crash
+                crash_at, crash_wall = time.monotonic(), time.time()
+                cluster.kill_postmaster(first)
+                await asyncio.to_thread(cluster.wait_for, "the standby promoted", lambda: cluster.primary() is second)
+                figures.promoted_s = time.monotonic() - crash_at
+                acked = len(load.acks)
+                await until("appends after the crash", lambda: len(load.acks) >= acked + RECOVERED_ACKS)
+                # 2. rejoin
+                await asyncio.to_thread(cluster.wait_for, "the old primary back as synchronous standby",
+                                        lambda: cluster.sync_standby() == first.name, 120)
+                figures.rejoined_s = time.monotonic() - crash_at
+                # 3. switchover
+                switch_at, switch_wall = time.monotonic(), time.time()
+                await asyncio.to_thread(cluster.switchover, first)
+                await asyncio.to_thread(cluster.wait_for, "the switchover", lambda: cluster.primary() is first)
+                figures.switched_s = time.monotonic() - switch_at
+                acked = len(load.acks)
+                await until("appends after the switchover", lambda: len(load.acks) >= acked + RECOVERED_ACKS)
+                await asyncio.to_thread(cluster.wait_healthy)
+            finally:
+                await load.stop()
+                await asyncio.wait_for(running, 60)
+            figures.crash_appends_s = load.outage(crash_at)
+            figures.switch_appends_s = load.outage(switch_at)
+            outcome = await drained(load, receiver, strict=cluster.synchronous)
+            # When each order.counted committed (its event's `at`, ms).
+            async with load.client() as http:
+                counted_at = [e["at"] / 1000 for e in await read_all(http, "/counted")]
+            figures.crash_actors_s = longest_gap(counted_at, crash_wall)
+            figures.switch_actors_s = longest_gap(counted_at, switch_wall)
+            hooks = {"deliveries": len(receiver.offsets), "bad_signatures": receiver.bad,
+                     "offsets": list(receiver.offsets)}
+            return figures, load, outcome, hooks
+    finally:
+        receiver.close()
+
+
+async def drained(load: Load, receiver: WebhookReceiver, *, strict: bool) -> Outcome:
+    """Wait until the actor, the copy and the webhook have caught up with
+    every acknowledged order, then read it all back."""
+    deadline = time.monotonic() + DRAIN_S
+    async with load.client() as http:
+        # The writers have stopped: /orders is final (with an asynchronous
+        # standby it may hold fewer orders than were acknowledged).
+        total = sum(e["type"] == "order" for e in await read_all(http, "/orders"))
+        while True:
+            heads = {}
+            for path in ("/orders", "/counted", "/orders-copy"):
+                response = await http.get(f"/v1/streams{path}")
+                heads[path] = response.json().get("head", 0) if response.status_code == 200 else 0
+            delivered = len(set(receiver.offsets))
+            # The copy takes every event of /orders, the configure events too.
+            if heads["/counted"] >= total and heads["/orders-copy"] >= heads["/orders"] and delivered >= total:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not drained in {DRAIN_S} s: {total} orders, heads {heads}, "
+                                   f"{delivered} delivered by webhook")
+            await asyncio.sleep(0.2)
+    return await collect(load, strict=strict)
