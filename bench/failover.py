@@ -10,7 +10,9 @@ Each round is the scenario of tests/ha/test_failover.py
 load (3 HTTP appenders with idempotency keys, a Durable Streams producer,
 100 keyed actor instances, a copy and a webhook subscription, an SSE
 tail); kill -9 the primary's postmaster, wait for the old primary to
-return as the standby, then ``patronictl switchover`` back. Per round, from
+return as the standby, ``patronictl switchover`` back, then freeze the
+primary (SIGSTOP on all its processes: a hung machine, a partition) until
+Patroni promotes past it. Per round, from
 the moment of each fault: until Patroni reports the new primary; the
 longest wait for an acknowledged append (clients retry every 0.1 s); the
 longest time with no actor run committing; and the acknowledged appends
@@ -39,7 +41,8 @@ from tests.ha.cluster import installed, start_cluster  # noqa: E402
 from tests.ha.scenario import run_failovers  # noqa: E402
 
 MEASURES = ["promoted_s", "crash_appends_s", "crash_actors_s", "rejoined_s",
-            "switched_s", "switch_appends_s", "switch_actors_s"]
+            "switched_s", "switch_appends_s", "switch_actors_s",
+            "freeze_promoted_s", "freeze_appends_s", "freeze_actors_s"]
 
 
 async def one_round(synchronous: bool) -> dict:
@@ -54,7 +57,7 @@ async def one_round(synchronous: bool) -> dict:
         orders=len(outcome.orders), acknowledged=len(load.acks), lost=len(outcome.lost),
         actor_runs=outcome.runs, webhook_deliveries=hooks["deliveries"],
         client_retries=sum(load.failures.values()), tail_reconnects=load.tail_reconnects,
-        failures=dict(load.failures),
+        failures=dict(load.failures), failed_over=figures.extra["failed_over"],
     )
     return out
 
@@ -72,6 +75,7 @@ def main() -> None:
         result = asyncio.run(one_round(not args.asynchronous))
         rounds.append(result)
         print(f"round {i + 1}: " + ", ".join(f"{k} {result[k]}" for k in MEASURES)
+              + ("" if result["failed_over"] else " (the crashed primary was restarted, no failover)")
               + f"; {result['orders']} orders, {result['lost']} acknowledged appends lost, "
               f"{result['actor_runs'] - result['orders']} actor runs repeated, "
               f"{result['client_retries']} client retries", flush=True)

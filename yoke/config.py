@@ -34,6 +34,13 @@ class Settings:
     # Each runtime statement's limit on the server (0: none); a statement
     # past it is cancelled and answered as retryable (503).
     pg_statement_timeout_s: float = 0.0
+    # A server that takes connections but answers nothing (a hung machine, a
+    # partition) must not hold Yoke for ever: how long a connect waits per
+    # host of the URL before trying the next, and how long a runtime
+    # statement waits for an answer before its connection is dropped
+    # (503, retryable; 0: no limit).
+    pg_connect_timeout_s: float = 5.0
+    pg_command_timeout_s: float = 15.0
     # What pg_stat_activity shows for this process's connections (the CLI
     # sets "yoke serve", "yoke worker", "yoke migrate", "yoke cli").
     pg_application_name: str = "yoke"

@@ -173,12 +173,47 @@ class Cluster:
         )
         handle.close()
 
-    def kill_postmaster(self, node: Node) -> None:
+    def kill_postmaster(self, node: Node) -> int:
         """kill -9 the node's PostgreSQL (Patroni on it stays up, as after
-        an out-of-memory kill or a crash of the server alone)."""
+        an out-of-memory kill or a crash of the server alone): its pid."""
         pid = node.postmaster_pid()
         assert pid, f"{node.name} has no running PostgreSQL"
         os.kill(pid, signal.SIGKILL)
+        return pid
+
+    def node_pids(self, node: Node) -> list[int]:
+        """Patroni's processes on ``node``, its postmaster and the
+        postmaster's children (each PostgreSQL process has a session of its
+        own, so no one process group holds them)."""
+        assert node.process is not None
+        pids = [node.process.pid]
+        postmaster = node.postmaster_pid()
+        parents = {node.process.pid, *([postmaster] if postmaster else [])}
+        if postmaster:
+            pids.append(postmaster)
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # gone meanwhile
+            if int(fields[1]) in parents:  # its parent pid
+                pids.append(int(stat.parent.name))
+        return pids
+
+    def freeze(self, node: Node) -> list[int]:
+        """Stop every process of ``node`` (SIGSTOP): to its clients and to
+        etcd the node is there but answers nothing, as a hung machine or a
+        network partition looks (connections open, no RST). The pids, for thaw()."""
+        pids = self.node_pids(node)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        return pids
+
+    def thaw(self, pids: list[int]) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
     def switchover(self, to: Node) -> None:
         """A planned switchover, as an operator runs it."""

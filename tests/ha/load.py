@@ -126,7 +126,11 @@ class Load:
         """Stop the writers (each sees its last request acknowledged), then
         let the tail read up to the last offset acknowledged."""
         self.stopping.set()
+        deadline = time.monotonic() + 90
         while self._writers_left:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self._writers_left} writers still retrying after 90 s: failures "
+                                   f"{dict(self.failures)}, unexpected answers {self.unexpected[-5:]}")
             await asyncio.sleep(0.05)
         self.tail_until = max(self.acks.values(), default=0)
         self.tail_done.set()

@@ -8,7 +8,13 @@ then, under that load:
 1. crash: kill -9 the primary's postmaster; Patroni promotes the standby;
 2. rejoin: the old primary comes back as a replica (pg_rewind) and becomes
    the synchronous standby again;
-3. switchover: ``patronictl switchover`` back to the first node.
+3. switchover: ``patronictl switchover`` back to the first node;
+4. freeze: every process of the primary stopped (SIGSTOP), as a hung
+   machine or a network partition looks to its clients: connections stay
+   open and nothing answers; Patroni promotes the standby when the leader
+   key expires, and Yoke must leave the frozen node by its own timeouts
+   (``pg_command_timeout_s``, ``pg_connect_timeout_s``); then the node
+   thaws and comes back as the standby.
 
 Then the writers stop, Yoke drains, and everything is read back."""
 
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -27,6 +34,7 @@ from tests.ha.cluster import Cluster
 from tests.ha.load import WEBHOOK_SECRET, Load, Outcome, WebhookReceiver, collect, longest_gap, read_all
 from tests.http.conftest import Server, start_server, stop_server
 
+log = logging.getLogger("tests.ha")
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.ha.ha_app:app"
 WARM_ACKS = 150  # appends acknowledged before the first failure
@@ -45,6 +53,9 @@ class Figures:
     switched_s: float = 0.0  # switchover: until the new primary is reported
     switch_appends_s: float = 0.0
     switch_actors_s: float = 0.0
+    freeze_promoted_s: float = 0.0  # freeze: until Patroni reports the standby primary
+    freeze_appends_s: float = 0.0
+    freeze_actors_s: float = 0.0
     extra: dict = field(default_factory=dict)
 
 
@@ -90,38 +101,71 @@ async def run_failovers(cluster: Cluster, data_dir: Path) -> tuple[Figures, Load
             try:
                 await until("appends before the faults", lambda: len(load.acks) >= WARM_ACKS)
                 first = cluster.primary()
-                second = next(n for n in cluster.nodes if n is not first)
+                assert first is not None
 
-                # 1. crash
+                log.warning("ha: crash (%d acknowledged)", len(load.acks))
+                # 1. crash. With a synchronous standby Patroni promotes it at
+                # once (master_start_timeout 0); with an asynchronous one it
+                # may restart the crashed primary in place instead.
                 crash_at, crash_wall = time.monotonic(), time.time()
-                cluster.kill_postmaster(first)
-                await asyncio.to_thread(cluster.wait_for, "the standby promoted", lambda: cluster.primary() is second)
+                killed = cluster.kill_postmaster(first)
+
+                def running_primary():
+                    p = cluster.primary()
+                    restarted = p is first and first.postmaster_pid() not in (None, killed)
+                    return p if p is not None and (p is not first or restarted) else None
+
+                after = await asyncio.to_thread(cluster.wait_for, "a primary after the crash", running_primary)
                 figures.promoted_s = time.monotonic() - crash_at
+                figures.extra["failed_over"] = after is not first
                 acked = len(load.acks)
                 await until("appends after the crash", lambda: len(load.acks) >= acked + RECOVERED_ACKS)
-                # 2. rejoin
-                await asyncio.to_thread(cluster.wait_for, "the old primary back as synchronous standby",
-                                        lambda: cluster.sync_standby() == first.name, 120)
+                log.warning("ha: rejoin (%d acknowledged)", len(load.acks))
+                # 2. rejoin: the other node back as the (synchronous) standby.
+                other = next(n for n in cluster.nodes if n is not after)
+                await asyncio.to_thread(cluster.wait_for, "the other node back as standby",
+                                        lambda: cluster.sync_standby() == other.name, 120)
                 figures.rejoined_s = time.monotonic() - crash_at
-                # 3. switchover
+                log.warning("ha: switchover (%d acknowledged)", len(load.acks))
+                # 3. switchover to it
                 switch_at, switch_wall = time.monotonic(), time.time()
-                await asyncio.to_thread(cluster.switchover, first)
-                await asyncio.to_thread(cluster.wait_for, "the switchover", lambda: cluster.primary() is first)
+                await asyncio.to_thread(cluster.switchover, other)
+                await asyncio.to_thread(cluster.wait_for, "the switchover", lambda: cluster.primary() is other)
                 figures.switched_s = time.monotonic() - switch_at
                 acked = len(load.acks)
                 await until("appends after the switchover", lambda: len(load.acks) >= acked + RECOVERED_ACKS)
-                await asyncio.to_thread(cluster.wait_healthy)
+                await asyncio.to_thread(cluster.wait_for, "the old primary back as standby",
+                                        lambda: cluster.sync_standby() == after.name, 120)
+                log.warning("ha: freeze (%d acknowledged)", len(load.acks))
+                # 4. freeze: the primary hangs (or is cut off) with its
+                # connections open; Patroni promotes once its leader key expires.
+                freeze_at, freeze_wall = time.monotonic(), time.time()
+                pids = cluster.freeze(other)
+                try:
+                    await asyncio.to_thread(cluster.wait_for, "the standby promoted past the frozen primary",
+                                            lambda: cluster.primary() is after)
+                    figures.freeze_promoted_s = time.monotonic() - freeze_at
+                    acked = len(load.acks)
+                    await until("appends after the freeze", lambda: len(load.acks) >= acked + RECOVERED_ACKS)
+                finally:
+                    cluster.thaw(pids)
+                await asyncio.to_thread(cluster.wait_for, "the frozen primary back as standby",
+                                        lambda: cluster.sync_standby() == other.name, 120)
             finally:
+                log.warning("ha: stopping the load (%d acknowledged)", len(load.acks))
                 await load.stop()
                 await asyncio.wait_for(running, 60)
             figures.crash_appends_s = load.outage(crash_at)
             figures.switch_appends_s = load.outage(switch_at)
+            figures.freeze_appends_s = load.outage(freeze_at)
+            log.warning("ha: draining")
             outcome = await drained(load, receiver, strict=cluster.synchronous)
             # When each order.counted committed (its event's `at`, ms).
             async with load.client() as http:
                 counted_at = [e["at"] / 1000 for e in await read_all(http, "/counted")]
             figures.crash_actors_s = longest_gap(counted_at, crash_wall)
             figures.switch_actors_s = longest_gap(counted_at, switch_wall)
+            figures.freeze_actors_s = longest_gap(counted_at, freeze_wall)
             hooks = {"deliveries": len(receiver.offsets), "bad_signatures": receiver.bad,
                      "offsets": list(receiver.offsets)}
             return figures, load, outcome, hooks

@@ -1,6 +1,7 @@
 """Yoke through PostgreSQL failovers under load, on a real Patroni cluster
 (a primary and a synchronous standby): a crash of the primary, its return
-as a replica, and a planned switchover (tests/ha/scenario.py).
+as a replica, a planned switchover, and a primary that hangs (frozen, as a
+partitioned machine looks) until Patroni promotes past it (tests/ha/scenario.py).
 
 What must hold, checked on everything read back afterwards:
 
@@ -17,6 +18,8 @@ What must hold, checked on everything read back afterwards:
 bench/failover.py reports the same run's times (RTO)."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
@@ -41,7 +44,9 @@ def cluster() -> Cluster:
 
 
 async def test_failovers_under_load_lose_and_double_nothing(cluster: Cluster, tmp_path) -> None:
-    figures, load, outcome, hooks = await run_failovers(cluster, tmp_path / ".yoke")
+    async with asyncio.timeout(480):  # about 100 s here; a hang fails, it does not hold the suite
+        figures, load, outcome, hooks = await run_failovers(cluster, tmp_path / ".yoke")
+    assert figures.extra["failed_over"], "Patroni restarted the crashed primary instead of promoting the standby"
     orders = outcome.orders
     assert len(orders) > 300  # the load ran through all three faults
 
@@ -61,3 +66,7 @@ async def test_failovers_under_load_lose_and_double_nothing(cluster: Cluster, tm
     assert figures.crash_appends_s > 0.5, figures
     for name in ("crash_appends_s", "crash_actors_s", "switch_appends_s", "switch_actors_s"):
         assert getattr(figures, name) < RTO_BOUND_S, (name, figures)
+    # A frozen primary is left by Yoke's own deadline (pg_command_timeout_s,
+    # 15 s by default), not before: without it, Yoke waited for ever.
+    for name in ("freeze_appends_s", "freeze_actors_s"):
+        assert getattr(figures, name) < RTO_BOUND_S + 15, (name, figures)

@@ -36,6 +36,8 @@ def connect_store(settings: Settings, clock: Clock = SYSTEM) -> Store:
             migrate=settings.migrate,
             application_name=settings.pg_application_name,
             statement_timeout_s=settings.pg_statement_timeout_s,
+            connect_timeout_s=settings.pg_connect_timeout_s,
+            command_timeout_s=settings.pg_command_timeout_s,
             clock=clock,
         )
     raise ValueError(f"unsupported database URL {url!r}: use sqlite:///path or postgresql://...")

@@ -15,7 +15,9 @@ import itertools
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
@@ -26,6 +28,41 @@ from .faults import READ_ONLY, connection_lost, is_closed, reached_standby, refu
 
 log = logging.getLogger("yoke.store.postgres")
 LOST = "the database connection was lost; retry later"
+NO_ANSWER = "the database did not answer in time; retry later"
+
+# A server that accepts a connection and then says nothing (a hung machine,
+# a network partition: the kernel still completes the handshake, or nothing
+# comes back at all) would hold a connect or a statement for ever, and
+# asyncpg's one connect timeout covers a whole multi-host list, so a hung
+# first host would never let it reach the primary behind it. Hence a
+# timeout per host (connect) and a deadline per statement (PgDb).
+CONNECT_TIMEOUT_S = 5.0
+COMMAND_TIMEOUT_S = 15.0
+
+
+def hosts_of(dsn: str) -> list[str]:
+    """``dsn`` once per host of its multi-host list (``h1:5432,h2:5433``),
+    in order; a DSN with one host, or whose hosts are in its query, as it is."""
+    parts = urlsplit(dsn)
+    login, at, hosts = parts.netloc.rpartition("@")
+    if "," not in hosts:
+        return [dsn]
+    return [urlunsplit(parts._replace(netloc=f"{login}{at}{host}")) for host in hosts.split(",")]
+
+
+async def connect(dsn: str, *, timeout_s: float = CONNECT_TIMEOUT_S, **kwargs: Any) -> asyncpg.Connection:
+    """``asyncpg.connect`` trying each host in turn for ``timeout_s`` (as
+    libpq's ``connect_timeout`` does), keeping the URL's
+    ``target_session_attrs``: a standby is passed over for the next host.
+    Also a pool's ``connect`` hook."""
+    last: BaseException | None = None
+    for each in hosts_of(dsn):
+        try:
+            return await asyncpg.connect(each, timeout=timeout_s, **kwargs)
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            last = exc
+    assert last is not None
+    raise last
 
 
 async def _keep_session(_conn: asyncpg.Connection) -> None:
@@ -67,7 +104,8 @@ class PgDb:
     """The runtime's connections to one database."""
 
     def __init__(
-        self, *, pool_min: int, pool_max: int, server_settings: dict[str, str], clock: Clock = SYSTEM
+        self, *, pool_min: int, pool_max: int, server_settings: dict[str, str], clock: Clock = SYSTEM,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S, command_timeout_s: float = COMMAND_TIMEOUT_S,
     ) -> None:
         # The runtime's clock, for the times the parts stamp themselves (a
         # fact's, an attempt's). Leases and heartbeats compared across
@@ -76,6 +114,10 @@ class PgDb:
         self._pool_min = pool_min
         self._pool_max = pool_max
         self._settings = server_settings
+        # Each statement's deadline on the client side (0: none): past it the
+        # connection is dropped and the call is ``Unavailable``, as if cut.
+        self._connect = partial(connect, timeout_s=connect_timeout_s)
+        self._command_timeout = command_timeout_s or None
         self._pool: asyncpg.Pool | None = None
         # One connection of its own for heartbeats (worker and delivery
         # membership), made when first used: a beat never waits for a pool
@@ -99,16 +141,18 @@ class PgDb:
             dsn,
             min_size=self._pool_min,
             max_size=self._pool_max,
+            connect=self._connect,
             reset=_keep_session,
             init=self._note_pid,
             server_settings=self._settings,
+            command_timeout=self._command_timeout,
         )
 
     async def open_beats(self, dsn: str) -> None:
         """Make the heartbeat pool: min_size 0, no connection until a heartbeat needs it."""
         self._beats = await asyncpg.create_pool(
-            dsn, min_size=0, max_size=1, reset=_keep_session, init=self._note_pid,
-            server_settings=self._settings,
+            dsn, min_size=0, max_size=1, connect=self._connect, reset=_keep_session, init=self._note_pid,
+            server_settings=self._settings, command_timeout=self._command_timeout,
         )
 
     async def _note_pid(self, conn: asyncpg.Connection) -> None:
@@ -173,6 +217,10 @@ class PgDb:
         else, which passes through unchanged."""
         if isinstance(exc, errors.YokeError):
             return None
+        if isinstance(exc, TimeoutError):  # the statement's deadline: the server said nothing
+            conn.terminate()
+            log.warning("a statement got no answer from the database in time; dropped its connection")
+            return unavailable(NO_ANSWER, "connection_lost")
         found = rolled_back(exc)
         if found is not None:
             reason, message = found

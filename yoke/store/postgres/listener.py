@@ -32,6 +32,7 @@ import asyncpg
 from ... import errors
 
 from ..results import EphemeralCallback, WakeupCallback
+from .connection import CONNECT_TIMEOUT_S, connect
 from .relay import Reassembly
 
 log = logging.getLogger("yoke.store.postgres.listener")
@@ -68,7 +69,7 @@ async def check_notifications(
 
     await conn.add_listener(channel, heard)
     try:
-        other = await asyncpg.connect(dsn, server_settings=server_settings)
+        other = await connect(dsn, server_settings=server_settings)
         try:
             await other.execute(f"NOTIFY {channel}, '{token}'")
         finally:
@@ -105,8 +106,10 @@ class Listener:
         relay_channel: str | None = None,
         on_ephemeral: EphemeralCallback | None = None,
         server_settings: dict[str, str] | None = None,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
     ) -> None:
         self._dsn = dsn
+        self._connect_timeout_s = connect_timeout_s
         self._server_settings = server_settings  # application_name
         self._on_wakeup = on_wakeup
         self._on_resync = on_resync
@@ -190,7 +193,7 @@ class Listener:
         self._lost.set()
 
     async def _connect(self) -> None:
-        conn = await asyncpg.connect(self._dsn, server_settings=self._server_settings)
+        conn = await connect(self._dsn, timeout_s=self._connect_timeout_s, server_settings=self._server_settings)
         try:
             # Clear the loss flag before attaching: a loss from here on is seen.
             self._lost.clear()

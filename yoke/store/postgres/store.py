@@ -43,7 +43,7 @@ from ..results import (
 from ..schema import check_startable
 from .actors import PgActorStore
 from .appends import APPEND, APPEND_IN_LIFETIME, APPEND_RELAY, PgAppends, append_args, commit_result
-from .connection import PgDb, connect_failed
+from .connection import COMMAND_TIMEOUT_S, CONNECT_TIMEOUT_S, PgDb, connect, connect_failed
 from .consumers import PgConsumers
 from .durable_streams import PgProtocolStore
 from .listener import Listener, check_notifications
@@ -125,6 +125,8 @@ class PostgresStore(ConcernParts):
         migrate: bool = True,
         application_name: str = "yoke",
         statement_timeout_s: float = 0.0,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        command_timeout_s: float = COMMAND_TIMEOUT_S,
         clock: Clock = SYSTEM,
     ) -> None:
         self.dsn = dsn  # used for migrations
@@ -138,7 +140,11 @@ class PostgresStore(ConcernParts):
         runtime_settings = dict(self._named)
         if statement_timeout_s > 0:
             runtime_settings["statement_timeout"] = str(max(1, round(statement_timeout_s * 1000)))
-        db = self.db = PgDb(pool_min=pool_min, pool_max=pool_max, server_settings=runtime_settings, clock=clock)
+        self._connect_timeout_s = connect_timeout_s
+        db = self.db = PgDb(
+            pool_min=pool_min, pool_max=pool_max, server_settings=runtime_settings, clock=clock,
+            connect_timeout_s=connect_timeout_s, command_timeout_s=command_timeout_s,
+        )
         appends = PgAppends(db)
         self._streams = PgStreams(db, appends)
         self._reads = PgReads(db)
@@ -163,7 +169,7 @@ class PostgresStore(ConcernParts):
         on_subscription: Callable[[str], None] | None = None,
     ) -> None:
         try:
-            conn = await asyncpg.connect(self.dsn, server_settings=self._named)
+            conn = await connect(self.dsn, timeout_s=self._connect_timeout_s, server_settings=self._named)
         except Exception as exc:
             raise connect_failed(exc) from exc
         try:
@@ -223,7 +229,7 @@ class PostgresStore(ConcernParts):
         self.listener = Listener(
             pool_dsn, on_wakeup, on_resync, on_queue=on_queue, on_subscription=on_subscription,
             own_pids=self.db.own_pids, relay_channel=self._relay_channel, on_ephemeral=on_ephemeral,
-            server_settings=self._named,
+            server_settings=self._named, connect_timeout_s=self._connect_timeout_s,
         )
         try:
             await self.listener.start()
