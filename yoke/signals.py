@@ -83,8 +83,9 @@ class Signals:
     routing_changed: Signal[[str]] = field(default_factory=lambda: Signal("routing_changed"))
     # (tenant): rows were queued or released outside the fan-out; schedule now.
     queue_changed: Signal[[str]] = field(default_factory=lambda: Signal("queue_changed"))
-    # (): a schedule was set or cancelled; the timer loop recomputes its next due.
-    timers_changed: Signal[[]] = field(default_factory=lambda: Signal("timers_changed"))
+    # (due_at ms, None for a cancel): a schedule was set or cancelled; the
+    # timer loop looks at once, and again at that due time.
+    timers_changed: Signal[[int | None]] = field(default_factory=lambda: Signal("timers_changed"))
     # (tenant, path): a stream was deleted; forget what was cached of it.
     stream_deleted: AsyncSignal[[str, str]] = field(default_factory=lambda: AsyncSignal("stream_deleted"))
     # (tenant, path, name): a subscription was created, changed or resumed.

@@ -148,3 +148,30 @@ async def test_a_schedule_event_is_validated_when_set(fresh_url: str, tmp_path, 
         await y.stream("/", T).append({"type": "try"})
         await y.wait_idle(timeout_s=10)
     assert codes and codes[0] in ("reserved_event_type", "unknown_field")
+
+
+@pytest.mark.parametrize("effects", ["default", "atomic"])
+async def test_a_schedule_due_before_the_next_poll_fires_on_time(fresh_url: str, tmp_path, effects: str) -> None:
+    """The timer loop polls every schedule_poll_s (5 s here) for what other
+    processes set; a schedule this process sets wakes it at its due time, so
+    a chain of schedules 0.1 s apart runs at that pace, not one per poll."""
+    app = App()
+    runs: list[float] = []
+    done = asyncio.Event()
+
+    @app.actor("chain", filter=Filter(types=["start"]), effects=effects)
+    async def chain(ctx, event):
+        runs.append(asyncio.get_running_loop().time())
+        if len(runs) < 6:
+            await ctx.schedules.upsert("next", after_s=0.1, event={"type": "tick"})
+        else:
+            done.set()
+
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), schedule_poll_s=5.0) as y:
+        await y.instances(T).create("chain", key="k")
+        await y.stream("/", T).append({"type": "start"})
+        async with asyncio.timeout(20):
+            await done.wait()
+    # Five schedules 0.1 s apart: well under one 5 s poll (each takes a
+    # claim and a run besides its 0.1 s).
+    assert runs[-1] - runs[0] < 3.0, [round(b - a, 3) for a, b in zip(runs, runs[1:], strict=False)]

@@ -227,7 +227,8 @@ class AtomicRun:
         for stream, appends in run.by_stream():
             kernel.appended(self.tenant, stream, len(appends))
         if run.schedules:
-            kernel.signals.timers_changed.emit()
+            dues = [s.due_at for s in run.schedules if isinstance(s, Schedule)]  # (a name: a cancel)
+            kernel.signals.timers_changed.emit(min(dues, default=None))
         if run.instances:
             kernel.signals.routing_changed.emit(self.tenant)
             kernel.hub.wake(self.tenant, GLOBAL)

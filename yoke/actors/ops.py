@@ -202,7 +202,7 @@ class OpHandler:
         if self.atomic is not None:
             return self.atomic.upsert_schedule(schedule)
         due = await self.kernel.actors().upsert_schedule(schedule, effect)
-        self.kernel.signals.timers_changed.emit()
+        self.kernel.signals.timers_changed.emit(due)
         return {"name": schedule.name, "due_at": due}
 
     def _schedule(self, p: dict[str, Any]) -> Schedule:

@@ -46,18 +46,28 @@ class Timers:
         self._poll_s = poll_s
         self._on_enqueued = on_enqueued
         self._wake = asyncio.Event()
+        # The soonest due time this process set and has not yet looked at:
+        # a schedule due sooner than the next poll fires on time, not a poll later.
+        self._soonest_ms: int | None = None
 
-    def changed(self) -> None:
+    def changed(self, due_ms: int | None = None) -> None:
+        if due_ms is not None and (self._soonest_ms is None or due_ms < self._soonest_ms):
+            self._soonest_ms = due_ms
         self._wake.set()
 
     async def run(self) -> None:
         while True:
+            timeout = self._poll_s
+            if self._soonest_ms is not None:
+                timeout = min(timeout, max((self._soonest_ms - self._now_ms()) / 1000, 0))
             try:
-                async with asyncio.timeout(self._poll_s):
+                async with asyncio.timeout(timeout):
                     await self._wake.wait()
             except TimeoutError:
                 pass
             self._wake.clear()
+            if self._soonest_ms is not None and self._soonest_ms <= self._now_ms():
+                self._soonest_ms = None  # this pass fires it
             try:
                 await self.fire_due()
             except asyncio.CancelledError:
