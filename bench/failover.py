@@ -42,7 +42,7 @@ from tests.ha.scenario import run_failovers  # noqa: E402
 
 MEASURES = ["promoted_s", "crash_appends_s", "crash_actors_s", "rejoined_s",
             "switched_s", "switch_appends_s", "switch_actors_s",
-            "freeze_promoted_s", "freeze_appends_s", "freeze_actors_s"]
+            "freeze_promoted_s", "freeze_appends_s", "freeze_actors_s", "schedule_gap_s"]
 
 
 async def one_round(synchronous: bool) -> dict:

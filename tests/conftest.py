@@ -26,6 +26,7 @@ PG_ADMIN_URL = os.environ.get("YOKE_TEST_PG_URL", "postgresql://postgres@127.0.0
 LONGEST_FIRST = [
     "tests/http/test_schemathesis_postgres.py",
     "tests/http/test_schemathesis_sqlite.py",
+    "tests/ha/test_failover.py",
     "tests/chaos/test_membership.py",
     "tests/browser/test_console.py",
     "tests/actors/test_isolation.py",

@@ -115,3 +115,41 @@ def test_yoke_serve_starts_on_a_multi_host_url(tmp_path: Path) -> None:
             assert stop_server(server) == -signal.SIGTERM  # a clean stop, as one process ends on SIGTERM
     finally:
         asyncio.run(admin_sql(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
+
+
+def test_each_host_of_a_multi_host_url_is_tried_on_its_own() -> None:
+    """A connect timeout per host (pg_connect_timeout_s) needs the list
+    split: asyncpg's one timeout covers every host, so a hung first host
+    would hide the primary after it."""
+    from yoke.store.postgres.connection import hosts_of
+
+    assert hosts_of("postgresql://a:p%40w@h1:5432,[::1]:5433/db?target_session_attrs=read-write") == [
+        "postgresql://a:p%40w@h1:5432/db?target_session_attrs=read-write",
+        "postgresql://a:p%40w@[::1]:5433/db?target_session_attrs=read-write",
+    ]
+    for one in ("postgresql://a@h1:5432/db", "postgresql:///db?host=/var/run/postgresql"):
+        assert hosts_of(one) == [one]
+
+
+async def test_a_host_that_never_answers_is_passed_over(pg_url: str) -> None:
+    """A listening socket that accepts and says nothing (a hung server) before
+    the real one: the connection reaches the real one after the per-host timeout."""
+    from yoke.store.postgres.connection import connect
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel completes handshakes; nobody ever answers
+    try:
+        parts = urlsplit(pg_url)
+        login, _, host = parts.netloc.rpartition("@")
+        url = parts._replace(netloc=f"{login}@127.0.0.1:{silent.getsockname()[1]},{host}").geturl()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        conn = await connect(url, timeout_s=0.5)
+        try:
+            assert await conn.fetchval("SELECT 1") == 1
+        finally:
+            await conn.close()
+        assert 0.5 <= loop.time() - started < 5
+    finally:
+        silent.close()

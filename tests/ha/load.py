@@ -65,6 +65,8 @@ class WebhookReceiver:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True  # close() does not wait for a handler a sender left hanging
+        self.server.block_on_close = False
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -229,20 +231,20 @@ class Load:
 
     # --- measuring -----------------------------------------------------------------
 
-    def outage(self, at: float, window_s: float = 60.0) -> float:
-        """The longest time without an acknowledged append in the ``window_s``
-        after ``at`` (a time.monotonic()), counted from ``at``: what a
-        client retrying every RETRY_S saw of the failover."""
-        return longest_gap([t for t in self.ack_times if t <= at + window_s], at)
+    def outage(self, at: float, until: float) -> float:
+        """The longest time without an acknowledged append between ``at`` and
+        ``until`` (time.monotonic() values; the first wait counted from
+        ``at``): what a client retrying every RETRY_S saw of a fault at ``at``."""
+        return longest_gap(self.ack_times, at, until)
 
 
-def longest_gap(times: list[float], at: float) -> float:
-    """The longest interval with no entry of ``times`` that starts at or
-    after ``at`` (the first measured from ``at`` itself)."""
-    after = sorted(t for t in times if t >= at)
-    if not after:
+def longest_gap(times: list[float], at: float, until: float) -> float:
+    """The longest interval with no entry of ``times`` between ``at`` and
+    ``until`` (the first measured from ``at`` itself)."""
+    inside = sorted(t for t in times if at <= t <= until)
+    if not inside:
         return float("inf")
-    gaps = [after[0] - at] + [b - a for a, b in zip(after, after[1:], strict=False)]
+    gaps = [inside[0] - at] + [b - a for a, b in zip(inside, inside[1:], strict=False)]
     return max(gaps)
 
 

@@ -16,6 +16,7 @@ then, under that load:
    (``pg_command_timeout_s``, ``pg_connect_timeout_s``); then the node
    thaws and comes back as the standby.
 
+All along, an actor's chain of durable schedules fires every 0.25 s.
 Then the writers stop, Yoke drains, and everything is read back."""
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Figures:
     freeze_promoted_s: float = 0.0  # freeze: until Patroni reports the standby primary
     freeze_appends_s: float = 0.0
     freeze_actors_s: float = 0.0
+    schedule_gap_s: float = 0.0  # the longest pause of the ticker's schedule chain, over all faults
     extra: dict = field(default_factory=dict)
 
 
@@ -97,6 +99,8 @@ async def run_failovers(cluster: Cluster, data_dir: Path) -> tuple[Figures, Load
     try:
         async with yoke_on(cluster, data_dir, receiver) as server:
             load = Load(server.url, server.token)
+            async with load.client() as http:  # the ticker's schedule chain
+                (await http.post("/v1/streams/ticks/-/events", json={"type": "tick.start", "payload": {"k": "t"}})).raise_for_status()
             running = asyncio.create_task(load.run())
             try:
                 await until("appends before the faults", lambda: len(load.acks) >= WARM_ACKS)
@@ -155,17 +159,24 @@ async def run_failovers(cluster: Cluster, data_dir: Path) -> tuple[Figures, Load
                 log.warning("ha: stopping the load (%d acknowledged)", len(load.acks))
                 await load.stop()
                 await asyncio.wait_for(running, 60)
-            figures.crash_appends_s = load.outage(crash_at)
-            figures.switch_appends_s = load.outage(switch_at)
-            figures.freeze_appends_s = load.outage(freeze_at)
+            # Each fault's figures are taken up to the next fault (wall-clock
+            # twins for the events' `at`).
+            end, end_wall = time.monotonic(), time.time()
+            figures.crash_appends_s = load.outage(crash_at, switch_at)
+            figures.switch_appends_s = load.outage(switch_at, freeze_at)
+            figures.freeze_appends_s = load.outage(freeze_at, end)
             log.warning("ha: draining")
             outcome = await drained(load, receiver, strict=cluster.synchronous)
             # When each order.counted committed (its event's `at`, ms).
             async with load.client() as http:
                 counted_at = [e["at"] / 1000 for e in await read_all(http, "/counted")]
-            figures.crash_actors_s = longest_gap(counted_at, crash_wall)
-            figures.switch_actors_s = longest_gap(counted_at, switch_wall)
-            figures.freeze_actors_s = longest_gap(counted_at, freeze_wall)
+            figures.crash_actors_s = longest_gap(counted_at, crash_wall, switch_wall)
+            figures.switch_actors_s = longest_gap(counted_at, switch_wall, freeze_wall)
+            figures.freeze_actors_s = longest_gap(counted_at, freeze_wall, end_wall)
+            # The schedule chain: the longest pause of its firings across all faults.
+            async with load.client() as http:
+                ticked = [e["at"] / 1000 for e in await read_all(http, "/ticked")]
+            figures.schedule_gap_s = longest_gap(ticked, crash_wall, end_wall)
             hooks = {"deliveries": len(receiver.offsets), "bad_signatures": receiver.bad,
                      "offsets": list(receiver.offsets)}
             return figures, load, outcome, hooks
