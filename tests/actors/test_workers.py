@@ -258,13 +258,14 @@ async def test_a_claim_in_flight_when_the_worker_stops_is_seen_through(pg_actors
     try:
         async with yoke.open(pg_actors_db, app=app, data_dir=str(tmp_path), shutdown_timeout_s=1.0) as y:
             await y.stream("/", T).append({"type": "job", "payload": {"key": "1"}})
-            await started["1"].wait()
+            async with asyncio.timeout(20):
+                await started["1"].wait()
             await admin.execute("SELECT pg_advisory_lock($1, hashtext($2))", CLAIM_LOCK, y.worker_id)
             await y.stream("/", T).append({"type": "job", "payload": {"key": "2"}})
             async with asyncio.timeout(20):
                 while not await admin.fetchval(
                     "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND query LIKE '%yoke_claim%'"
+                    " AND query LIKE '%yoke_claim%' AND datname = current_database()"
                 ):
                     await asyncio.sleep(0.02)
             scheduler = y.executor.scheduler
@@ -273,7 +274,8 @@ async def test_a_claim_in_flight_when_the_worker_stops_is_seen_through(pg_actors
                 while not scheduler.stopping:
                     await asyncio.sleep(0.01)
             await admin.execute("SELECT pg_advisory_unlock($1, hashtext($2))", CLAIM_LOCK, y.worker_id)
-            await started["2"].wait()
+            async with asyncio.timeout(20):
+                await started["2"].wait()
             gate1.set()
             await closing
         # Run 2 started after the stop began; the stop saw it and cancelled it

@@ -127,8 +127,14 @@ def test_each_host_of_a_multi_host_url_is_tried_on_its_own() -> None:
         "postgresql://a:p%40w@h1:5432/db?target_session_attrs=read-write",
         "postgresql://a:p%40w@[::1]:5433/db?target_session_attrs=read-write",
     ]
-    for one in ("postgresql://a@h1:5432/db", "postgresql:///db?host=/var/run/postgresql"):
-        assert hosts_of(one) == [one]
+    # One host, or a list whose meaning is more than "each in turn, the first
+    # writable wins" (hosts or ports in the query, load balancing, a
+    # fallback to any host): left to asyncpg whole.
+    for whole in ("postgresql://a@h1:5432/db", "postgresql:///db?host=/var/run/postgresql",
+                  "postgresql://a@h1,h2/db?port=5432,5433",
+                  "postgresql://a@h1:1,h2:2/db?load_balance_hosts=random",
+                  "postgresql://a@h1:1,h2:2/db?target_session_attrs=prefer-standby"):
+        assert hosts_of(whole) == [whole]
 
 
 async def test_a_host_that_never_answers_is_passed_over(pg_url: str) -> None:

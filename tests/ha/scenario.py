@@ -157,8 +157,11 @@ async def run_failovers(cluster: Cluster, data_dir: Path) -> tuple[Figures, Load
                                         lambda: cluster.sync_standby() == other.name, 120)
             finally:
                 log.warning("ha: stopping the load (%d acknowledged)", len(load.acks))
-                await load.stop()
-                await asyncio.wait_for(running, 60)
+                try:
+                    await load.stop()
+                    await asyncio.wait_for(running, 60)
+                finally:
+                    running.cancel()
             # Each fault's figures are taken up to the next fault (wall-clock
             # twins for the events' `at`).
             end, end_wall = time.monotonic(), time.time()
@@ -178,10 +181,27 @@ async def run_failovers(cluster: Cluster, data_dir: Path) -> tuple[Figures, Load
                 ticked = [e["at"] / 1000 for e in await read_all(http, "/ticked")]
             figures.schedule_gap_s = longest_gap(ticked, crash_wall, end_wall)
             hooks = {"deliveries": len(receiver.offsets), "bad_signatures": receiver.bad,
-                     "offsets": list(receiver.offsets)}
+                     "offsets": list(receiver.offsets), **await membership(cluster)}
             return figures, load, outcome, hooks
     finally:
         receiver.close()
+
+
+async def membership(cluster: Cluster) -> dict:
+    """The workers registered after the faults, with their heartbeats' age
+    (ms, by the database's clock), and the owners of the instances."""
+    conn = await asyncpg.connect(cluster.url("yoke"))
+    try:
+        workers = {r["worker_id"]: r["age"] for r in await conn.fetch(
+            "SELECT worker_id, (extract(epoch FROM clock_timestamp()) * 1000)::bigint - heartbeat_at AS age"
+            " FROM runtime_workers"
+        )}
+        owners = {r["worker_id"]: r["n"] for r in await conn.fetch(
+            "SELECT worker_id, count(*) AS n FROM actor_instances GROUP BY worker_id"
+        )}
+    finally:
+        await conn.close()
+    return {"workers": workers, "owners": owners}
 
 
 async def drained(load: Load, receiver: WebhookReceiver, *, strict: bool) -> Outcome:

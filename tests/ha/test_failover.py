@@ -13,7 +13,8 @@ What must hold, checked on everything read back afterwards:
 - the copy subscription holds each order once, in order; the webhook
   delivered each (at least once), first deliveries in order;
 - the SSE tail, reconnecting with Last-Event-ID, saw each offset once, in order;
-- an actor's chain of durable schedules kept firing through every fault;
+- an actor's chain of durable schedules kept firing through every fault,
+  and the worker kept its heartbeat and its instances;
 - no client ever got an answer other than success or a retryable 503.
 
 bench/failover.py reports the same run's times (RTO)."""
@@ -61,6 +62,9 @@ async def test_failovers_under_load_lose_and_double_nothing(cluster: Cluster, tm
     assert first_seen == outcome.offsets[-len(first_seen):] and hooks["bad_signatures"] == 0
     assert set(orders) <= set(first_seen)
     assert load.tail_offsets == outcome.offsets
+    # The one worker (yoke serve's executor) kept beating and owns every instance.
+    [(worker, age)] = hooks["workers"].items()
+    assert age < 5_000 and hooks["owners"] == {worker: 101}, hooks["owners"]  # 100 counters, 1 ticker
     # The faults were felt (appends stalled while the primary was gone;
     # Yoke may retry a keyed append itself, so clients need not see a 503),
     # and recovered from in bounded time.
@@ -71,3 +75,22 @@ async def test_failovers_under_load_lose_and_double_nothing(cluster: Cluster, tm
     # 15 s by default), not before: without it, Yoke waited for ever.
     for name in ("freeze_appends_s", "freeze_actors_s", "schedule_gap_s"):
         assert getattr(figures, name) < RTO_BOUND_S + 15, (name, figures)
+
+
+async def test_a_connection_passes_over_a_standby_listed_first(cluster: Cluster) -> None:
+    """Each host is tried in turn, the first writable one wins: a standby
+    first in the URL (as an old primary is, once it has rejoined) is passed
+    over, whichever the order."""
+    from yoke.store.postgres.connection import connect
+
+    primary = cluster.wait_healthy()
+    standby = next(n for n in cluster.nodes if n is not primary)
+    for first, second in ((standby, primary), (primary, standby)):
+        url = (f"postgresql://postgres@127.0.0.1:{first.pg_port},127.0.0.1:{second.pg_port}/postgres"
+               "?target_session_attrs=read-write")
+        conn = await connect(url, timeout_s=5)
+        try:
+            assert await conn.fetchval("SELECT NOT pg_is_in_recovery()")
+            assert conn._addr[1] == primary.pg_port  # noqa: SLF001 - where it landed
+        finally:
+            await conn.close()

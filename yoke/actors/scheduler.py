@@ -112,6 +112,8 @@ class _ClaimLoop:
                 if not self.retries or self.retries[0][0] > now_ms():
                     self.all = True  # the periodic sweep
             self.wake_flag.clear()
+            if s.stopping:  # woken by stop(): no pass, not even the tenants' query
+                break
             while self.retries and self.retries[0][0] <= now_ms():
                 self.dirty.add(heapq.heappop(self.retries)[1])
             claimed = 0

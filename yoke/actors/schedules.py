@@ -12,6 +12,7 @@ was down fires once on restart.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from .kernel import OpenStream
 
 log = logging.getLogger("yoke.actors.schedules")
+MAX_ANNOUNCED = 10_000  # due times remembered for an on-time wake-up
 
 
 class Timers:
@@ -46,28 +48,30 @@ class Timers:
         self._poll_s = poll_s
         self._on_enqueued = on_enqueued
         self._wake = asyncio.Event()
-        # The soonest due time this process set and has not yet looked at:
-        # a schedule due sooner than the next poll fires on time, not a poll later.
-        self._soonest_ms: int | None = None
+        # Due times this process set and has not yet passed (a heap): a
+        # schedule due sooner than the next poll fires on time, not a poll
+        # later. Bounded: past the bound the polls alone find them.
+        self._dues: list[int] = []
 
     def changed(self, due_ms: int | None = None) -> None:
-        if due_ms is not None and (self._soonest_ms is None or due_ms < self._soonest_ms):
-            self._soonest_ms = due_ms
+        if due_ms is not None and len(self._dues) < MAX_ANNOUNCED:
+            heapq.heappush(self._dues, due_ms)
         self._wake.set()
 
     async def run(self) -> None:
         while True:
             timeout = self._poll_s
-            if self._soonest_ms is not None:
-                timeout = min(timeout, max((self._soonest_ms - self._now_ms()) / 1000, 0))
+            if self._dues:
+                timeout = min(timeout, max((self._dues[0] - self._now_ms()) / 1000, 0))
             try:
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
             except TimeoutError:
                 pass
             self._wake.clear()
-            if self._soonest_ms is not None and self._soonest_ms <= self._now_ms():
-                self._soonest_ms = None  # this pass fires it
+            now = self._now_ms()
+            while self._dues and self._dues[0] <= now:  # this pass fires them
+                heapq.heappop(self._dues)
             try:
                 await self.fire_due()
             except asyncio.CancelledError:

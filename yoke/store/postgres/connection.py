@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import asyncpg
 
@@ -38,14 +38,28 @@ NO_ANSWER = "the database did not answer in time; retry later"
 # timeout per host (connect) and a deadline per statement (PgDb).
 CONNECT_TIMEOUT_S = 5.0
 COMMAND_TIMEOUT_S = 15.0
+# Statements whose work grows with the data (deleting a stream's rows, a
+# retention pass, a fork's copy) get this deadline instead: a retry would
+# redo the same work, so cutting them at the usual one could never finish.
+BULK_TIMEOUT_S = 600.0
+
+
+# Query parameters that make a host list more than "each in turn, the first
+# writable one wins": such a URL is left to asyncpg whole.
+_WHOLE = ("host", "port", "load_balance_hosts")
+_IN_TURN = ("read-write", "primary")
 
 
 def hosts_of(dsn: str) -> list[str]:
     """``dsn`` once per host of its multi-host list (``h1:5432,h2:5433``),
-    in order; a DSN with one host, or whose hosts are in its query, as it is."""
+    in order. A DSN with one host, with hosts or ports in its query, with
+    ``load_balance_hosts``, or a ``target_session_attrs`` that may fall back
+    to any host (``prefer-standby``, ``any``...) stays whole."""
     parts = urlsplit(dsn)
     login, at, hosts = parts.netloc.rpartition("@")
-    if "," not in hosts:
+    query = dict(parse_qsl(parts.query))
+    if "," not in hosts or any(k in query for k in _WHOLE) \
+            or query.get("target_session_attrs", "read-write") not in _IN_TURN:
         return [dsn]
     return [urlunsplit(parts._replace(netloc=f"{login}{at}{host}")) for host in hosts.split(",")]
 
@@ -59,7 +73,7 @@ async def connect(dsn: str, *, timeout_s: float = CONNECT_TIMEOUT_S, **kwargs: A
     for each in hosts_of(dsn):
         try:
             return await asyncpg.connect(each, timeout=timeout_s, **kwargs)
-        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except Exception as exc:  # as libpq: any failure, a standby's included, moves on to the next host
             last = exc
     assert last is not None
     raise last
@@ -307,7 +321,9 @@ class PgDb:
                     await self._release(conn)
                 if fault is None:
                     raise
-                if attempt >= self._pool_max:
+                # A statement that got no answer: the server hangs, and every
+                # other connection to it would wait as long. Do not try them.
+                if attempt >= self._pool_max or isinstance(exc, TimeoutError):
                     raise fault from exc
         raise AssertionError("unreachable")
 

@@ -13,6 +13,7 @@ from ..results import CommitResult, StreamSettings
 from ..durable_streams import NATIVE_CONTENT_TYPE, CreateSpec, Guard, GuardBook, ProtocolStream, assemble, decide_batches
 from ..durable_stream_forks import check_fork, sub_offset_prefix
 from .appends import APPEND, append_args, commit_result
+from .connection import BULK_TIMEOUT_S
 from ..rows import PROTOCOL_FORK_COPY, PROTOCOL_STREAM_SELECT, protocol_stream_from_row
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ class PgProtocolStore:
             if source is not None and through:
                 await conn.execute(
                     PROTOCOL_FORK_COPY.format(new="$2", tenant="$1", source="$3", through="$4"),
-                    tenant, sid, source.sid, through,
+                    tenant, sid, source.sid, through, timeout=BULK_TIMEOUT_S,
                 )
                 await conn.execute(
                     "UPDATE streams s SET head=$3, durable_events=c.n, durable_bytes=c.b"

@@ -45,6 +45,9 @@ QUEUE_CHANNEL = "yoke_queue"  # payload: a tenant whose actor queues got rows
 SUBSCRIPTION_CHANNEL = "yoke_subscription"
 HEALTH_INTERVAL_S = 10.0  # how often an idle listener checks its connection
 HEALTH_TIMEOUT_S = 5.0
+# The longest pause between reconnect attempts: while deaf, every process
+# leans on its sweeps; a failover is over in seconds (docs/production/high-availability.md).
+RECONNECT_MAX_S = 1.0
 
 
 PROBE_TIMEOUT_S = 3.0
@@ -198,11 +201,13 @@ class Listener:
             # Clear the loss flag before attaching: a loss from here on is seen.
             self._lost.clear()
             conn.add_termination_listener(self._terminated)
-            await conn.add_listener(CHANNEL, self._notified)
-            await conn.add_listener(QUEUE_CHANNEL, self._queued)
-            await conn.add_listener(SUBSCRIPTION_CHANNEL, self._subscription)
-            if self.relay_channel is not None:
-                await conn.add_listener(self.relay_channel, self._relayed)
+            # A server that hangs just now would hold the LISTENs for ever.
+            async with asyncio.timeout(HEALTH_TIMEOUT_S * 2):
+                await conn.add_listener(CHANNEL, self._notified)
+                await conn.add_listener(QUEUE_CHANNEL, self._queued)
+                await conn.add_listener(SUBSCRIPTION_CHANNEL, self._subscription)
+                if self.relay_channel is not None:
+                    await conn.add_listener(self.relay_channel, self._relayed)
         except BaseException:
             conn.terminate()
             raise
@@ -245,6 +250,6 @@ class Listener:
                     # InternalClientError, see faults.py), this task must live on.
                     log.warning("LISTEN reconnect failed: %r; retrying in %.2fs", exc, delay)
                     await asyncio.sleep(delay)
-                    delay = min(delay * 2, 5.0)
+                    delay = min(delay * 2, RECONNECT_MAX_S)
             # We were deaf for a while: make every tail reread the store.
             self._on_resync()

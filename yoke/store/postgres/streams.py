@@ -22,7 +22,7 @@ from ..results import (
 from ..rows import STREAM_COLUMNS, like_prefix, setting_changes, stream_from_row
 from ..rules import age_cutoff, prune_through, unread_floor
 from .appends import PgAppends
-from .connection import PgDb
+from .connection import BULK_TIMEOUT_S, PgDb
 
 log = logging.getLogger("yoke.store.postgres")
 
@@ -93,9 +93,11 @@ class PgStreams:
             # Object bytes are a column of their rows: they go with them.
             for table in ("events", "consumers", "objects", "fanout_cursors", "input_outbox", "gap_evidence",
                           "protocol_streams", "protocol_producers"):
-                await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
+                await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"],
+                                   timeout=BULK_TIMEOUT_S)
             for table in ("subscriptions", "processor_checkpoints", "subscription_inbound", "subscription_catalogues"):
-                await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND path=$2", tenant, path)
+                await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND path=$2", tenant, path,
+                                   timeout=BULK_TIMEOUT_S)
             await conn.execute("DELETE FROM streams WHERE tenant_id=$1 AND sid=$2", tenant, s["sid"])
             if path != "/":  # (the global stream is never deleted)
                 fact = stream_fact(STREAM_DELETED, path, row["stream_id"])
@@ -151,7 +153,7 @@ class PgStreams:
                 " RETURNING seq, size)"
                 " SELECT count(*), coalesce(sum(size), 0), count(*) FILTER (WHERE seq > $4),"
                 " coalesce(sum(size) FILTER (WHERE seq > $4), 0) FROM gone",
-                tenant, sid, threshold, min_ack,
+                tenant, sid, threshold, min_ack, timeout=BULK_TIMEOUT_S,
             )
             await conn.execute(
                 "UPDATE streams SET pruned_through=$3, durable_events=durable_events-$4,"
