@@ -584,12 +584,11 @@ def _migration_status(settings: Settings, postgres: bool) -> Any:
 
 
 async def _postgres_status(settings: Settings) -> Any:
-    import asyncpg
-
+    from ..store.postgres.connection import connect
     from ..store.postgres.migrate import status
 
-    conn = await asyncpg.connect(settings.database_url,
-                                 server_settings={"application_name": settings.pg_application_name})
+    conn = await connect(settings.database_url, timeout_s=settings.pg_connect_timeout_s,
+                         server_settings={"application_name": settings.pg_application_name})
     try:
         return await status(conn)
     finally:
@@ -620,11 +619,12 @@ async def _migrate_postgres(settings: Settings, print_grants: bool) -> Any:
     statements alone."""
     import asyncpg
 
+    from ..store.postgres.connection import connect
     from ..store.postgres.migrate import grant_statements, migrate, privilege_hint, sync_role
     from ..store.postgres.store import rls_escape
 
-    conn = await asyncpg.connect(settings.database_url,
-                                 server_settings={"application_name": settings.pg_application_name})
+    conn = await connect(settings.database_url, timeout_s=settings.pg_connect_timeout_s,
+                         server_settings={"application_name": settings.pg_application_name})
     try:
         if print_grants:
             return await grant_statements(conn, settings.pg_role)
