@@ -72,13 +72,19 @@ def main() -> None:
         sys.exit("patroni and etcd-server are not installed: make patroni")
     rounds = []
     for i in range(args.rounds):
-        result = asyncio.run(one_round(not args.asynchronous))
+        try:
+            result = asyncio.run(one_round(not args.asynchronous))
+        except (TimeoutError, AssertionError) as exc:  # e.g. Patroni declined a switchover (--async)
+            print(f"round {i + 1} failed: {str(exc).splitlines()[0][:300]}", flush=True)
+            continue
         rounds.append(result)
         print(f"round {i + 1}: " + ", ".join(f"{k} {result[k]}" for k in MEASURES)
               + ("" if result["failed_over"] else " (the crashed primary was restarted, no failover)")
               + f"; {result['orders']} orders, {result['lost']} acknowledged appends lost, "
               f"{result['actor_runs'] - result['orders']} actor runs repeated, "
               f"{result['client_retries']} client retries", flush=True)
+    if not rounds:
+        sys.exit("no round completed")
     summary = {k: {"median": statistics.median(r[k] for r in rounds), "max": max(r[k] for r in rounds)}
                for k in MEASURES}
     print(f"{'':18} {'median':>8} {'max':>8}")

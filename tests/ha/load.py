@@ -180,14 +180,17 @@ class Load:
                     await asyncio.sleep(RETRY_S)
                 seq = 0
                 while not self.stopping.is_set():
-                    await self._produce(http, seq)
+                    if not await self._produce(http, seq):
+                        break  # refused for good (unexpected): retrying would not help
                     self.ds_acked.append(seq)
                     seq += 1
                     await asyncio.sleep(self.pause_s * 2)
         finally:
             self._writers_left -= 1
 
-    async def _produce(self, http: httpx.AsyncClient, seq: int) -> None:
+    async def _produce(self, http: httpx.AsyncClient, seq: int) -> bool:
+        """Until ``seq`` is accepted (True), or refused for good (False: a 4xx;
+        an asynchronous standby that lost accepted requests answers 409 gap)."""
         headers = {"Content-Type": "application/json", "Producer-Id": "ha-producer",
                    "Producer-Epoch": "0", "Producer-Seq": str(seq)}
         while True:
@@ -198,8 +201,10 @@ class Load:
                 # 200: accepted; 204: a repeat of an accepted request (its first try
                 # was committed, but the answer was lost).
                 if response.status_code in (200, 204):
-                    return
+                    return True
                 self._failed("ds append", response)
+                if 400 <= response.status_code < 500 and response.status_code != 429:
+                    return False
             except httpx.TransportError as exc:
                 self._failed("ds append", None, exc)
             await asyncio.sleep(RETRY_S)
