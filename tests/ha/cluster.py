@@ -170,6 +170,10 @@ class Cluster:
         node.process = subprocess.Popen(
             _as_postgres([PATRONI, str(node.config)]), stdout=handle, stderr=subprocess.STDOUT,
             start_new_session=True,
+            # Its own directory: the tests' may be closed to postgres (a
+            # checkout under a private temporary directory), and Patroni's
+            # helper processes start by changing into their parent's.
+            cwd=node.config.parent,
         )
         handle.close()
 
@@ -222,7 +226,7 @@ class Cluster:
         subprocess.run(
             _as_postgres([PATRONICTL, "-c", str(to.config), "switchover", self.scope,
                           "--leader", current.name, "--candidate", to.name, "--force"]),
-            check=True, capture_output=True, text=True, timeout=60,
+            check=True, capture_output=True, text=True, timeout=60, cwd=self.root,
         )
 
     def stop(self) -> None:
