@@ -233,7 +233,9 @@ async def test_a_claim_in_flight_when_the_worker_stops_is_seen_through(pg_actors
     that claim leases start running after the stop began, and the stop must
     wait for them (or cancel them, handing their rows back), never return
     with them still running under a closing runtime and their rows leased.
-    The claim is held on its advisory lock from outside to place it there."""
+    The claim is held on its advisory lock from outside to place it there;
+    one claim loop, so that the claim held is the one job 2's instance is
+    claimed by (with shards, another loop's claim could be the one held)."""
     from yoke.store.postgres.actors import CLAIM_LOCK
 
     await empty_database(pg_actors_db)
@@ -256,16 +258,24 @@ async def test_a_claim_in_flight_when_the_worker_stops_is_seen_through(pg_actors
 
     admin = await asyncpg.connect(pg_actors_db)
     try:
-        async with yoke.open(pg_actors_db, app=app, data_dir=str(tmp_path), shutdown_timeout_s=1.0) as y:
+        async with yoke.open(
+            pg_actors_db, app=app, data_dir=str(tmp_path), shutdown_timeout_s=1.0, claim_shards=1
+        ) as y:
             await y.stream("/", T).append({"type": "job", "payload": {"key": "1"}})
             async with asyncio.timeout(20):
                 await started["1"].wait()
             await admin.execute("SELECT pg_advisory_lock($1, hashtext($2))", CLAIM_LOCK, y.worker_id)
             await y.stream("/", T).append({"type": "job", "payload": {"key": "2"}})
+            # Job 2 enqueued (fan-out runs after the append, and stops with the
+            # worker) and a claim waiting on the lock: the claim takes the lock
+            # first, so once let through it sees job 2 whenever it began.
             async with asyncio.timeout(20):
-                while not await admin.fetchval(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND query LIKE '%yoke_claim%' AND datname = current_database()"
+                while not (
+                    await admin.fetchval("SELECT count(*) FROM actor_queue") == 2
+                    and await admin.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND query LIKE '%yoke_claim%' AND datname = current_database()"
+                    )
                 ):
                     await asyncio.sleep(0.02)
             scheduler = y.executor.scheduler
