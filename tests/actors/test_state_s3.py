@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -24,19 +23,15 @@ from yoke import App, Filter, errors
 from yoke.actors.storage_s3 import S3Storage, StorageUnavailable
 from yoke.config import Settings
 
+from tests.http.conftest import free_port
+
 T = "acme"
 PREFIX = "yoke/"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     log = open(tmp_path_factory.mktemp("moto") / "server.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -22,10 +23,28 @@ import orjson
 import pytest
 
 
+# Not the module `random`: a plugin that seeds it per test would give every
+# parallel worker the same sequence.
+_PORTS = random.SystemRandom()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, below the kernel's ephemeral range.
+
+    A port the kernel hands out for ``bind(0)`` is in its ephemeral range, so
+    between this check and the server's own bind any outgoing connection of a
+    parallel test (a PostgreSQL client, say) could take it as its source port;
+    a suite run lost a server to that. Ports below the range are never taken
+    that way, and a random pick keeps parallel workers apart.
+    """
+    while True:
+        port = _PORTS.randrange(15000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 @dataclass
