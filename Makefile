@@ -23,7 +23,7 @@ NODE_EXAMPLE := examples/node
 NODE_STAMP := $(NODE_EXAMPLE)/node_modules/.installed
 NODE_BUILT := $(NODE_EXAMPLE)/dist/payments.js
 
-.PHONY: install test run bench clean chromium pgbouncer patroni npm constraints
+.PHONY: install test run bench clean chromium pgbouncer patroni npm constraints peers
 
 $(PY):
 	@echo "creating $(VENV) (Python virtual environment)…"
@@ -96,6 +96,20 @@ $(NODE_BUILT): $(NODE_STAMP) $(wildcard $(NODE_EXAMPLE)/*.ts) $(NODE_EXAMPLE)/ts
 
 npm: $(DS_STAMP) $(NODE_BUILT)
 
+# The peers bench/peers.py runs Yoke against: Restate's server (npm, pinned by
+# bench/peers/package-lock.json) and its Python SDK with hypercorn
+# (bench/peers/requirements.txt, into $(VENV)). Bench only: make test needs none.
+PEERS_DIR := bench/peers
+PEERS_STAMP := $(PEERS_DIR)/node_modules/.installed
+$(PEERS_STAMP): $(PEERS_DIR)/package-lock.json $(PEERS_DIR)/requirements.txt | $(DEV_STAMP)
+	@echo "installing Restate's server and Python SDK for bench/peers.py (first time only)…"
+	@cd $(PEERS_DIR) && npm ci --no-audit --no-fund --loglevel=error >/tmp/yoke-npm-ci-peers.log 2>&1 \
+		|| { echo "error: npm ci failed in $(PEERS_DIR) (see /tmp/yoke-npm-ci-peers.log)"; exit 1; }
+	@$(PIP) -r $(PEERS_DIR)/requirements.txt
+	@touch $@
+
+peers: $(PEERS_STAMP)
+
 # Three test processes (pytest-xdist), a test file each at a time: most of the
 # suite's time is spent waiting on servers, fsync and timeouts, not on the CPU.
 # Files are handed out in collection order, longest first (tests/conftest.py),
@@ -106,7 +120,7 @@ test: $(DEV_STAMP) chromium pgbouncer patroni npm
 run: $(RUN_STAMP)
 	@$(VENV)/bin/yoke serve --app examples.orders:app $(if $(PORT),--port $(PORT))
 
-bench: $(DEV_STAMP) npm
+bench: $(DEV_STAMP) npm peers
 	$(PY) bench/append.py
 	$(PY) bench/append_batches.py
 	$(PY) bench/append_batches.py --protocol
@@ -116,6 +130,8 @@ bench: $(DEV_STAMP) npm
 	$(PY) bench/idle_subscriptions.py
 	$(PY) bench/cli_startup.py
 	$(PY) bench/durable_streams.py
+	$(PY) bench/peers.py
 
 clean:
-	rm -rf $(VENV) .yoke .pytest_cache $(DS_DIR)/node_modules $(NODE_EXAMPLE)/node_modules $(NODE_EXAMPLE)/dist
+	rm -rf $(VENV) .yoke .pytest_cache $(DS_DIR)/node_modules $(NODE_EXAMPLE)/node_modules $(NODE_EXAMPLE)/dist \
+		$(PEERS_DIR)/node_modules

@@ -89,9 +89,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(db_url: str, workdir: Path, workers: int = 1) -> Server:
-    """``yoke serve`` on a free port, output to ``workdir/server.log``; waits
-    until ``/readyz`` answers and the admin token file exists."""
+def start_server(
+    db_url: str, workdir: Path, workers: int = 1, *, args: tuple[str, ...] = (), extra_env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Server:
+    """``yoke serve [args]`` on a free port, output to ``workdir/server.log``;
+    waits until ``/readyz`` answers and the admin token file exists."""
     port = free_port()
     data_dir = workdir / ".yoke"
     log_path = workdir / "server.log"
@@ -104,10 +107,12 @@ def start_server(db_url: str, workdir: Path, workers: int = 1) -> Server:
         # Every tail holds a connection: the cap (default 1000) must not be
         # what a run with --tails in the thousands measures.
         "YOKE_HTTP_MAX_CONNECTIONS": os.environ.get("YOKE_HTTP_MAX_CONNECTIONS", "100000"),
+        **(extra_env or {}),
     }
     with log_path.open("w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "yoke.cli", "serve", "--workers", str(workers)], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=workdir
+            [sys.executable, "-m", "yoke.cli", "serve", "--workers", str(workers), *args], env=env, stdout=log,
+            stderr=subprocess.STDOUT, cwd=cwd or workdir,
         )
     server = Server(f"http://127.0.0.1:{port}", "", process, log_path)
     try:
