@@ -23,10 +23,12 @@ import asyncio
 import logging
 import os
 import re
+import resource
 import secrets
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -176,6 +178,7 @@ class InstanceDatabase:
         self.tenant = tenant
         self.instance_id = instance_id
         self._conn: sqlite3.Connection | None = None
+        self.slot = False  # counted in its owner's bound (StateDatabases.take_slot)
         self._lock = asyncio.Lock()
         # Closed by its owner (forget, remove): no operation reopens it, so
         # an atomic run holding it fails rather than write around its
@@ -199,6 +202,17 @@ class InstanceDatabase:
     ) -> T:
         """Run ``fn`` on the connection. ``write``: True persists afterwards,
         False never, None when rows changed, a callable decides from the result."""
+        if not self.slot:
+            await self._owner.room_for(self)
+        self._owner.used(self)
+        try:
+            return await self._locked_run(fn, write)
+        finally:
+            self._owner.ended()
+
+    async def _locked_run(
+        self, fn: Callable[[sqlite3.Connection], T], write: bool | None | Callable[[T], bool]
+    ) -> T:
         async with self._lock:
             loop = asyncio.get_running_loop()
 
@@ -213,6 +227,7 @@ class InstanceDatabase:
                     )
                 if self._conn is None:
                     self._conn = self._owner.storage.open(self.tenant, self.instance_id)
+                    self._owner.take_slot(self)
                 before = self._conn.total_changes
                 result = fn(self._conn)
                 # Rows changed (total_changes), or a statement that may change
@@ -509,19 +524,43 @@ class InstanceDatabase:
         """Drop the open copy: the next operation loads the durable one (an
         atomic run committed here whose store transaction failed)."""
         def drop(conn: sqlite3.Connection) -> None:
-            conn.close()
-            self._conn = None
+            self._close_conn()
 
         if self._conn is not None and not self.closed:  # closed: nothing to reload
             await self._run(drop, write=False)
+
+    async def release_connection(self) -> bool:
+        """Close the connection while the database is idle (no operation, no
+        atomic run, no open transaction); the next operation opens it again
+        from its storage, where every committed write already is. False
+        when it is in use."""
+        if self._lock.locked() or self.run_lock.locked() or self._in_run:
+            return False
+        async with self._lock:
+            if self.run_lock.locked() or self._in_run:
+                return False
+
+            def shut() -> bool:
+                with self._conn_guard:
+                    if self._conn is not None and self._conn.in_transaction:
+                        return False
+                    self._close_conn()
+                    return True
+
+            return await asyncio.get_running_loop().run_in_executor(self._owner.pool, shut)
 
     def close(self) -> None:
         """For good (on a pool thread, after any running operation)."""
         self.closed = True
         with self._conn_guard:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            self._close_conn()
+
+    def _close_conn(self) -> None:
+        """Under ``_conn_guard``."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        self._owner.give_slot(self)
 
 
 async def _finish(future: asyncio.Future[Any]) -> None:
@@ -594,14 +633,110 @@ def _check_sql(sql: str) -> None:
         raise errors.InvalidInput(f"{STATE_TABLE} and {APPLIED_TABLE} are reserved for the kernel", field="sql")
 
 
-class StateDatabases:
-    """The open per-instance databases of this process."""
+def default_max_connections() -> int:
+    """How many instance databases may hold a connection at once: a file
+    connection takes three descriptors (the file, its -wal and -shm), and the
+    process needs others (sockets, the store's files); at most 1,000."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1000
+    return max(16, min(1000, (soft - 256) // 4))
 
-    def __init__(self, storage: StateStorage, threads: int = 4, clock: Clock = SYSTEM) -> None:
+
+class StateDatabases:
+    """The per-instance databases of this process.
+
+    Connections are bounded (``max_connections``): past the bound, the
+    least recently used idle databases close theirs, and open again on their
+    next operation. Without the bound a worker with thousands of keyed
+    instances ran out of file descriptors, and runs failed until their rows
+    were dead-lettered."""
+
+    def __init__(
+        self, storage: StateStorage, threads: int = 4, clock: Clock = SYSTEM, max_connections: int | None = None
+    ) -> None:
         self.storage = storage
         self.clock = clock  # the runtime's: when a run's marker was applied
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="yoke-actor-sqlite")
         self._open: dict[tuple[str, str], InstanceDatabase] = {}
+        self.max_connections = max_connections or default_max_connections()
+        self.connections = 0  # open now (changed on pool threads: under _count_lock)
+        self._count_lock = threading.Lock()
+        # Databases that may hold a connection, least recently used first.
+        self._recent: OrderedDict[tuple[str, str], InstanceDatabase] = OrderedDict()
+        self._trimming: asyncio.Task[None] | None = None
+        self._op_ended: asyncio.Future[None] | None = None  # what operations waiting for room wait on
+
+    def take_slot(self, db: InstanceDatabase) -> None:
+        """``db`` holds (or is about to open) a connection: it counts. A
+        database opened apart (a read by a process that does not own the
+        instance) is not this process's to bound."""
+        if self._open.get((db.tenant, db.instance_id)) is db:
+            with self._count_lock:
+                if not db.slot:
+                    db.slot = True
+                    self.connections += 1
+
+    def give_slot(self, db: InstanceDatabase) -> None:
+        with self._count_lock:
+            if db.slot:
+                db.slot = False
+                self.connections -= 1
+
+    async def room_for(self, db: InstanceDatabase) -> None:
+        """Before an operation opens ``db``: wait while every connection is
+        taken, closing idle ones first (a run in progress keeps its own),
+        then take one (taken here, not when the thread opens it: operations
+        that start together must not all see room for one)."""
+        if self._open.get((db.tenant, db.instance_id)) is not db:
+            return
+        while not db.slot and self.connections >= self.max_connections:
+            self._start_trim()
+            if self._trimming is not None:
+                await asyncio.wait([self._trimming])
+            if self.connections < self.max_connections:
+                break
+            # Every connection is in use: the next operation to end may leave one idle.
+            if self._op_ended is None or self._op_ended.done():
+                self._op_ended = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._op_ended)
+        self.take_slot(db)
+
+    def ended(self) -> None:
+        """An operation ended: operations waiting for room look again."""
+        if self._op_ended is not None and not self._op_ended.done():
+            self._op_ended.set_result(None)
+
+    def used(self, db: InstanceDatabase) -> None:
+        """``db`` is about to run an operation (and so hold a connection)."""
+        key = (db.tenant, db.instance_id)
+        if self._open.get(key) is not db:
+            return
+        self._recent[key] = db
+        self._recent.move_to_end(key)
+        if len(self._recent) > self.max_connections:
+            self._start_trim()
+
+    def _start_trim(self) -> None:
+        if self._trimming is None or self._trimming.done():
+            self._trimming = asyncio.get_running_loop().create_task(self._trim(), name="yoke-state-trim")
+
+    async def _trim(self) -> None:
+        """Close the connections of the least recently used idle databases
+        until a tenth of the bound is free (so trims are not one per operation)."""
+        target = self.max_connections - max(self.max_connections // 10, 1)
+        busy: list[tuple[tuple[str, str], InstanceDatabase]] = []
+        while len(self._recent) > target or (self.connections >= self.max_connections and self._recent):
+            key, db = self._recent.popitem(last=False)
+            try:
+                released = await db.release_connection()
+            except Exception:  # a close that failed leaves the connection to a later trim
+                log.exception("closing the database of instance %s failed", db.instance_id)
+                released = False
+            if not released:
+                busy.append((key, db))
+        for key, db in busy:  # in use: recent again (one used meanwhile is back already)
+            self._recent.setdefault(key, db)
 
     def get(self, tenant: str, instance_id: str) -> InstanceDatabase:
         key = (tenant, instance_id)
@@ -617,6 +752,7 @@ class StateDatabases:
 
     def forget(self, tenant: str, instance_id: str) -> None:
         """Drop the cached copy (the instance moved to another worker)."""
+        self._recent.pop((tenant, instance_id), None)
         db = self._open.pop((tenant, instance_id), None)
         if db is not None:
             db.closed = True  # at once: an operation started from now on reopens nothing
@@ -625,6 +761,7 @@ class StateDatabases:
     def remove(self, tenant: str, instance_id: str) -> None:
         """Drop the cached copy of a removed instance and, with file storage,
         its file (other storages keep no copy of their own here)."""
+        self._recent.pop((tenant, instance_id), None)
         db = self._open.pop((tenant, instance_id), None)
         if db is not None:
             db.closed = True
@@ -641,6 +778,10 @@ class StateDatabases:
         self.pool.submit(drop)
 
     async def close(self) -> None:
+        if self._trimming is not None:
+            self._trimming.cancel()
+            await asyncio.wait([self._trimming])
+        self._recent.clear()
         await self.storage.close()
         for db in self._open.values():
             self.pool.submit(db.close)
