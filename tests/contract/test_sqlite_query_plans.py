@@ -76,3 +76,45 @@ async def test_statements_on_events_use_an_index(tmp_path, monkeypatch) -> None:
         if any(SCAN.match(step) for step in plan):
             scans[sql] = plan
     assert not scans, scans
+
+
+async def test_a_claim_costs_per_queued_group_not_per_owned_instance(tmp_path, monkeypatch) -> None:
+    """A worker owning thousands of keyed instances, one of them with work:
+    the claim pass probes the queued groups, not every instance it owns (it
+    did, a statement per instance and pass, and a bench with 10,000 keys
+    spent its writer thread there)."""
+    from yoke.store.actors import InstanceInfo, Policy, QueueItem, new_instance_id
+
+    statements: list[str] = []
+    connect = SqliteDb.connect
+
+    def traced(self: SqliteDb) -> sqlite3.Connection:
+        conn = connect(self)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(SqliteDb, "connect", traced)
+    async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
+        actors = y.store.actors
+        owned = [
+            (await actors.create_instance(
+                InstanceInfo(new_instance_id(), "default", "a", f"k{i}", {}, None, None, "w1", now_ms())
+            ))[0]
+            for i in range(500)
+        ]
+        other = (await actors.create_instance(
+            InstanceInfo(new_instance_id(), "default", "a", "theirs", {}, None, None, "w2", now_ms())
+        ))[0]
+        event = '{"type": "e"}'
+        await actors.enqueue("default", [
+            QueueItem(event, instance_id=owned[250].instance_id, group_id="g1"),
+            QueueItem(event, instance_id=owned[250].instance_id, group_id="g2"),
+            QueueItem(event, instance_id=other.instance_id),
+        ], now_ms())
+        statements.clear()
+        claimed = await actors.claim("default", "w1", [Policy("a", 1, 30_000)], now_ms(), 10)
+    assert sorted(r.group_id for r in claimed) == ["g1", "g2"]
+    # Two groups of one owned instance and one of another worker's: a few
+    # statements each (find it, its owner, its leases, its rows), not a
+    # statement for each of the 500 instances.
+    assert len(statements) <= 30, len(statements)

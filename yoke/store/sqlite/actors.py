@@ -55,9 +55,17 @@ if TYPE_CHECKING:
 
 # The claim of PostgreSQL's yoke_claim, step by step on the writer thread
 # (in-process queries cost no round trip; the single writer is the lock).
-GROUP_FROM = (  # the first group key >= the given one ('' is no group: the lowest)
-    "SELECT group_key FROM actor_queue WHERE tenant_id=? AND instance_id=? AND status <> 'dead'"
-    " AND group_key >= ? ORDER BY group_key LIMIT 1"
+# The first queued (instance, group) at or after the given one ('' is no
+# group: the lowest), skipping through the claim index: a pass costs a probe
+# per queued group, not one per instance the worker owns (most of which, with
+# thousands of keyed instances, have nothing queued).
+GROUP_FROM = (
+    "SELECT instance_id, group_key FROM actor_queue WHERE tenant_id=? AND status <> 'dead'"
+    " AND (instance_id, group_key) >= (?, ?) ORDER BY instance_id, group_key LIMIT 1"
+)
+OWNED_ACTOR = (  # the instance's actor, if this worker may claim its rows now
+    "SELECT actor FROM actor_instances WHERE tenant_id=? AND instance_id=? AND worker_id=?"
+    " AND claimable_after <= ?"  # just changed hands: wait for the previous owner's leases
 )
 LIVE_LEASES = (
     "SELECT count(*) FROM actor_queue WHERE tenant_id=? AND instance_id=? AND group_key=?"
@@ -377,31 +385,25 @@ class SqliteActorStore:
     ) -> list[tuple[int, int, Policy]]:
         """(priority, qid, policy) of the rows to claim, best first."""
         found: list[tuple[int, int, Policy]] = []
-        owned = conn.execute(
-            "SELECT instance_id, actor FROM actor_instances WHERE tenant_id=? AND worker_id=?"
-            " AND claimable_after <= ?",  # just changed hands: wait for the previous owner's leases
-            (tenant, worker_id, now),
-        ).fetchall()
-        for instance_id, actor in owned:
-            policy = by_actor.get(actor)
-            if policy is None or (shard[1] > 1 and zlib.crc32(instance_id.encode()) % shard[1] != shard[0]):
+        after = ("", "")
+        while (row := conn.execute(GROUP_FROM, (tenant, *after)).fetchone()) is not None:
+            instance_id, group = row
+            actor = None
+            if shard[1] <= 1 or zlib.crc32(instance_id.encode()) % shard[1] == shard[0]:
+                owned = conn.execute(OWNED_ACTOR, (tenant, instance_id, worker_id, now)).fetchone()
+                actor = owned and owned[0]
+            policy = by_actor.get(actor) if actor is not None else None
+            if policy is None:  # not this worker's (or shard's) to run: its other groups neither
+                after = (instance_id + "\x00", "")  # the next key after this instance's
                 continue
-            start = ""
-            while True:  # each group of the instance, skipping through the claim index
-                row = conn.execute(GROUP_FROM, (tenant, instance_id, start)).fetchone()
-                if row is None:
-                    break
-                group = row[0]
-                start = group + "\x00"  # the next key after this one
-                busy = conn.execute(LIVE_LEASES, (tenant, instance_id, group, now)).fetchone()[0]
-                free = policy.concurrency - busy
-                if free > 0:
-                    found.extend(
-                        (priority, qid, policy)
-                        for qid, priority in conn.execute(
-                            CLAIMABLE, (tenant, instance_id, group, now, now, free)
-                        )
-                    )
+            after = (instance_id, group + "\x00")  # the next group of this instance
+            busy = conn.execute(LIVE_LEASES, (tenant, instance_id, group, now)).fetchone()[0]
+            free = policy.concurrency - busy
+            if free > 0:
+                found.extend(
+                    (priority, qid, policy)
+                    for qid, priority in conn.execute(CLAIMABLE, (tenant, instance_id, group, now, now, free))
+                )
         found.sort(key=lambda c: (-c[0], c[1]))
         return found[:limit]
 
