@@ -74,7 +74,7 @@ from typing import Any
 import httpx
 import orjson
 
-from actors import cpu_s, database_of, postgres_cpu_s
+from actors import Profiler, cpu_s, database_of, postgres_cpu_s
 from http_api import (
     RawConnection, Server, backend_database, free_port, interrupt, percentile, start_server, stop_server,
 )
@@ -87,6 +87,7 @@ SCENARIOS = ("state", "effect", "keys")
 MANY_KEYS = 10_000
 START_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 600.0  # the slowest system at its slowest still finishes well inside this
+STALL_S = 30.0  # no run done for this long: something is stuck (or a datagram was lost)
 
 
 # --- the systems under test -------------------------------------------------------
@@ -275,7 +276,10 @@ class Figures:
     loadgen_cores: float = 0.0
 
 
-async def throughput(system: System, probes: Probes, events: int, keys: int, connections: int, figures: Figures) -> None:
+async def throughput(
+    system: System, probes: Probes, events: int, keys: int, connections: int, figures: Figures,
+    profile: Path | None = None,
+) -> None:
     next_input = 0
     acks: list[float] = []
     loop = asyncio.get_running_loop()
@@ -294,17 +298,31 @@ async def throughput(system: System, probes: Probes, events: int, keys: int, con
                 acks.append(loop.time() - sent)
 
     probes.expected = events
+    profiler = None
+    if profile is not None and system.name.startswith("yoke"):
+        profiler = Profiler(system.pids[0], 1, profile)
+        await profiler.start()
     cpu_before, own_before = system.cpu_s(), time.process_time()
     start_wall, start = time.time(), loop.time()
     async with asyncio.TaskGroup() as group:
         for _ in range(connections):
             group.create_task(connection())
     sent_s = loop.time() - start
-    async with asyncio.timeout(DRAIN_TIMEOUT_S):
-        await probes.all_done.wait()
+    deadline = loop.time() + DRAIN_TIMEOUT_S
+    while not probes.all_done.is_set():
+        seen = len(probes.done_at)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(STALL_S):
+                await probes.all_done.wait()
+        if len(probes.done_at) == seen and not probes.all_done.is_set():
+            raise RuntimeError(f"{system.name}: {seen} of {events} runs done, none in the last {STALL_S:.0f} s")
+        if loop.time() > deadline:
+            raise RuntimeError(f"{system.name}: {len(probes.done_at)} of {events} runs done after {DRAIN_TIMEOUT_S} s")
     wall_s = max(probes.done_at[i] for i in range(events)) - start_wall
     cpu = system.cpu_s() - cpu_before
     own = time.process_time() - own_before
+    if profiler is not None:
+        print(await profiler.stop(), flush=True)
     acks.sort()
     figures.events_per_s = events / wall_s
     figures.ack_p50_ms, figures.ack_p99_ms = percentile(acks, 0.5) * 1000, percentile(acks, 0.99) * 1000
@@ -358,7 +376,8 @@ def one_run(name: str, scenario: str, args: argparse.Namespace) -> Figures:
                     transport, probes = await asyncio.get_running_loop().create_datagram_endpoint(
                         Probes, sock=probe_socket)
                     try:
-                        await throughput(system, probes, args.events, keys, args.connections, figures)
+                        await throughput(system, probes, args.events, keys, args.connections, figures,
+                                         Path(tmp) / "profile.txt" if args.profile else None)
                         await idle_latency(system, probes, args.samples, args.events, keys, figures)
                     finally:
                         transport.close()
@@ -414,6 +433,8 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--profile", action="store_true",
+                        help="py-spy on yoke serve during the throughput phase (pip install py-spy first)")
     args = parser.parse_args()
     systems = [s for s in args.systems.split(",") if s]
     scenarios = [s for s in args.scenarios.split(",") if s]
