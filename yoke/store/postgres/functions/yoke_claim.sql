@@ -1,5 +1,5 @@
 -- yoke_claim: the current definition, as the migrations leave it (the last
--- to define it is migrations/0028_worker_rebalance.sql). Migrations install it; this
+-- to define it is migrations/0029_claim_queued_groups.sql). Migrations install it; this
 -- file is the text to read: tests/store/test_functions.py checks that it
 -- equals what a migrated database holds.
 CREATE OR REPLACE FUNCTION public.yoke_claim(p_tenant text, p_worker text, p_actors text[], p_conc integer[], p_lease bigint[], p_now bigint, p_limit integer, p_done bigint[], p_done_attempts integer[], p_shard integer, p_shards integer)
@@ -31,27 +31,31 @@ BEGIN
     RETURN QUERY
     WITH pol AS (
         SELECT * FROM unnest(p_actors, p_conc, p_lease) AS p(actor, concurrency, lease_ms)
+    ), queued(instance_id, group_key) AS (
+        -- The queued (instance, group)s, by skipping through the claim index
+        -- (one probe per group, not a read of every queued row), and not by
+        -- visiting every instance this worker owns: with thousands of keyed
+        -- instances, most have nothing queued.
+        WITH RECURSIVE r(instance_id, group_key) AS (
+            (SELECT q.instance_id, q.group_key FROM actor_queue q
+             WHERE q.tenant_id = p_tenant AND q.status <> 'dead'
+             ORDER BY q.instance_id, q.group_key LIMIT 1)
+            UNION ALL
+            SELECT n.instance_id, n.group_key FROM r
+            CROSS JOIN LATERAL (
+                SELECT q.instance_id, q.group_key FROM actor_queue q
+                WHERE q.tenant_id = p_tenant AND q.status <> 'dead'
+                  AND (q.instance_id, q.group_key) > (r.instance_id, r.group_key)
+                ORDER BY q.instance_id, q.group_key LIMIT 1
+            ) n
+        )
+        SELECT * FROM r
     ), groups AS (
-        -- The distinct groups of each owned instance, by skipping through the
-        -- claim index (one probe per group), not by reading every queued row.
         SELECT i.instance_id, i.actor, p.concurrency, p.lease_ms, g.group_key
-        FROM actor_instances i
+        FROM queued g
+        JOIN actor_instances i ON i.tenant_id = p_tenant AND i.instance_id = g.instance_id
         JOIN pol p ON p.actor = i.actor
-        CROSS JOIN LATERAL (
-            WITH RECURSIVE r(k) AS (
-                (SELECT q.group_key FROM actor_queue q
-                 WHERE q.tenant_id = p_tenant AND q.instance_id = i.instance_id AND q.status <> 'dead'
-                 ORDER BY q.group_key LIMIT 1)
-                UNION ALL
-                SELECT (SELECT q.group_key FROM actor_queue q
-                        WHERE q.tenant_id = p_tenant AND q.instance_id = i.instance_id
-                          AND q.status <> 'dead' AND q.group_key > r.k
-                        ORDER BY q.group_key LIMIT 1)
-                FROM r WHERE r.k IS NOT NULL
-            )
-            SELECT k AS group_key FROM r WHERE k IS NOT NULL
-        ) g
-        WHERE i.tenant_id = p_tenant AND i.worker_id = p_worker
+        WHERE i.worker_id = p_worker
           AND (p_shards <= 1 OR mod(hashtext(i.instance_id) & 2147483647, p_shards) = p_shard)
           -- An instance that just changed hands waits until its previous
           -- owner's leases end: two workers never run one instance (each
