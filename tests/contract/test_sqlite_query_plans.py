@@ -26,7 +26,8 @@ ON_EVENTS = re.compile(r"\b(FROM|JOIN|UPDATE|INTO)\s+(event_rows|event_blocks)\b
 SCAN = re.compile(r"SCAN (event_rows|event_blocks|b|e)\b")
 
 
-async def test_statements_on_events_use_an_index(tmp_path, monkeypatch) -> None:
+def traced_statements(monkeypatch) -> list[str]:
+    """Every statement the store's SQLite connections run from now on."""
     statements: list[str] = []
     connect = SqliteDb.connect
 
@@ -36,6 +37,11 @@ async def test_statements_on_events_use_an_index(tmp_path, monkeypatch) -> None:
         return conn
 
     monkeypatch.setattr(SqliteDb, "connect", traced)
+    return statements
+
+
+async def test_statements_on_events_use_an_index(tmp_path, monkeypatch) -> None:
+    statements = traced_statements(monkeypatch)
     path = tmp_path / "yoke.db"
     async with yoke.open(f"sqlite:///{path}", executor=False) as y:
         s = y.stream("/planned")
@@ -85,15 +91,7 @@ async def test_a_claim_costs_per_queued_group_not_per_owned_instance(tmp_path, m
     spent its writer thread there)."""
     from yoke.store.actors import InstanceInfo, Policy, QueueItem, new_instance_id
 
-    statements: list[str] = []
-    connect = SqliteDb.connect
-
-    def traced(self: SqliteDb) -> sqlite3.Connection:
-        conn = connect(self)
-        conn.set_trace_callback(statements.append)
-        return conn
-
-    monkeypatch.setattr(SqliteDb, "connect", traced)
+    statements = traced_statements(monkeypatch)
     async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
         actors = y.store.actors
         owned = [
