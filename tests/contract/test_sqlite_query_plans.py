@@ -116,3 +116,32 @@ async def test_a_claim_costs_per_queued_group_not_per_owned_instance(tmp_path, m
     # statements each (find it, its owner, its leases, its rows), not a
     # statement for each of the 500 instances.
     assert len(statements) <= 30, len(statements)
+
+
+async def test_a_claim_stops_at_what_it_takes_and_the_groups_take_turns(tmp_path, monkeypatch) -> None:
+    """500 keyed instances with work queued: a claim of 5 visits a handful
+    of groups, not all 500 (every pass visited them all), and the next
+    claims go on from where it stopped, so every instance gets its turn."""
+    from yoke.store.actors import InstanceInfo, Policy, QueueItem, new_instance_id
+
+    statements = traced_statements(monkeypatch)
+    async with yoke.open(f"sqlite:///{tmp_path}/yoke.db", executor=False) as y:
+        actors = y.store.actors
+        instances = [
+            (await actors.create_instance(
+                InstanceInfo(new_instance_id(), "default", "a", f"k{i}", {}, None, None, "w1", now_ms())
+            ))[0]
+            for i in range(500)
+        ]
+        await actors.enqueue(
+            "default", [QueueItem('{"type": "e"}', instance_id=i.instance_id) for i in instances], now_ms()
+        )
+        policy = [Policy("a", 1, 30_000)]
+        statements.clear()
+        first = await actors.claim("default", "w1", policy, now_ms(), 5)
+        assert len(first) == 5
+        assert len(statements) <= 40, len(statements)
+        claimed = {r.instance_id for r in first}
+        for _ in range(99):
+            claimed |= {r.instance_id for r in await actors.claim("default", "w1", policy, now_ms(), 5)}
+        assert claimed == {i.instance_id for i in instances}

@@ -118,6 +118,8 @@ class SqliteActorStore:
     def __init__(self, db: SqliteDb, appends: SqliteAppends) -> None:
         self._db = db
         self._appends = appends
+        # Where each (tenant, worker, shard)'s next claim pass begins (_pick).
+        self._claim_from: dict[tuple[str, str, tuple[int, int]], tuple[str, str]] = {}
 
     async def _write(self, fn, *args):  # noqa: ANN001, ANN202
         return await self._db.write(fn, *args)
@@ -378,15 +380,35 @@ class SqliteActorStore:
 
         return await self._write(run)
 
-    @staticmethod
     def _pick(
-        conn: sqlite3.Connection, tenant: str, worker_id: str, by_actor: dict[str, Policy],
+        self, conn: sqlite3.Connection, tenant: str, worker_id: str, by_actor: dict[str, Policy],
         now: int, limit: int, shard: tuple[int, int],
     ) -> list[tuple[int, int, Policy]]:
-        """(priority, qid, policy) of the rows to claim, best first."""
+        """(priority, qid, policy) of the rows to claim, best first.
+
+        The queued groups are visited in key order from where the last pass
+        of this (tenant, worker, shard) stopped, round the end and back, and
+        the pass stops once it found ``limit`` rows: a pass costs what it
+        claims, not a probe of every queued group (10,000 keyed instances
+        with work queued made every pass visit them all), and the groups
+        take turns. Order is promised within a group, not across instances
+        (docs/basics/actors.md)."""
         found: list[tuple[int, int, Policy]] = []
-        after = ("", "")
-        while (row := conn.execute(GROUP_FROM, (tenant, *after)).fetchone()) is not None:
+        resume = (tenant, worker_id, shard)
+        start = self._claim_from.get(resume, ("", ""))
+        after, wrapped = start, False
+        while True:
+            found_row = conn.execute(GROUP_FROM, (tenant, *after)).fetchone()
+            row = None if found_row is None else (found_row[0], found_row[1])
+            if row is not None and wrapped and row >= start:
+                row = None  # round once: back where this pass began
+            if row is None:
+                if wrapped or start == ("", ""):  # the whole queue seen
+                    break
+                after, wrapped = ("", ""), True
+                continue
+            if len(found) >= limit:
+                break  # the next pass begins at this group
             instance_id, group = row
             actor = None
             if shard[1] <= 1 or zlib.crc32(instance_id.encode()) % shard[1] == shard[0]:
@@ -404,6 +426,7 @@ class SqliteActorStore:
                     (priority, qid, policy)
                     for qid, priority in conn.execute(CLAIMABLE, (tenant, instance_id, group, now, now, free))
                 )
+        self._claim_from[resume] = row if row is not None else ("", "")
         found.sort(key=lambda c: (-c[0], c[1]))
         return found[:limit]
 
