@@ -70,6 +70,32 @@ async def test_a_database_in_an_atomic_run_keeps_its_connection(tmp_path) -> Non
         await databases.close()
 
 
+async def test_an_operation_waiting_for_a_connection_gets_one_when_a_run_ends(tmp_path) -> None:
+    """Every connection held by an atomic run: another database's operation
+    waits, and goes on once the run ends (the run's end, not only an
+    operation's, tells the waiters)."""
+    databases = StateDatabases(FileStorage(tmp_path / "actors"), max_connections=1)
+    try:
+        running = databases.get("t", "inst_running")
+        await running.begin_run()
+        await running.state_set({"n": 1})
+        waiting = asyncio.create_task(databases.get("t", "inst_waiting").state_set({"n": 2}))
+        while databases._op_ended is None:  # until it waits for a connection to come free
+            await asyncio.sleep(0)
+        assert not waiting.done() and databases.connections == 1
+        first = databases._op_ended
+        await running.rollback_run()  # an operation: it ends while the run still holds the database
+        while databases._op_ended is first or databases._op_ended.done():  # back to waiting
+            await asyncio.sleep(0)
+        assert not waiting.done()
+        running.end_run()
+        async with asyncio.timeout(5):
+            assert await waiting == 1
+        assert databases.connections <= 1
+    finally:
+        await databases.close()
+
+
 SCRIPT = textwrap.dedent(
     """
     import asyncio, resource, sys

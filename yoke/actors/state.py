@@ -513,6 +513,7 @@ class InstanceDatabase:
 
     def end_run(self) -> None:
         self.run_lock.release()
+        self._owner.ended()  # idle now: an operation waiting for a connection may have this one
 
     def applied_done(self, qid: int) -> None:
         """Queue row ``qid``'s store transaction committed: its marker goes
