@@ -80,6 +80,37 @@ async def test_claims_only_the_owners_instances_and_groups_run_apart(store, tena
     assert sorted(r.event["payload"]["n"] for r in claimed) == [0, 1]
 
 
+async def test_a_claim_stops_at_its_limit_and_the_groups_take_turns(store, tenant):
+    """Rows are claimed in turns across (instance, group)s: a pass takes
+    what it may from the groups after where the last pass stopped, round
+    the end and back, so with more queued groups than a pass may take,
+    every group gets its turn and none waits for the groups before it to
+    drain. An instance another worker owns is passed over, all its groups."""
+    worker = new_id("w")
+    mine = [await instance(store, tenant, f"k{i:02}", worker_id=worker) for i in range(30)]
+    theirs = await instance(store, tenant, "theirs", worker_id=new_id("w"))
+    # Three rows a group, enqueued group after group: by enqueue order alone
+    # the first groups would be claimed again and again.
+    await store.actors.enqueue(tenant, [
+        *(item(inst, n, group_id=group) for inst in mine for group in ("a", "b") for n in range(3)),
+        *(item(theirs, n, group_id=group) for group in ("a", "b") for n in range(3)),
+    ], now_ms())
+    done: list[tuple[int, int]] = []
+
+    async def turn() -> set[tuple[str, str | None]]:
+        nonlocal done
+        rows = await claim(store, tenant, worker, limit=5, done=done)
+        assert len(rows) == 5
+        done = [(r.qid, r.attempts) for r in rows]  # completed by the next pass
+        return {(r.instance_id, r.group_id) for r in rows}
+
+    first_round = [await turn() for _ in range(12)]  # 60 groups of mine, 5 a pass
+    seen = set().union(*first_round)
+    assert len(seen) == 60 and {i for i, _ in seen} == {inst.instance_id for inst in mine}
+    # Round the end and back: the next passes begin again at the first groups.
+    assert [await turn() for _ in range(12)] == first_round
+
+
 async def test_an_expired_lease_is_claimed_again(store, tenant):
     worker = new_id("w")
     inst = await instance(store, tenant, worker_id=worker)

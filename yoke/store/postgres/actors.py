@@ -61,10 +61,12 @@ DB_NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
 
 # Completing finished rows and claiming the next ones is one round trip:
-# the yoke_claim function (migrations/0002_actors.sql).
-CLAIM = "SELECT * FROM yoke_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+# the yoke_claim_in_turns function (functions/yoke_claim_in_turns.sql), which
+# begins where this worker's last pass stopped and returns where the next
+# one begins with each row it claimed.
+CLAIM = "SELECT * FROM yoke_claim_in_turns($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
 # The first key of the two-key advisory lock on a worker's claims (the second
-# is a hash of its id): shared by yoke_claim, exclusive in release_excess.
+# is a hash of its id): shared by the claims, exclusive in release_excess.
 CLAIM_LOCK = 24065
 
 ENQUEUE = """
@@ -109,6 +111,9 @@ class PgActorStore:
     def __init__(self, db: PgDb, appends: PgAppends) -> None:
         self._db = db
         self._appends = appends
+        # Where the next claim pass of (tenant, worker, shard) begins: the
+        # queued groups take turns (yoke_claim_in_turns).
+        self._claim_from: dict[tuple[str, str, tuple[int, int]], tuple[str, str]] = {}
 
     def _tx(self, tenant: str):  # noqa: ANN202 - an async context manager
         return self._db.tx(tenant)
@@ -291,13 +296,18 @@ class PgActorStore:
         done: Sequence[tuple[int, int]] = (),
         shard: tuple[int, int] = (0, 1),
     ) -> list[QueueRow]:
+        resume = (tenant, worker_id, shard)
+        start = self._claim_from.get(resume, ("", ""))
         rows = await self._db.fetch(
             CLAIM, tenant, worker_id,
             [p.actor for p in policies], [p.concurrency for p in policies],
             [p.lease_ms for p in policies], now, limit,
-            [d[0] for d in done], [d[1] for d in done], shard[0], shard[1],
+            [d[0] for d in done], [d[1] for d in done], shard[0], shard[1], *start,
         )
-        return sorted((queue_row_from_row(r) for r in rows), key=lambda q: (-q.priority, q.qid))
+        if limit > 0:
+            # Each row names where the next pass begins; none: from the start.
+            self._claim_from[resume] = (rows[0][-2], rows[0][-1]) if rows else ("", "")
+        return sorted((queue_row_from_row(r[:-2]) for r in rows), key=lambda q: (-q.priority, q.qid))
 
     async def complete(self, tenant: str, done: Sequence[tuple[int, int]]) -> None:
         await self.claim(tenant, "", (), 0, 0, done)
@@ -496,7 +506,7 @@ class PgActorStore:
     ) -> list[str]:
         names = None if actors is None else list(actors)
         async with self._tx(tenant) as conn:
-            # Exclusive with this worker's claims (yoke_claim): those under way
+            # Exclusive with this worker's claims (yoke_claim_in_turns): those under way
             # commit first, and the statements below see the rows they took.
             await conn.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", CLAIM_LOCK, worker_id)
             total, mine = await conn.fetchrow(

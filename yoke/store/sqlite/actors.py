@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from .appends import SqliteAppends
     from .connection import SqliteDb
 
-# The claim of PostgreSQL's yoke_claim, step by step on the writer thread
+# The claim of PostgreSQL's yoke_claim_in_turns, step by step on the writer thread
 # (in-process queries cost no round trip; the single writer is the lock).
 # The first queued (instance, group) at or after the given one ('' is no
 # group: the lowest), skipping through the claim index: a pass costs a probe
