@@ -52,8 +52,8 @@ async def test_a_claim_pass_costs_what_it_takes_not_every_queued_group(pg_url: s
             tenant, *policy,
         )
         assert taken == 5
-        # Six groups found (the sixth is where the next pass begins), each
-        # with a probe for it, its leases and its rows; and the claim itself.
+        # Five groups visited, each with a probe for it, its leases and its
+        # rows; the round's other end probed once; and the claim itself.
         assert turns <= 30, turns
         taken, every_group = await scans_of(
             conn, "SELECT * FROM yoke_claim($1, 'w1', $2, $3, $4, $5, $6, $7, $8, $9, $10)", tenant, *policy,

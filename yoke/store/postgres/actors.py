@@ -305,7 +305,7 @@ class PgActorStore:
             [d[0] for d in done], [d[1] for d in done], shard[0], shard[1], *start,
         )
         if limit > 0:
-            # Each row names where the next pass begins; none: from the start.
+            # Each row names the group the next pass begins after; none: from the first.
             self._claim_from[resume] = (rows[0][-2], rows[0][-1]) if rows else ("", "")
         return sorted((queue_row_from_row(r[:-2]) for r in rows), key=lambda q: (-q.priority, q.qid))
 
