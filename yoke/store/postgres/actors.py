@@ -62,8 +62,8 @@ DB_NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
 # Completing finished rows and claiming the next ones is one round trip:
 # the yoke_claim_in_turns function (functions/yoke_claim_in_turns.sql), which
-# begins where this worker's last pass stopped and returns where the next
-# one begins with each row it claimed.
+# begins after the group where this worker's last pass stopped and returns,
+# with each row it claimed, the group the next pass begins after.
 CLAIM = "SELECT * FROM yoke_claim_in_turns($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
 # The first key of the two-key advisory lock on a worker's claims (the second
 # is a hash of its id): shared by the claims, exclusive in release_excess.
