@@ -215,3 +215,12 @@ async def test_state_images(store, tenant):
     assert await store.actors.load_state(tenant, inst.instance_id) is None
     await store.actors.save_state(tenant, inst.instance_id, b"image", now_ms())
     assert await store.actors.load_state(tenant, inst.instance_id) == b"image"
+    await store.actors.save_state(tenant, inst.instance_id, b"image 2", now_ms())
+    assert await store.actors.load_state(tenant, inst.instance_id) == b"image 2"
+    # Another tenant neither reads the image nor overwrites it: its write
+    # is a row of its own.
+    other = new_id("t")
+    assert await store.actors.load_state(other, inst.instance_id) is None
+    await store.actors.save_state(other, inst.instance_id, b"theirs", now_ms())
+    assert await store.actors.load_state(tenant, inst.instance_id) == b"image 2"
+    assert await store.actors.load_state(other, inst.instance_id) == b"theirs"

@@ -602,16 +602,13 @@ class PgActorStore:
 
     # --- per-instance SQLite databases ---------------------------------------
 
+    # One round trip each (functions/yoke_load_state.sql, yoke_save_state.sql):
+    # an image is read when an instance opens and written after each run.
     async def load_state(self, tenant: str, instance_id: str) -> bytes | None:
-        async with self._tx(tenant) as conn:
-            return await conn.fetchval(
-                "SELECT data FROM actor_sqlite WHERE tenant_id=$1 AND instance_id=$2",
-                tenant, instance_id,
-            )
+        return await self._db.fetchval("SELECT yoke_load_state($1, $2)", tenant, instance_id)  # type: ignore[return-value]
 
     async def save_state(self, tenant: str, instance_id: str, data: bytes, now: int) -> None:
-        async with self._tx(tenant) as conn:
-            await self._save_state(conn, tenant, instance_id, data, now)
+        await self._db.execute("SELECT yoke_save_state($1, $2, $3, $4)", tenant, instance_id, data, now)
 
     @staticmethod
     async def _save_state(conn: asyncpg.Connection, tenant: str, instance_id: str, data: bytes, now: int) -> None:
