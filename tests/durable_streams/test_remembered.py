@@ -1,8 +1,7 @@
 """Appends to a stream the protocol route remembers (http/durable_streams/
-known.py), after the stream was changed where the route does not see it:
+remembered.py), after the stream was changed where the route does not see it:
 through Yoke's own API (as another process would). Each append is answered
-from the stream as it is now. Both backends (PostgreSQL's route looks the
-stream up every time: the same answers)."""
+from the stream as it is now. Both backends."""
 
 from __future__ import annotations
 
@@ -74,10 +73,11 @@ def test_an_append_after_a_close_elsewhere_is_refused_with_the_current_offset(de
 
 
 def test_a_post_racing_a_delete_gets_404_and_creates_nothing(dev_server: Server) -> None:
-    """PostgreSQL: a DELETE commits between the POST's lookup of the stream
-    and its append. The append must not create the path again."""
+    """PostgreSQL: a DELETE commits between the POST's decision (for the
+    stream it remembers) and its append. The append must not create the
+    path again."""
     if not dev_server.db_url.startswith("postgresql"):
-        pytest.skip("SQLite's route remembers streams: the tests above cover it")
+        pytest.skip("SQLite's single writer takes the DELETE and the append one after the other")
     name, url = _remembered(dev_server, b'{"n":1}')
 
     async def race() -> httpx.Response:
@@ -92,8 +92,8 @@ def test_a_post_racing_a_delete_gets_404_and_creates_nothing(dev_server: Server)
             for table in ("events", "protocol_streams", "streams"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id='default' AND sid=$1", sid)
             post = asyncio.ensure_future(asyncio.to_thread(httpx.post, url, headers=JSON, content=b'{"n":2}'))
-            # The POST has looked the stream up (still there for it) once its
-            # append waits for the row lock.
+            # The POST has decided for the stream (still there for it) once
+            # its append waits for the row lock.
             deadline = time.monotonic() + 10
             while not await conn.fetchval(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
@@ -109,3 +109,38 @@ def test_a_post_racing_a_delete_gets_404_and_creates_nothing(dev_server: Server)
 
     assert asyncio.run(race()).status_code == 404
     assert httpx.get(url, params={"offset": "-1"}).status_code == 404
+
+
+async def test_appends_to_a_remembered_stream_do_not_look_it_up(db_url: str) -> None:
+    """The route looks a stream up for its first append only, on both
+    backends (PostgreSQL's looked it up for every request): what other
+    processes change is caught by the append itself, as the tests above
+    show. Counted at the store, the route served in process."""
+    import contextlib
+
+    import yoke
+    from yoke.http.app import asgi_app, create_app, serve_runtime
+
+    async with yoke.open(db_url, executor=False) as runtime:
+        protocol = runtime.store.protocol
+        looked_up: list[str] = []
+        stream_of = protocol.stream
+
+        async def counted(tenant: str, path: str):  # noqa: ANN202 - the store's answer
+            looked_up.append(path)
+            return await stream_of(tenant, path)
+
+        protocol.stream = counted  # type: ignore[method-assign]
+        app = create_app(contextlib.nullcontext)
+        serve_runtime(app, runtime)
+        app.state.dev = True
+        transport = httpx.ASGITransport(app=asgi_app(app))
+        async with httpx.AsyncClient(transport=transport, base_url="http://yoke") as client:
+            name = "known-" + uuid.uuid4().hex[:8]
+            assert (await client.put(f"/v1/stream/{name}", headers=JSON)).status_code == 201
+            looked_up.clear()
+            for n in range(5):
+                answer = await client.post(f"/v1/stream/{name}", headers=JSON, content=b'{"n":%d}' % n)
+                assert answer.status_code == 204
+            assert looked_up == [f"/{name}"]  # the first append's lookup, then none
+            assert [m["n"] for m in (await client.get(f"/v1/stream/{name}", params={"offset": "-1"})).json()] == [0, 1, 2, 3, 4]

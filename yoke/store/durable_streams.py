@@ -214,14 +214,6 @@ def assemble(
 
 
 class ProtocolStore(Protocol):
-    # Whether the protocol routes keep the streams they looked up in memory
-    # (http/durable_streams/remembered.py) and send every append with its
-    # lifetime guard: on SQLite's one writer a lifetime-only guard costs one
-    # read in the group's transaction. On PostgreSQL the routes look the
-    # stream up every time (other processes change it) and send the append
-    # with the lifetime they found.
-    remembers_streams: bool
-
     async def stream(self, tenant: str, path: str) -> ProtocolStream | None:
         """The stream with its protocol settings; None when it does not exist."""
 

@@ -296,19 +296,17 @@ class DurableStreams:
         stream_seq = h.get("stream-seq")
         body = await read_body(request.receive, self.limit)
         tenant = principal.tenant
-        remembered = self.runtime.store.protocol.remembers_streams
         # A remembered stream was admitted for this (generic) surface when it
         # was looked up: its pins are fixed for its lifetime, and the append
         # carries that lifetime (another one at the path is "gone").
-        stream = self.known.get(tenant, request.path) if remembered else None
+        stream = self.known.get(tenant, request.path)
         for _ in range(3):  # a remembered stream may be out of date: look again
             fresh = stream is None
             if stream is None:
                 # Its TTL window restarts once the append is done (below): a
                 # slow commit must not eat into the window the client counts.
                 stream = await self.streams.lookup(tenant, request.path, caller, APPEND, touch=False)
-                if remembered:
-                    self.known.remember(tenant, stream)
+                self.known.remember(tenant, stream)
             try:
                 events = _events_to_append(stream, h, body, close, producer is not None)
             except errors.YokeError:

@@ -24,8 +24,6 @@ BY_PATH = PROTOCOL_STREAM_SELECT + " WHERE s.tenant_id=$1 AND s.path=$2"
 
 
 class PgProtocolStore:
-    remembers_streams = False
-
     def __init__(self, db: PgDb, appends: PgAppends) -> None:
         self._db = db
         self._appends = appends

@@ -38,8 +38,6 @@ LIFETIME_SELECT = (
 
 
 class SqliteProtocolStore:
-    remembers_streams = True
-
     def __init__(self, db: SqliteDb, appends: SqliteAppends) -> None:
         self._db = db
         self._appends = appends
