@@ -159,6 +159,30 @@ def test_health_readiness_metrics_docs(http, server):
     assert "swagger" in http.get("/docs").text.lower()
 
 
+def test_request_metrics_count_every_request_by_route_method_and_status(http, server):
+    """The request metrics keep their label children between requests:
+    each request still counts, under its own status."""
+    route = 'route="/v1/streams{path:path}/-/events"'
+
+    def counted(status: int) -> float:
+        line = f'yoke_http_requests_total{{method="POST",{route},status="{status}"}} '
+        for row in http.get("/metrics").text.splitlines():
+            if row.startswith(line):
+                return float(row[len(line):])
+        return 0.0
+
+    def timed() -> float:
+        line = f'yoke_http_request_seconds_count{{{route}}} '
+        return next(float(r[len(line):]) for r in http.get("/metrics").text.splitlines() if r.startswith(line))
+
+    http.post(events_url("/metrics-count"), json={"type": "x"})  # the children exist
+    ok, bad, seen = counted(201), counted(400), timed()
+    for _ in range(3):
+        assert http.post(events_url("/metrics-count"), json={"type": "x"}).status_code == 201
+    assert http.post(events_url("/metrics-count"), content=b"{", headers={"Content-Type": "application/json"}).status_code == 400
+    assert (counted(201), counted(400), timed()) == (ok + 3, bad + 1, seen + 4)
+
+
 def test_hot_path_matches_the_framework_routes(http, path):
     # A percent-encoded slash is part of a segment, never a separator.
     r = http.post("/v1/streams/a%252Fb/-/events", json={"type": "x"})

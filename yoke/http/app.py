@@ -114,8 +114,15 @@ def asgi_app(app: FastAPI, cors: CorsPolicy | None = None) -> ASGIApp:
 class RequestMetrics:
     """Counts requests by route template (not raw path), method and status."""
 
+    # Label children kept, so a request does not look them up (prometheus'
+    # ``labels()`` validates and locks each time); bounded, as a client
+    # chooses the method.
+    KEPT = 1024
+
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+        self._counters: dict[tuple[str, str, int], Any] = {}
+        self._timers: dict[str, Any] = {}
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -135,5 +142,16 @@ class RequestMetrics:
         finally:
             route = scope.get("route")
             template = getattr(route, "path", "unmatched")
-            metrics.HTTP_REQUESTS.labels(template, scope["method"], str(status)).inc()
-            metrics.HTTP_LATENCY.labels(template).observe(time.perf_counter() - started)
+            key = (template, scope["method"], status)
+            counter = self._counters.get(key)
+            if counter is None:
+                counter = metrics.HTTP_REQUESTS.labels(template, scope["method"], str(status))
+                if len(self._counters) < self.KEPT:
+                    self._counters[key] = counter
+            counter.inc()
+            timer = self._timers.get(template)
+            if timer is None:
+                timer = metrics.HTTP_LATENCY.labels(template)
+                if len(self._timers) < self.KEPT:
+                    self._timers[template] = timer
+            timer.observe(time.perf_counter() - started)
