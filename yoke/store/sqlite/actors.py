@@ -56,20 +56,21 @@ if TYPE_CHECKING:
 # The claim of PostgreSQL's yoke_claim_in_turns, step by step on the writer thread
 # (in-process queries cost no round trip; the single writer is the lock).
 # The first queued (instance, group) at or after the given one ('' is no
-# group: the lowest), skipping through the claim index: a pass costs a probe
-# per queued group, not one per instance the worker owns (most of which, with
-# thousands of keyed instances, have nothing queued).
+# group: the lowest), skipping through the claim index, with its instance's
+# actor if this worker may claim its rows now and the group's live leases:
+# one statement a group (each statement on the writer thread hands the GIL
+# back and waits to take it again). A pass costs a probe per queued group,
+# not one per instance the worker owns (most of which, with thousands of
+# keyed instances, have nothing queued).
 GROUP_FROM = (
-    "SELECT instance_id, group_key FROM actor_queue WHERE tenant_id=? AND status <> 'dead'"
-    " AND (instance_id, group_key) >= (?, ?) ORDER BY instance_id, group_key LIMIT 1"
-)
-OWNED_ACTOR = (  # the instance's actor, if this worker may claim its rows now
-    "SELECT actor FROM actor_instances WHERE tenant_id=? AND instance_id=? AND worker_id=?"
-    " AND claimable_after <= ?"  # just changed hands: wait for the previous owner's leases
-)
-LIVE_LEASES = (
-    "SELECT count(*) FROM actor_queue WHERE tenant_id=? AND instance_id=? AND group_key=?"
-    " AND status='processing' AND lease_until > ?"
+    "SELECT g.instance_id, g.group_key,"
+    " (SELECT i.actor FROM actor_instances i WHERE i.tenant_id = ?1 AND i.instance_id = g.instance_id"
+    "  AND i.worker_id = ?4"
+    "  AND i.claimable_after <= ?5),"  # just changed hands: wait for the previous owner's leases
+    " (SELECT count(*) FROM actor_queue b WHERE b.tenant_id = ?1 AND b.instance_id = g.instance_id"
+    "  AND b.group_key = g.group_key AND b.status = 'processing' AND b.lease_until > ?5)"
+    " FROM (SELECT instance_id, group_key FROM actor_queue WHERE tenant_id = ?1 AND status <> 'dead'"
+    "  AND (instance_id, group_key) >= (?2, ?3) ORDER BY instance_id, group_key LIMIT 1) g"
 )
 CLAIMABLE = (
     "SELECT qid, priority FROM actor_queue WHERE tenant_id=? AND instance_id=? AND group_key=?"
@@ -398,7 +399,7 @@ class SqliteActorStore:
         start = self._claim_from.get(resume, ("", ""))
         after, wrapped = start, False
         while True:
-            found_row = conn.execute(GROUP_FROM, (tenant, *after)).fetchone()
+            found_row = conn.execute(GROUP_FROM, (tenant, *after, worker_id, now)).fetchone()
             row = None if found_row is None else (found_row[0], found_row[1])
             if row is not None and wrapped and row >= start:
                 row = None  # round once: back where this pass began
@@ -410,16 +411,14 @@ class SqliteActorStore:
             if len(found) >= limit:
                 break  # the next pass begins at this group
             instance_id, group = row
-            actor = None
-            if shard[1] <= 1 or zlib.crc32(instance_id.encode()) % shard[1] == shard[0]:
-                owned = conn.execute(OWNED_ACTOR, (tenant, instance_id, worker_id, now)).fetchone()
-                actor = owned and owned[0]
+            actor, busy = found_row[2], found_row[3]
+            if shard[1] > 1 and zlib.crc32(instance_id.encode()) % shard[1] != shard[0]:
+                actor = None
             policy = by_actor.get(actor) if actor is not None else None
             if policy is None:  # not this worker's (or shard's) to run: its other groups neither
                 after = (instance_id + "\x00", "")  # the next key after this instance's
                 continue
             after = (instance_id, group + "\x00")  # the next group of this instance
-            busy = conn.execute(LIVE_LEASES, (tenant, instance_id, group, now)).fetchone()[0]
             free = policy.concurrency - busy
             if free > 0:
                 found.extend(
