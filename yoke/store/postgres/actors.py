@@ -68,6 +68,9 @@ CLAIM = "SELECT * FROM yoke_claim_in_turns($1, $2, $3, $4, $5, $6, $7, $8, $9, $
 # The first key of the two-key advisory lock on a worker's claims (the second
 # is a hash of its id): shared by the claims, exclusive in release_excess.
 CLAIM_LOCK = 24065
+# An instance's database image written (pg_sqlite storage): on its own, or in
+# an atomic run's transaction, whose tenant the function checks it is in.
+SAVE_STATE = "SELECT yoke_save_state($1, $2, $3, $4)"
 
 ENQUEUE = """
 INSERT INTO actor_queue (tenant_id, instance_id, group_key, priority, path, seq, event,
@@ -608,15 +611,7 @@ class PgActorStore:
         return await self._db.fetchval("SELECT yoke_load_state($1, $2)", tenant, instance_id)  # type: ignore[return-value]
 
     async def save_state(self, tenant: str, instance_id: str, data: bytes, now: int) -> None:
-        await self._db.execute("SELECT yoke_save_state($1, $2, $3, $4)", tenant, instance_id, data, now)
-
-    @staticmethod
-    async def _save_state(conn: asyncpg.Connection, tenant: str, instance_id: str, data: bytes, now: int) -> None:
-        await conn.execute(
-            "INSERT INTO actor_sqlite VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, instance_id)"
-            " DO UPDATE SET data=EXCLUDED.data, updated_at=EXCLUDED.updated_at",
-            tenant, instance_id, data, now,
-        )
+        await self._db.execute(SAVE_STATE, tenant, instance_id, data, now)
 
     # --- schedules -----------------------------------------------------------
 
@@ -755,7 +750,7 @@ class PgActorStore:
                 for info in run.instances:
                     await self._insert_instance(conn, info)
                 if run.state is not None:
-                    await self._save_state(conn, tenant, run.instance_id, run.state, now)
+                    await conn.execute(SAVE_STATE, tenant, run.instance_id, run.state, now)
         except RunUndone as undone:
             return undone.status, undone.path
         return "ok", None
