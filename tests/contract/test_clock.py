@@ -1,38 +1,24 @@
 """One injected clock: a runtime opened with ``clock=`` stamps every time it
 stores by it (the events' created_at, in the appender and in the store's own
 facts, the subscriptions' progress and their copies, tokens and their
-expiry), on both backends. The clock here stands still in 2001 (monotonic
-time runs: the runtime's loops still wait and wake)."""
+expiry), on both backends. The clock here is a virtual one standing in
+2001 (monotonic time runs: the runtime's loops still wait and wake)."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
 import yoke
 from yoke import errors
+from yoke.clock import VirtualClock
 from yoke.subscriptions.receivers import from_dict
 
 T = "default"
 START_S = 1_000_000_000.25  # 2001-09-09T01:46:40.250Z: no real clock says this
 
 
-class StillClock:
-    """Wall time stands still at ``at`` (a test moves it); monotonic time is real."""
-
-    def __init__(self, at: float) -> None:
-        self.at = at
-
-    def wall(self) -> float:
-        return self.at
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-
 async def test_what_the_runtime_stores_follows_its_clock(fresh_url: str) -> None:
-    clock = StillClock(START_S)
+    clock = VirtualClock(START_S)
     at_ms = int(START_S * 1000)
     async with yoke.open(fresh_url, clock=clock) as y:
         source = y.stream("/clock/source")
@@ -61,6 +47,6 @@ async def test_what_the_runtime_stores_follows_its_clock(fresh_url: str) -> None
         token = await y.tokens.create(T, ["read"], "clocked", expires_in_s=60)
         assert (token.info.created_at, token.info.expires_at) == (at_ms, at_ms + 60_000)
         assert (await y.tokens.authenticate(token.token)).token_id == token.info.token_id
-        clock.at = START_S + 61
+        clock.set(START_S + 61)
         with pytest.raises(errors.TokenExpired):
             await y.tokens.authenticate(token.token)

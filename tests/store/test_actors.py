@@ -188,6 +188,31 @@ async def test_workers_heartbeat_reap_and_hand_over(store, tenant):
     assert alive not in await store.actors.live_workers()
 
 
+async def test_the_agenda_counts_what_is_runnable_now_and_finds_the_next_due_time(store, tenant):
+    """What a test's virtual clock reads (yoke.testing): rows processing or
+    pending and due, schedules due and the fan-out's backlog are runnable;
+    the next due time is the earliest later retry or schedule."""
+    worker = new_id("w")
+    inst = await instance(store, tenant, worker_id=worker)
+    now = now_ms()
+    base = await store.actors.agenda(tenant, now)  # the instance's creation fact waits for fan-out
+    assert base.next_due is None
+    await store.actors.enqueue(tenant, [item(inst, 0), item(inst, 1, available_at=now + 5_000)], now)
+    await store.actors.upsert_schedule(Schedule(tenant, inst.instance_id, "s", now + 3_000, {"type": "s"}, created_at=now))
+    agenda = await store.actors.agenda(tenant, now)
+    assert (agenda.runnable, agenda.next_due) == (base.runnable + 1, now + 3_000)
+    (row,) = await claim(store, tenant, worker, now=now)
+    assert (await store.actors.agenda(tenant, now)).runnable == base.runnable + 1  # processing
+    await store.actors.complete(tenant, [(row.qid, row.attempts)])
+    assert await store.actors.agenda(tenant, now) == type(agenda)(base.runnable, now + 3_000)
+    # At the schedule's time it is runnable; then the retried row is next.
+    assert await store.actors.agenda(tenant, now + 3_000) == type(agenda)(base.runnable + 1, now + 5_000)
+    assert await store.actors.agenda(tenant, now + 5_000) == type(agenda)(base.runnable + 2, None)
+    # Another tenant's rows are not this one's.
+    other = await store.actors.agenda(tenant + "x", now + 5_000)
+    assert (other.runnable, other.next_due) == (0, None)
+
+
 async def test_schedules_upsert_fire_and_cancel(store, tenant):
     inst = await instance(store, tenant)
     now = now_ms()

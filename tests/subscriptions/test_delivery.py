@@ -220,13 +220,15 @@ async def test_due_retry_runs_while_the_source_is_quiet(fresh_url: str) -> None:
         assert calls["n"] == 2 and status.attempts == 0 and "first attempt fails" in status.last_error
 
 
-async def test_retry_ladder_doubles_with_jitter() -> None:
-    from yoke.subscriptions.runner import backoff_s
+async def test_retry_ladder_doubles_with_jitter_the_same_for_the_same_retry() -> None:
+    from yoke.clock import backoff_s
 
     for attempt, nominal in [(1, 1), (2, 2), (3, 4), (11, 1024), (12, 1800), (15, 1800)]:
-        samples = [backoff_s(attempt, 1.0, 1800.0) for _ in range(200)]
+        samples = [backoff_s(attempt, 1.0, 1800.0, "default", "/s", f"sub{n}", 7) for n in range(200)]
         assert nominal * 0.8 <= min(samples) and max(samples) <= nominal * 1.2
-        assert max(samples) - min(samples) > nominal * 0.1  # jittered
+        assert max(samples) - min(samples) > nominal * 0.1  # jittered across subscriptions
+        # ... and repeatable for one (a run under a test's clock is).
+        assert backoff_s(attempt, 1.0, 1800.0, "default", "/s", "sub3", 7) == samples[3]
 
 
 async def test_late_acknowledgement_after_set_cursor_is_discarded(fresh_url: str) -> None:

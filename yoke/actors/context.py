@@ -33,6 +33,10 @@ class Ops(Protocol):
 
     def update_lock(self) -> asyncio.Lock: ...
 
+    def now(self) -> float:
+        """The runtime's clock, in seconds since the epoch."""
+        ...
+
 
 def as_epoch_s(at: Any) -> Any:
     """``at`` as epoch seconds: datetimes are converted, numbers pass."""
@@ -201,6 +205,12 @@ class BaseContext:
     @cached_property
     def conversations(self) -> Conversations:
         return Conversations(self.ops)
+
+    def now(self) -> dt.datetime:
+        """The current time by the runtime's clock (UTC): what schedules,
+        retries and event times follow, and what a test's virtual clock
+        moves (``time.time()`` stays the machine's)."""
+        return dt.datetime.fromtimestamp(self.ops.now(), dt.timezone.utc)
 
     async def append(self, event: Mapping[str, Any], stream: str = "/") -> dict[str, Any]:
         """Append to one of the tenant's streams (default: the global stream

@@ -112,6 +112,12 @@ class OpHandler:
             raise errors.InvalidInput("this op needs an actor instance")
         return self.instance
 
+    def now(self) -> float:
+        return self.kernel.clock.wall()
+
+    def clock_reading(self) -> tuple[float, bool]:
+        return self.kernel.clock.wall(), not getattr(self.kernel.clock, "stands_still", False)
+
     def update_lock(self) -> asyncio.Lock:
         """A process-local lock for one instance's ctx.state.update."""
         return self._db().update_lock

@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-import random
 import traceback
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from .. import metrics
+from ..clock import backoff_s
 from ..events import Event
 from ..store.actors import InstanceInfo, Policy, QueueRow
 from ..store.faults import log_retried
@@ -47,11 +47,6 @@ class LeaseLost(Exception):
     """The row's lease ended before its run could start."""
 MAX_ERROR_CHARS = 4096
 MAX_INSTANCES = 100_000  # instances whose row is cached
-
-
-def backoff_s(definition: ActorDef, attempt: int) -> float:
-    base = min(definition.retry_base_s * 2 ** (attempt - 1), definition.retry_max_s)
-    return base * random.uniform(0.8, 1.2)
 
 
 def event_from_queue(row: QueueRow) -> Event:
@@ -102,11 +97,11 @@ class _ClaimLoop:
         s = self.scheduler
         now_ms = s.kernel.now_ms
         while not s.stopping:
-            timeout = s.sweep_s
-            if self.retries:
-                timeout = min(timeout, max((self.retries[0][0] - now_ms()) / 1000, 0))
+            # Woken at the next retry's due time (by the clock: one that
+            # jumps wakes it too), by the periodic sweep at the latest.
+            due_s = self.retries[0][0] / 1000 if self.retries else None
             try:
-                async with asyncio.timeout(timeout):  # not wait_for: see Fanout.run
+                async with s.kernel.clock.alarm(due_s, within=s.sweep_s):  # not wait_for: see Fanout.run
                     await self.wake_flag.wait()
             except TimeoutError:
                 if not self.retries or self.retries[0][0] > now_ms():
@@ -359,7 +354,9 @@ class Scheduler:
             log.warning("dead-lettered %s row %s after %s attempts: %s",
                         row.instance_id, row.qid, row.attempts, error)
         else:
-            retry_at = now_ms() + int(backoff_s(definition, row.attempts) * 1000)
+            delay_s = backoff_s(row.attempts, definition.retry_base_s, definition.retry_max_s,
+                                row.tenant, row.qid)
+            retry_at = now_ms() + int(delay_s * 1000)
             heapq.heappush(loop.retries, (retry_at, row.tenant))
         try:
             await self.kernel.actors().fail(

@@ -54,17 +54,20 @@ class Timers:
         self._dues: list[int] = []
 
     def changed(self, due_ms: int | None = None) -> None:
+        self._announce(due_ms)
+        self._wake.set()
+
+    def _announce(self, due_ms: int | None) -> None:
         if due_ms is not None and len(self._dues) < MAX_ANNOUNCED:
             heapq.heappush(self._dues, due_ms)
-        self._wake.set()
 
     async def run(self) -> None:
         while True:
-            timeout = self._poll_s
-            if self._dues:
-                timeout = min(timeout, max((self._dues[0] - self._now_ms()) / 1000, 0))
+            # Woken at the next due time this process knows of (by the clock,
+            # so a clock that jumps wakes it too), or by the poll at the latest.
+            due_s = self._dues[0] / 1000 if self._dues else None
             try:
-                async with asyncio.timeout(timeout):
+                async with self._clock.alarm(due_s, within=self._poll_s):
                     await self._wake.wait()
             except TimeoutError:
                 pass
@@ -114,7 +117,10 @@ class Timers:
                 # firing is dropped, the schedule moves on (a one-shot ends).
                 log.error("schedule %s of %s: its append to %s was refused (%s); firing skipped",
                           s.name, s.instance_id, s.stream, exc.code)
-            return await self._store().fire_schedule(s, next_due, None, now)
+            fired = await self._store().fire_schedule(s, next_due, None, now)
+            if fired:
+                self._announce(next_due)
+            return fired
         document = {
             "offset": 0,
             "id": new_event_id(),
@@ -137,4 +143,5 @@ class Timers:
         fired = await self._store().fire_schedule(s, next_due, item, now)
         if fired:
             self._on_enqueued(s.tenant)
+            self._announce(next_due)  # a cron's next firing, on time
         return fired

@@ -44,6 +44,11 @@ class RunOps(Protocol):
 
     async def call(self, method: str, params: dict[str, Any]) -> Any: ...
 
+    def clock_reading(self) -> tuple[float, bool]:
+        """The runtime's wall clock now, and whether it runs on by itself
+        (False: a test's virtual clock, standing still during a run)."""
+        ...
+
 # What a host is started without: the kernel's settings (database URL,
 # tokens) and the usual database credentials.
 SCRUBBED_ENV_PREFIXES = ("YOKE_", "PG", "DATABASE_URL", "AWS_")
@@ -270,6 +275,7 @@ class HostPool:
                 "run": run, "actor": instance.actor, "tenant": ops.tenant,
                 "instance": instance_dict(instance), "event": event.to_dict(), "attempt": attempt,
                 "queue_row": None if ops.journal is None else ops.journal.qid,
+                "clock": dict(zip(("now", "runs"), ops.clock_reading(), strict=True)),
             }
             try:
                 await host.call("actor.process", params)

@@ -16,6 +16,7 @@ import resource
 import signal
 import socket
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -87,8 +88,13 @@ class RemoteOps:
     (``call``, ``tenant``, ``update_lock``), each call a message."""
 
     def __init__(self, connection: Connection, run: int, tenant: str, locks: dict[str, asyncio.Lock],
-                 instance_id: str) -> None:
+                 instance_id: str, clock: dict[str, Any] | None = None) -> None:
         self._connection = connection
+        # The runtime's clock at the run's start; it runs on with this
+        # process's unless it stands still (a test's virtual clock).
+        clock = clock or {"now": time.time(), "runs": True}
+        self._started_at = float(clock["now"])
+        self._started = time.monotonic() if clock.get("runs") else None
         self._run = run
         self.tenant = tenant
         self._locks = locks
@@ -96,6 +102,11 @@ class RemoteOps:
 
     async def call(self, method: str, params: dict[str, Any]) -> Any:
         return await self._connection.call(self._run, method, params)
+
+    def now(self) -> float:
+        if self._started is None:
+            return self._started_at
+        return self._started_at + time.monotonic() - self._started
 
     def update_lock(self) -> asyncio.Lock:
         """Serializes this host's ctx.state.update calls of one instance
@@ -178,7 +189,8 @@ class Host:
             raise _Refused(p.INVALID_PARAMS, f"no actor named {params.get('actor')!r} in this host")
         instance = InstanceInfo(**params["instance"])
         event = Event(**params["event"])
-        ops = RemoteOps(self.connection, params["run"], instance.tenant, self.locks, instance.instance_id)
+        ops = RemoteOps(self.connection, params["run"], instance.tenant, self.locks, instance.instance_id,
+                        params.get("clock"))
         ctx = Context(ops, instance, event, params["attempt"], params.get("queue_row"))  # type: ignore[arg-type]
         await handler(ctx, event)
 

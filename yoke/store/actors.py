@@ -239,6 +239,15 @@ class FanoutLag:
     through: int
 
 
+@dataclass(frozen=True, slots=True)
+class Agenda:
+    """A tenant's actor work at one time: how much is runnable now, and
+    when the next thing falls due (ms; None: nothing waits)."""
+
+    runnable: int
+    next_due: int | None
+
+
 class ActorStore(Protocol):
     # --- instances -----------------------------------------------------------
 
@@ -356,6 +365,12 @@ class ActorStore(Protocol):
     async def unfinished(self, actors: Sequence[str]) -> int:
         """Pending and processing rows of instances of ``actors``, plus events
         not fanned out yet, over every tenant."""
+
+    async def agenda(self, tenant: str, now: int) -> Agenda:
+        """Runnable at ``now``: queue rows processing, or pending and due;
+        events not fanned out yet; schedules due. Next due: the earliest
+        later ``available_at`` of a pending row or ``due_at`` of a schedule
+        (what a test's virtual clock jumps to, ``yoke.testing``)."""
 
     async def unfinished_rows(self, tenant: str, actors: Sequence[str], limit: int) -> list[QueueRow]:
         """Up to ``limit`` pending and processing rows of instances of

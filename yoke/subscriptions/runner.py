@@ -12,15 +12,15 @@ an operator moved the cursor (a newer generation) changes nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import random
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from .. import errors
-from ..clock import wall_ms
+from ..clock import backoff_s, wall_ms
 from ..events import Event
 from ..lifecycle import is_lifecycle
 from ..routing.evaluation import Failed
@@ -54,11 +54,6 @@ SKIP_AFTER = 3  # attempts before on_failing_event="skip" skips the event
 SKIPS_IN_A_ROW = 3  # the third consecutive failing event halts instead of being skipped
 STEP_BUDGET_S = 0.05  # one-event receivers: acknowledge at least this often
 RUN_ENDING = frozenset({CONFIGURED, CURSOR_SET, REMOVED})
-
-
-def backoff_s(attempts: int, base_s: float, max_s: float) -> float:
-    """1 s, 2 s, 4 s ... (from ``base_s``) up to ``max_s``, +-20% jitter."""
-    return min(base_s * 2 ** (attempts - 1), max_s) * random.uniform(0.8, 1.2)
 
 
 def transformed(event: Event, shaped: Any) -> Event:
@@ -157,21 +152,23 @@ class Runner:
                 self.halted = False
                 if not self.engine.holding:
                     return  # the lease ran out: whoever holds it next resumes from the cursor
-                wait_ms = row.next_retry_at - wall_ms(self.engine.clock)
-                if wait_ms > 0:
-                    await self._wait(None, wait_ms / 1000)
+                if row.next_retry_at > wall_ms(self.engine.clock):
+                    await self._wait(None, row.next_retry_at / 1000)
                     continue
                 if not await self.step():
                     await self._wait(waiter, None)  # until an append, a poke or a resync
         finally:
             waiter.close()
 
-    async def _wait(self, waiter: Any, timeout_s: float | None) -> None:
+    async def _wait(self, waiter: Any, due_s: float | None) -> None:
+        """Until a poke, an append (``waiter``) or the clock reaching ``due_s``."""
         waits = [asyncio.ensure_future(self._poke.wait())]
         if waiter is not None:
             waits.append(asyncio.ensure_future(waiter.wait()))
         try:
-            await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            with contextlib.suppress(TimeoutError):
+                async with self.engine.clock.alarm(due_s):
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for w in waits:
                 w.cancel()
@@ -455,7 +452,7 @@ class Runner:
         settings = self.engine.settings
         delay = getattr(exc, "retry_after_s", None)
         if delay is None:
-            delay = backoff_s(attempts, settings.retry_base_s, settings.retry_max_s)
+            delay = backoff_s(attempts, settings.retry_base_s, settings.retry_max_s, row.tenant, row.path, row.name, first)
         failed = await self.engine.store().subscriptions.fail(
             row.tenant, row.path, row.name, row.generation, attempts, error,
             wall_ms(self.engine.clock) + int(delay * 1000),

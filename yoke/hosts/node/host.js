@@ -124,7 +124,7 @@ async function run(params) {
   }
   const ctx = new Context((method, p) => op(params.run, method, p), lockFor(params.instance.instance_id), {
     tenant: params.tenant, instance: params.instance, event: params.event, attempt: params.attempt,
-    queueRow: params.queue_row,
+    queueRow: params.queue_row, clock: params.clock,
   });
   try {
     await handler(ctx, params.event);

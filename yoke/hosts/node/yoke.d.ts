@@ -82,6 +82,8 @@ export declare class Context {
   readonly sqlite: Sqlite;
   /** A key for a call to the outside world, the same on every retry of this row (docs/advanced/effects.md). */
   idempotencyKey(name?: string): string;
+  /** The current time by the runtime's clock (a test's virtual clock moves it; Date.now() stays the machine's). */
+  now(): Date;
   /** Append to one of the tenant's streams (default "/"); resolves once durable. */
   append(event: NewEvent, stream?: string): Promise<{ offset: number; id: string }>;
   /** Any op by name, with its JSON params (docs/advanced/hosts.md lists them). */

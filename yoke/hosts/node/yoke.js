@@ -78,9 +78,14 @@ class Sqlite {
  * in this host. */
 export class Context {
   #ops;
+  #clock;
 
-  constructor(ops, lock, { tenant, instance, event, attempt, queueRow }) {
+  constructor(ops, lock, { tenant, instance, event, attempt, queueRow, clock }) {
     this.#ops = ops;
+    // The runtime's clock at the run's start; it runs on with this
+    // process's unless it stands still (a test's virtual clock).
+    const reading = clock ?? { now: Date.now() / 1000, runs: true };
+    this.#clock = { at: reading.now * 1000, since: reading.runs ? performance.now() : null };
     this.tenant = tenant;
     this.instance = instance;
     this.event = event;
@@ -89,6 +94,14 @@ export class Context {
     this.state = new State(ops, lock);
     this.sqlite = new Sqlite(ops);
     Object.freeze(this);
+  }
+
+  /** The current time by the runtime's clock: what schedules, retries and
+   * event times follow, and what a test's virtual clock moves (Date.now()
+   * stays the machine's). */
+  now() {
+    const { at, since } = this.#clock;
+    return new Date(since === null ? at : at + performance.now() - since);
   }
 
   /** Append to one of the tenant's streams (default: the global stream "/");

@@ -17,6 +17,7 @@ import orjson
 
 from ...events import PreparedEvent
 from ..actors import (
+    Agenda,
     DRAINING,
     MAX_ATTEMPT_ERRORS,
     Effect,
@@ -450,6 +451,22 @@ class PgActorStore:
                     tenant, list(actors),
                 )
         return int(total)
+
+    async def agenda(self, tenant: str, now: int) -> Agenda:
+        async with self._tx(tenant) as conn:
+            row = await conn.fetchrow(
+                "SELECT (SELECT count(*) FROM actor_queue WHERE tenant_id = $1"
+                "        AND (status = 'processing' OR (status = 'pending' AND available_at <= $2)))"
+                " + (SELECT coalesce(sum(s.head - coalesce(c.through, 0)), 0) FROM streams s"
+                "    LEFT JOIN fanout_cursors c ON c.tenant_id = s.tenant_id AND c.sid = s.sid"
+                "    WHERE s.tenant_id = $1 AND s.head > coalesce(c.through, 0))"
+                " + (SELECT count(*) FROM actor_schedules WHERE tenant_id = $1 AND due_at <= $2),"
+                " least((SELECT min(available_at) FROM actor_queue"
+                "        WHERE tenant_id = $1 AND status = 'pending' AND available_at > $2),"
+                "       (SELECT min(due_at) FROM actor_schedules WHERE tenant_id = $1 AND due_at > $2))",
+                tenant, now,
+            )
+        return Agenda(int(row[0]), None if row[1] is None else int(row[1]))
 
     async def unfinished_rows(self, tenant: str, actors: Sequence[str], limit: int) -> list[QueueRow]:
         async with self._tx(tenant) as conn:

@@ -17,6 +17,7 @@ import orjson
 from ...events import PreparedEvent
 from ...lifecycle import INSTANCE_ADOPTED, INSTANCE_CREATED, INSTANCE_REMOVED, instance_fact
 from ..actors import (
+    Agenda,
     DRAINING,
     MAX_ATTEMPT_ERRORS,
     Effect,
@@ -581,6 +582,21 @@ class SqliteActorStore:
             list(actors),
         )
         return int(rows[0][0])
+
+    async def agenda(self, tenant: str, now: int) -> Agenda:
+        [(runnable, next_due)] = await self._read(
+            "SELECT (SELECT count(*) FROM actor_queue WHERE tenant_id = ?1"
+            "        AND (status = 'processing' OR (status = 'pending' AND available_at <= ?2)))"
+            " + (SELECT coalesce(sum(s.head - coalesce(c.through, 0)), 0) FROM streams s"
+            "    LEFT JOIN fanout_cursors c ON c.tenant_id = s.tenant_id AND c.sid = s.sid"
+            "    WHERE s.tenant_id = ?1 AND s.head > coalesce(c.through, 0))"
+            " + (SELECT count(*) FROM actor_schedules WHERE tenant_id = ?1 AND due_at <= ?2),"
+            " (SELECT min(due) FROM (SELECT min(available_at) AS due FROM actor_queue"  # min(a, b) is NULL if either is
+            "    WHERE tenant_id = ?1 AND status = 'pending' AND available_at > ?2"
+            "  UNION ALL SELECT min(due_at) FROM actor_schedules WHERE tenant_id = ?1 AND due_at > ?2))",
+            (tenant, now),
+        )
+        return Agenda(int(runnable), None if next_due is None else int(next_due))
 
     async def unfinished_rows(self, tenant: str, actors: Sequence[str], limit: int) -> list[QueueRow]:
         marks = ",".join("?" * len(actors)) or "NULL"
