@@ -10,6 +10,7 @@ import pytest
 
 import yoke
 from yoke import App, Filter
+from yoke.subscriptions.receivers import from_dict
 
 T = "acme"
 
@@ -140,3 +141,22 @@ async def test_lifecycle_facts_are_named_never_matched_by_star_and_never_copied(
         mirrored = [e.type for e in await y.stream("/mirror", T).read()]
         assert "spawn" in mirrored
         assert not any(t.startswith(("yoke.instance.", "yoke.stream.")) for t in mirrored)
+
+
+async def test_a_new_streams_fact_reaches_its_actors_without_waiting_for_the_sweep(fresh_url: str) -> None:
+    """A stream made by an append, by create() or by a subscription on it
+    announces its yoke.stream.created fact on '/' at once: with the fan-out's
+    periodic sweep a minute away, an actor watching the facts has them all."""
+    app = App()
+    seen: list[str] = []
+
+    @app.actor("watcher", filter=Filter(types=["yoke.stream.created"]), singleton=True)
+    async def watcher(ctx, event):  # noqa: ANN001, ANN202
+        seen.append(event.payload["path"])
+
+    async with yoke.open(fresh_url, app=app, scheduler_sweep_s=60) as y:
+        await y.stream("/by-append", T).append({"type": "x"})
+        await y.stream("/by-create", T).create()
+        await y.stream("/by-subscription", T).subscribe("copy", from_dict({"kind": "copy", "target": "/elsewhere"}))
+        await y.wait_idle(timeout_s=10)
+        assert sorted(seen) == ["/by-append", "/by-create", "/by-subscription"]

@@ -31,6 +31,7 @@ from typing import Any
 from .. import errors, metrics
 from ..clock import SYSTEM, Clock, wall_ms
 from ..events import AppendResult, PreparedEvent, any_ephemeral, idempotency_keys, total_size
+from ..lifecycle import GLOBAL
 from ..lifecycle import new_stream_id  # noqa: F401 - where the rest of Yoke imports it from
 from ..store.contract import Admitted, CommitResult, Outcome, Store
 from ..store.faults import Backoff, nothing_written
@@ -307,6 +308,9 @@ class Appender:
         service.appended(self.tenant, self.path, len(events))
 
 
+SEEN_STREAMS = 10_000  # streams appended() remembers having announced on '/'
+
+
 class AppendService:
     """Validates calls and routes them to the stream's appender."""
 
@@ -328,6 +332,7 @@ class AppendService:
         self._drained: asyncio.Event | None = None
         self.closing = False
         self.stop_waiting = False  # set at shutdown: blocked producers give up
+        self._seen: dict[tuple[str, str], None] = {}  # streams committed to, oldest first (appended())
 
     async def append(
         self, tenant: str, path: str, events: Sequence[PreparedEvent]
@@ -421,8 +426,18 @@ class AppendService:
         self.hub.wake_all()
 
     def appended(self, tenant: str, path: str, count: int) -> None:
-        """Called after each commit, after callers are resolved."""
+        """Called after each commit, after callers are resolved. The first
+        commit this process sees on a stream may have created it: then its
+        ``yoke.stream.created`` fact on '/' is announced too (or fan-out,
+        hearing of '/' on its sweep alone, routes it a second late)."""
         self.hub.wake(tenant, path)
+        key = (tenant, path)
+        if key not in self._seen:
+            if len(self._seen) >= SEEN_STREAMS:
+                del self._seen[next(iter(self._seen))]
+            self._seen[key] = None
+            if path != GLOBAL:
+                self.hub.wake(tenant, GLOBAL)
 
     def _idle(self, appender: Appender) -> None:
         if self._appenders.get((appender.tenant, appender.path)) is appender:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from .. import errors
 from ..clock import SYSTEM, Clock, wall_ms
+from ..lifecycle import GLOBAL
 from ..store.durable_streams import CreateSpec, ProtocolStore, ProtocolStream
 from .append import new_stream_id
 from .rules import CONFIGURE, DELETE, READ, Caller
@@ -91,6 +92,8 @@ class ProtocolStreams:
         stream, created = await self._protocol().create(tenant, path, new_stream_id(), wall_ms(self._clock), spec)
         if created and (spec.events or stream.head):
             self._hub.wake(tenant, path)
+        if created:
+            self._hub.wake(tenant, GLOBAL)  # its yoke.stream.created fact
         return stream, created
 
     async def delete(self, tenant: str, path: str, caller: Caller) -> list[str]:

@@ -549,6 +549,8 @@ class Stream:
         info, created = await self.kernel.store().create_stream(
             self.tenant, self.path, new_stream_id(), self.kernel.now_ms(), settings
         )
+        if created:
+            self.kernel.hub.wake(self.tenant, GLOBAL)  # its yoke.stream.created fact
         if not created and (
             (info.retention, info.limits) != (settings.retention, settings.limits)
             or json_text(info.metadata, "metadata") != json_text(settings.metadata, "metadata")  # true is not 1
