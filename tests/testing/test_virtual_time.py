@@ -55,6 +55,17 @@ async def test_a_daily_cron_fires_once_a_day_at_its_time_across_a_month(postgres
         assert schedule.due_at == int((START + dt.timedelta(days=31, hours=6)).timestamp() * 1000)
 
 
+async def test_after_downtime_a_cron_that_missed_firings_fires_once_as_on_a_restart() -> None:
+    async with env(app, start=START) as e:
+        await e.y.stream("/").append({"type": "ticker.start", "payload": {"name": "t"}})
+        await e.advance(days=2)  # January 1st and 2nd, 06:00
+        await e.down_for(days=5)  # down from the 3rd, 00:00 to the 8th, 00:00: five firings missed
+        await e.advance(days=1)  # the 8th, 06:00
+        ticks = (await e.state("ticker", "t"))["ticks"]
+        assert ticks == [iso(START + dt.timedelta(hours=6)), iso(START + dt.timedelta(days=1, hours=6)),
+                         iso(START + dt.timedelta(days=7)), iso(START + dt.timedelta(days=7, hours=6))]
+
+
 async def test_an_actor_backs_off_to_its_dead_letter_without_sleeping() -> None:
     async with env(app, start=START) as e:
         started = time.monotonic()

@@ -89,6 +89,20 @@ class Environment:
             await self._move(due, timeout_s)
         await self._move(target, timeout_s)
 
+    async def down_for(
+        self, *, days: float = 0, hours: float = 0, minutes: float = 0, seconds: float = 0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        """As if every process was down that long: the clock jumps without
+        stopping at the due times on the way, then what is due runs, as after
+        a restart (a cron schedule that missed several firings fires once;
+        each retry that fell due runs once)."""
+        delta = dt.timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds).total_seconds()
+        if delta < 0:
+            raise ValueError("the clock moves forward only")
+        await self.idle(timeout_s=timeout_s)
+        await self._move(self.clock.wall() + delta, timeout_s)
+
     async def next_due(self) -> float | None:
         """The earliest time ahead (epoch seconds) something falls due: a
         queued event's retry, a schedule, a subscription's next attempt, or
