@@ -21,16 +21,13 @@ import sys
 import secrets
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
 import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
@@ -38,6 +35,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 import yoke
 from examples.billing.app import PLANS, UNIT_PRICE_CENTS, make_app
 from yoke.http.app import create_app, serve_runtime
+from yoke.testing import scratch_database
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository root
 PG_ADMIN_URL = os.environ.get("YOKE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -55,24 +53,9 @@ FAST = {
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-async def db_url(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[str]:  # noqa: ANN001
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/billing.db"
-        return
-    name = f"yoke_billing_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(PG_ADMIN_URL)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    try:
-        yield urlunsplit(urlsplit(PG_ADMIN_URL)._replace(path="/" + name))
-    finally:
-        admin = await asyncpg.connect(PG_ADMIN_URL)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
+async def db_url(request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    async with scratch_database(request.param == "postgres", PG_ADMIN_URL) as url:
+        yield url
 
 
 # --- the accounting system's webhook receiver ---------------------------------------------

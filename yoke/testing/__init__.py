@@ -10,7 +10,7 @@ A pytest plugin (``yoke.testing.plugin``, registered when Yoke is
 installed) gives the same as the ``yoke_env`` fixture.
 """
 
-from .environment import Environment, env
+from .environment import Environment, env, scratch_database
 from .receiver import Post, WebhookReceiver
 
-__all__ = ["Environment", "Post", "WebhookReceiver", "env"]
+__all__ = ["Environment", "Post", "WebhookReceiver", "env", "scratch_database"]

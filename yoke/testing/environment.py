@@ -299,7 +299,7 @@ async def env(
     if isinstance(app, str):
         app = load_app(app)
     clock = VirtualClock(_start_time(start))
-    async with _database(postgres) as url, open_runtime(url, app=app, clock=clock, **settings) as runtime:
+    async with scratch_database(postgres) as url, open_runtime(url, app=app, clock=clock, **settings) as runtime:
         environment = Environment(runtime, clock, tenant)
         environment.auto = auto_advance
         try:
@@ -309,7 +309,10 @@ async def env(
 
 
 @contextlib.asynccontextmanager
-async def _database(postgres: bool) -> AsyncIterator[str]:
+async def scratch_database(postgres: bool = False, admin_url: str | None = None) -> AsyncIterator[str]:
+    """The URL of a database of its own, removed afterwards: a SQLite file in
+    a temporary folder, or a new PostgreSQL database made on the server
+    ``admin_url`` (default: ``YOKE_TEST_PG_URL``) names."""
     if not postgres:
         folder = tempfile.mkdtemp(prefix="yoke-test-")
         try:
@@ -317,7 +320,7 @@ async def _database(postgres: bool) -> AsyncIterator[str]:
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         return
-    admin = os.environ.get("YOKE_TEST_PG_URL")
+    admin = admin_url or os.environ.get("YOKE_TEST_PG_URL")
     if not admin:
         raise errors.InvalidInput("postgres=True needs YOKE_TEST_PG_URL: a PostgreSQL server's URL to make databases on")
     import asyncpg
