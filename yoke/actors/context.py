@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from .. import errors
 from ..events import Event
+from ..hosts.wire import sql_from_wire, sql_params_to_wire, sql_rows_from_wire
 from ..store.actors import InstanceInfo
 from .journal import run_idempotency_key
 
@@ -93,13 +94,19 @@ class Sqlite:
     def __init__(self, ops: Ops) -> None:
         self._ops = ops
 
+    # Values cross the seam as JSON: BLOBs (bytes), integers beyond 2**53
+    # and infinite reals are tagged on the way and untagged here (hosts/wire.py).
+
     async def exec(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> dict[str, int]:
         """Run a statement; returns ``{"rowcount", "lastrowid"}``."""
-        return await self._ops.call("sqlite_exec", {"sql": sql, "params": params})
+        done = await self._ops.call("sqlite_exec", {"sql": sql, "params": sql_params_to_wire(params)})
+        return {k: sql_from_wire(v) for k, v in done.items()}
 
     async def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[dict[str, Any]]:
-        """The rows as dicts keyed by column name, in the statement's column order."""
-        return await self._ops.call("sqlite_query", {"sql": sql, "params": params})
+        """The rows as dicts keyed by column name, in the statement's column
+        order; a BLOB is ``bytes``."""
+        rows = await self._ops.call("sqlite_query", {"sql": sql, "params": sql_params_to_wire(params)})
+        return sql_rows_from_wire(rows)
 
 
 class Schedules:

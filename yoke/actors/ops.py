@@ -20,6 +20,7 @@ import orjson
 
 from .. import errors
 from ..events import MAX_DEPTH, MAX_INT, MIN_INT, PreparedEvent, json_bytes, new_event_id, prepare, validate_path
+from ..hosts.wire import sql_params_from_wire
 from ..store.actors import Effect, InstanceInfo, Message, Schedule
 from ..streams.append import new_stream_id, refusal_error
 from ..streams.rules import APPEND
@@ -168,11 +169,12 @@ class OpHandler:
         ok, version = await self._db().state_cas(p["expected"], p["value"])
         return {"ok": ok, "version": version}
 
+    # Params arrive as JSON, BLOBs and big integers tagged (hosts/wire.py).
     async def _sqlite_exec(self, p: dict[str, Any]) -> dict[str, Any]:
-        return await self._db().execute(p["sql"], p.get("params") or ())
+        return await self._db().execute(p["sql"], sql_params_from_wire(p.get("params") or ()))
 
     async def _sqlite_query(self, p: dict[str, Any]) -> list[dict[str, Any]]:
-        return await self._db().query(p["sql"], p.get("params") or ())
+        return await self._db().query(p["sql"], sql_params_from_wire(p.get("params") or ()))
 
     # --- instances -----------------------------------------------------------
 

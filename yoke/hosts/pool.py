@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -53,6 +54,11 @@ class RunOps(Protocol):
 # tokens) and the usual database credentials.
 SCRUBBED_ENV_PREFIXES = ("YOKE_", "PG", "DATABASE_URL", "AWS_")
 INIT_TIMEOUT_S = 60.0
+# After a host fails to start (an application that throws at import), the
+# next start waits this long, doubling with each failure in a row up to the
+# most; runs asking for a host meanwhile fail at once with the reason.
+START_BACKOFF_S = 0.5
+START_BACKOFF_MAX_S = 30.0
 
 
 def instance_dict(info: InstanceInfo) -> dict[str, Any]:
@@ -101,6 +107,7 @@ class Host:
         self.dead: str | None = None  # why, once it is
         self.killed_because: str | None = None
         self.generation = 0  # the pool's generation (code version) it was started in
+        self.initialized = False  # host.init answered
         self.op_tasks: set[asyncio.Task[None]] = set()
         self.reading = asyncio.create_task(self._read(), name=f"yoke-host-{proc.pid}")
 
@@ -169,7 +176,7 @@ class Host:
                 params = message.get("params")
                 if not isinstance(params, dict) or not isinstance(method, str):
                     raise errors.InvalidInput("an op is a method name and an object of params")
-                answer = p.result(id_, await ops.call(method, params))
+                answer = p.result(id_, wire_result(method, await ops.call(method, params)))
             except errors.YokeError as exc:
                 answer = p.error(id_, p.OP_FAILED, exc.message, {"code": exc.code, "details": exc.details})
             except asyncio.CancelledError:
@@ -178,7 +185,12 @@ class Host:
                 log.exception("op %s from host %s failed", method, self.pid)
                 answer = p.error(id_, p.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
         if self.dead is None:
-            self.outbox.send(answer)
+            try:
+                self.outbox.send(answer)
+            except (TypeError, ValueError) as exc:  # not JSON: the handler hears of it, at once
+                log.exception("op %s from host %s: its answer could not be encoded", method, self.pid)
+                self.outbox.send(p.error(id_, p.OP_FAILED, f"the op's answer could not be sent: {exc}",
+                                         {"code": "yoke_error", "details": {"op": str(method)}}))
 
     def kill(self, because: str) -> None:
         if self.dead is None and self.killed_because is None:
@@ -189,6 +201,16 @@ class Host:
     async def closed(self) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await self.reading
+
+
+def wire_result(method: str, result: Any) -> Any:
+    """An op's answer as the host protocol carries it: SQLite values tagged
+    where JSON cannot carry them exactly (wire.py)."""
+    if method == "sqlite_query":
+        return p.sql_rows_to_wire(result)
+    if method == "sqlite_exec":
+        return {k: p.sql_to_wire(v) for k, v in result.items()}
+    return result
 
 
 class HostError(Exception):
@@ -242,6 +264,9 @@ class HostPool:
         self.started = 0  # host processes started (tests: replacements)
         self.warming: set[asyncio.Task[None]] = set()
         self.generation = 0  # raised by recycle(): hosts of older ones take no new runs
+        self.failed_starts = 0  # in a row (START_BACKOFF_S)
+        self.no_start_until = 0.0  # monotonic
+        self.start_failure = ""  # why the last start failed
 
     async def acquire(self) -> Host:
         """An idle started host of this pool; waits while all are busy
@@ -250,6 +275,9 @@ class HostPool:
             raise HostFailure("the host pool is closing")
         if self.idle:
             return self.idle.pop()
+        if not self.hosts and not self.starting and time.monotonic() < self.no_start_until:
+            raise HostFailure(f"{self.start_failure} (the next start is in"
+                              f" {self.no_start_until - time.monotonic():.1f}s)")
         waiter: asyncio.Future[Host] = asyncio.get_running_loop().create_future()
         self.waiters.append(waiter)
         self.warm()  # below its size (a host died): start one
@@ -300,7 +328,7 @@ class HostPool:
     def warm(self) -> None:
         """Start hosts in the background up to the pool's size, so runs do
         not wait for a start (a run's timeout does not include one anyway)."""
-        if self.closing:
+        if self.closing or time.monotonic() < self.no_start_until:
             return
         for _ in range(self.size - len(self.hosts) - self.starting):
             self.starting += 1
@@ -316,8 +344,14 @@ class HostPool:
     async def _warm_one(self) -> None:
         try:
             host = await self._start()
+            self.failed_starts = 0
         except Exception as exc:
-            log.warning("could not start a host: %s", exc)
+            self.failed_starts += 1
+            delay = min(START_BACKOFF_S * 2 ** (self.failed_starts - 1), START_BACKOFF_MAX_S)
+            self.no_start_until = time.monotonic() + delay
+            self.start_failure = str(exc)
+            log.warning("could not start a host (%d in a row; the next start in %.1fs at the earliest): %s",
+                        self.failed_starts, delay, exc)
             # Runs waiting for a host fail rather than wait for one that
             # cannot start (the next run tries again).
             while self.waiters:
@@ -374,8 +408,8 @@ class HostPool:
         self._forget(host)
         if not self.closing and host.killed_because is None:
             log.warning("host %s: %s", host.pid, host.dead)
-        if not self.closing:
-            self.warm()  # its replacement
+        if not self.closing and host.initialized:
+            self.warm()  # its replacement (one that never started is _warm_one's to retry)
 
     async def _start(self) -> Host:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -408,6 +442,7 @@ class HostPool:
             if isinstance(exc, TimeoutError):
                 raise HostFailure(f"a host did not start within {INIT_TIMEOUT_S:.0f}s") from None
             raise
+        host.initialized = True
         return host
 
     async def close(self) -> None:

@@ -10,9 +10,15 @@ member next to ``params``. Ids are per direction: an answer (``result`` or
 
 from __future__ import annotations
 
+import base64
+import binascii
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
+
+from .. import errors
 
 PROTOCOL_VERSION = 1
 
@@ -88,3 +94,69 @@ def error(id_: int | str | None, code: int, message: str, data: Any = None) -> d
     if data is not None:
         body["data"] = data
     return {"jsonrpc": "2.0", "id": id_, "error": body}
+
+
+# SQLite values crossing the seam (ctx.sqlite params and results, in both
+# directions, docs/advanced/hosts.md): JSON scalars as they are, except what
+# JSON (or JavaScript's numbers) cannot carry exactly: a BLOB is
+# {"$blob": base64}, an integer beyond +-(2**53 - 1) {"$int": "decimal"}, an
+# infinite real {"$real": "Infinity" | "-Infinity"} (the Node SDK also sends a
+# whole number beyond 2**53 so, {"$real": "1e+300"}: it is a double, not an
+# integer). SQLite values are scalars, so a one-member object among them is
+# always such a tag.
+MAX_EXACT_INT = 2**53 - 1
+
+
+def sql_to_wire(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$blob": base64.b64encode(value).decode()}
+    if isinstance(value, int) and not isinstance(value, bool) and not -MAX_EXACT_INT <= value <= MAX_EXACT_INT:
+        return {"$int": str(value)}
+    if isinstance(value, float) and math.isinf(value):
+        return {"$real": "Infinity" if value > 0 else "-Infinity"}
+    return value
+
+
+def sql_from_wire(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1:
+        [(tag, text)] = value.items()
+        try:
+            if tag == "$blob" and isinstance(text, str):
+                return base64.b64decode(text, validate=True)
+            if tag == "$int" and isinstance(text, str) and text.lstrip("-").isdigit():
+                return int(text)
+            if tag == "$real" and isinstance(text, str) and text.lower() not in ("nan", "-nan", "+nan"):
+                return float(text)
+        except (binascii.Error, ValueError):
+            pass
+    raise errors.InvalidInput(
+        'a SQLite value is a JSON scalar, {"$blob": base64}, {"$int": "digits"} or {"$real": "a number"}',
+        field="params",
+    )
+
+
+def sql_params_from_wire(params: Any) -> Any:
+    """``ctx.sqlite`` params as SQLite takes them (a sequence or a mapping)."""
+    if isinstance(params, dict):
+        return {k: sql_from_wire(v) for k, v in params.items()}
+    if isinstance(params, (list, tuple)):
+        return [sql_from_wire(v) for v in params]
+    return params
+
+
+def sql_params_to_wire(params: Any) -> Any:
+    if isinstance(params, Mapping):
+        return {k: sql_to_wire(v) for k, v in params.items()}
+    if isinstance(params, Sequence) and not isinstance(params, (str, bytes)):
+        return [sql_to_wire(v) for v in params]
+    return params
+
+
+def sql_rows_to_wire(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: sql_to_wire(v) for k, v in row.items()} for row in rows]
+
+
+def sql_rows_from_wire(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: sql_from_wire(v) for k, v in row.items()} for row in rows]

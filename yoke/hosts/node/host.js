@@ -37,6 +37,10 @@ let corked = false;
 
 // Messages sent in one tick share a write (and one wake-up of the kernel).
 function send(message) {
+  sendLine(JSON.stringify(message));
+}
+
+function sendLine(line) {
   if (!corked) {
     corked = true;
     socket.cork();
@@ -45,7 +49,7 @@ function send(message) {
       socket.uncork();
     });
   }
-  socket.write(JSON.stringify(message) + "\n");
+  socket.write(line + "\n");
 }
 
 function answer(id, result) {
@@ -62,8 +66,16 @@ function fail(id, code, message, data) {
 function op(run, method, params) {
   const id = ++nextId;
   return new Promise((resolve, reject) => {
+    let line;
+    try {
+      line = JSON.stringify({ jsonrpc: "2.0", id, method, params, run });
+    } catch (err) {  // a BigInt or a cycle: the handler hears of it, nothing is sent
+      reject(new YokeError(`the params of ${method} are not JSON: ${err?.message ?? err}`, "invalid_input",
+        { op: method }));
+      return;
+    }
     waiting.set(id, { resolve, reject });
-    send({ jsonrpc: "2.0", id, method, params, run });
+    sendLine(line);
   });
 }
 

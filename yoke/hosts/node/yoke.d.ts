@@ -61,11 +61,13 @@ export interface State {
   update<T extends Json = Json>(fn: (state: T) => T | Promise<T>, fallback?: T): Promise<T>;
 }
 
-export type SqlValue = null | number | string | boolean;
+/** A SQLite value: a BLOB is a Uint8Array; an INTEGER beyond 2**53 - 1 is a
+ * bigint (a bigint param within that range is sent as a number). */
+export type SqlValue = null | number | bigint | string | boolean | Uint8Array;
 
 /** User tables in the instance's own SQLite database (run by the kernel). */
 export interface Sqlite {
-  exec(sql: string, params?: SqlValue[] | Record<string, SqlValue>): Promise<{ rowcount: number; lastrowid: number | null }>;
+  exec(sql: string, params?: SqlValue[] | Record<string, SqlValue>): Promise<{ rowcount: number; lastrowid: number | bigint | null }>;
   query<Row = Record<string, SqlValue>>(sql: string, params?: SqlValue[] | Record<string, SqlValue>): Promise<Row[]>;
 }
 

@@ -55,6 +55,50 @@ class State {
   }
 }
 
+// SQLite values cross the seam as JSON; what JSON (or a JavaScript number)
+// cannot carry exactly is tagged (yoke/hosts/wire.py): a BLOB is
+// {$blob: base64} (here a Uint8Array), an integer beyond 2**53 - 1
+// {$int: "digits"} (here a bigint), an infinite real {$real: "Infinity"} (and
+// a whole number beyond 2**53, a double, {$real: "1e+300"}).
+const MAX_EXACT = BigInt(Number.MAX_SAFE_INTEGER);
+
+function sqlToWire(value) {
+  if (value instanceof Uint8Array) return { $blob: Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString("base64") };
+  if (typeof value === "bigint") {
+    return value > MAX_EXACT || value < -MAX_EXACT ? { $int: value.toString() } : Number(value);
+  }
+  if (value === Infinity || value === -Infinity) return { $real: value > 0 ? "Infinity" : "-Infinity" };
+  // A whole number beyond 2**53 is a double: JSON would write its digits,
+  // read back as an exact (other) integer.
+  if (typeof value === "number" && Number.isInteger(value) && !Number.isSafeInteger(value)) {
+    return { $real: String(value) };
+  }
+  return value;
+}
+
+function sqlFromWire(value) {
+  if (value === null || typeof value !== "object") return value;
+  if (typeof value.$blob === "string") {
+    const bytes = Buffer.from(value.$blob, "base64");
+    return new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  }
+  if (typeof value.$int === "string") return BigInt(value.$int);
+  if (typeof value.$real === "string") return Number(value.$real);
+  return value;
+}
+
+function paramsToWire(params) {
+  if (Array.isArray(params)) return params.map(sqlToWire);
+  if (params !== null && typeof params === "object") {
+    return Object.fromEntries(Object.entries(params).map(([k, v]) => [k, sqlToWire(v)]));
+  }
+  return params;
+}
+
+function rowFromWire(row) {
+  return Object.fromEntries(Object.entries(row).map(([k, v]) => [k, sqlFromWire(v)]));
+}
+
 class Sqlite {
   #ops;
 
@@ -62,14 +106,15 @@ class Sqlite {
     this.#ops = ops;
   }
 
-  /** Run a statement; returns {rowcount, lastrowid}. */
-  exec(sql, params = []) {
-    return this.#ops("sqlite_exec", { sql, params });
+  /** Run a statement; returns {rowcount, lastrowid}. Params: null, number,
+   * bigint, string, Uint8Array (a BLOB). */
+  async exec(sql, params = []) {
+    return rowFromWire(await this.#ops("sqlite_exec", { sql, params: paramsToWire(params) }));
   }
 
-  /** Rows as objects. */
-  query(sql, params = []) {
-    return this.#ops("sqlite_query", { sql, params });
+  /** Rows as objects: a BLOB is a Uint8Array, an integer beyond 2**53 - 1 a bigint. */
+  async query(sql, params = []) {
+    return (await this.#ops("sqlite_query", { sql, params: paramsToWire(params) })).map(rowFromWire);
   }
 }
 
