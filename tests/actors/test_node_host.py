@@ -184,6 +184,46 @@ async def test_a_script_without_process_fails_its_runs_with_the_reason(fresh_url
         assert "exports no process(ctx, event) function" in dead[0].last_error, dead[0].last_error
 
 
+async def test_a_script_that_throws_at_import_is_not_started_again_and_again(fresh_url: str, tmp_path) -> None:
+    """A host that cannot start is not replaced at once (it was: a start a
+    few times a second, for ever); the next start backs off, and runs
+    asking meanwhile fail at once with the reason."""
+    script = tmp_path / "broken.mjs"
+    script.write_text('throw new Error("broken at import");\nexport async function process() {}\n')
+    app = yoke.App()
+    app.node_actor("broken", script, max_attempts=3, retry_base_s=0.05, retry_max_s=0.1)
+    async with open_runtime(fresh_url, tmp_path, app=app, host_processes=1) as y:
+        inst = await y.instances("acme").create("broken", key="k", filter={"types": ["go"]})
+        await y.stream("/", "acme").append({"type": "go"})
+        dead = await eventually(lambda: y.instances("acme").dead(inst.instance_id))
+        assert "broken at import" in dead[0].last_error and "the next start is in" in dead[0].last_error
+        pool = y.executor.pools["node"]
+        # Three attempts within the first start's backoff: one start.
+        assert pool.started == 1 and pool.failed_starts == 1 and not pool.warming
+
+
+async def test_a_failing_typescript_handlers_stack_names_its_ts_lines(fresh_url: str, tmp_path) -> None:
+    """Source maps are on in the Node host: the recorded stack points at the
+    TypeScript the user wrote, not at the compiled JavaScript."""
+    (tmp_path / "thrower.ts").write_text(
+        "export async function process(ctx: unknown, event: unknown): Promise<void> {\n"
+        "  const reason: string = 'declined';\n"
+        "  throw new Error(`card ${reason}`);\n"
+        "}\n"
+    )
+    tsc = Path(orders_node.SCRIPT).parents[1] / "node_modules" / ".bin" / "tsc"
+    subprocess.run([str(tsc), "--sourceMap", "--target", "es2022", "--module", "es2022", "--outDir",
+                    str(tmp_path / "dist"), str(tmp_path / "thrower.ts")], check=True, timeout=120)
+    app = yoke.App()
+    app.node_actor("thrower", tmp_path / "dist" / "thrower.js", max_attempts=1)
+    async with open_runtime(fresh_url, tmp_path, app=app) as y:
+        inst = await y.instances("acme").create("thrower", key="k", filter={"types": ["go"]})
+        await y.stream("/", "acme").append({"type": "go"})
+        [dead] = await eventually(lambda: y.instances("acme").dead(inst.instance_id))
+        assert "card declined" in dead.last_error
+        assert "thrower.ts:3" in dead.last_traceback, dead.last_traceback
+
+
 async def test_a_node_actor_needs_its_script(tmp_path) -> None:
     app = yoke.App()
     app.node_actor("gone", tmp_path / "missing.js")

@@ -47,6 +47,7 @@ def node_launch(scripts: dict[str, str], memory_limit_mb: int = 0) -> Launch:
     for actor, script in sorted(scripts.items()):
         if not os.path.isfile(script):
             raise errors.InvalidInput(f"actor {actor!r}: its script {script} does not exist", field="script")
-    flags = [f"--max-old-space-size={memory_limit_mb}"] if memory_limit_mb > 0 else []
+    # Source maps on: a stack from compiled TypeScript names the .ts lines.
+    flags = ["--enable-source-maps", *([f"--max-old-space-size={memory_limit_mb}"] if memory_limit_mb > 0 else [])]
     command = (sys.executable, "-I", "-S", "-c", EXEC_WITH_PARENT_DEATH, node, *flags, str(NODE_HOST))
     return Launch("node", command, {"actors": scripts})
