@@ -76,7 +76,11 @@ class Runtime:
         # --reload: the application's code, watched (hosts/reload.py).
         self.code: CodeWatch | None = None
         if settings.reload and app is not None:
-            self.code = CodeWatch(app_spec(app), [d.script for d in app.actors.values() if d.script])
+            self.code = CodeWatch(
+                app_spec(app), [d.script for d in app.actors.values() if d.script], definitions=app.definitions(),
+                inprocess=[n for n, d in app.actors.items()
+                           if d.language == "python" and (d.isolation or settings.isolation) != "process"],
+            )
         self.catalogues: asyncio.Task[list[tuple[str, str]]] | None = None  # the check on open
         # What starting did to the subscriptions the app declares (app.subscription).
         self.subscriptions_reconciled: list[Reconciled] = []

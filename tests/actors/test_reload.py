@@ -199,3 +199,74 @@ async def test_reload_watches_node_actors_scripts(fresh_url: str, tmp_path, pack
         await y.wait_idle(timeout_s=WAIT_S)
         state, _ = await instances.state(inst.instance_id)
         assert state["version"] == 2 and state["runs"] == 2 and y.deliveries.version == code_version([module, script])
+
+
+DEFINED = '''
+from pathlib import Path
+from yoke import App, Filter
+
+app = App()
+
+
+@app.actor("py", filter=Filter(types={types!r}), isolation="process")
+async def py(ctx, event):
+    await ctx.state.update(lambda s: {{"seen": [*s.get("seen", []), event.type], "version": {version}}})
+
+
+app.node_actor("js", Path(__file__).parent / "js.mjs", filter=Filter(types={types!r}))
+'''
+SCRIPT = '''
+export async function process(ctx, event) {{
+  await ctx.state.update((s) => ({{ seen: [...(s.seen ?? []), event.type], version: {version} }}));
+}}
+'''
+
+
+async def test_reload_applies_code_and_refuses_changed_definitions_loudly(
+    fresh_url: str, tmp_path, package, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A type added to the filters of a Python and a Node actor: the new
+    code runs (new hosts), the definitions are refused with the reason (in
+    the log, at once) and the routing stays as it started: never silently."""
+    name, module = package
+    script = module.parent / "js.mjs"
+    module.write_text(DEFINED.format(types=["a"], version=1))
+    script.write_text(SCRIPT.format(version=1))
+    app = load_app(f"{name}:app")
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), reload=True, host_processes=1) as y:
+        instances = y.instances("acme")
+        py = await instances.create("py", key="k")
+        js = await instances.create("js", key="k")
+        pools = {p: y.executor.pools[p] for p in ("python", "node")}
+
+        rewrite(module, DEFINED.format(types=["a", "b"], version=2))
+        rewrite(script, SCRIPT.format(version=2))
+        await eventually(lambda: _async(all(p.generation == 1 for p in pools.values())))
+        assert y.code is not None and y.code.refused is not None
+        assert "actor 'js': filter" in y.code.refused and "actor 'py': filter" in y.code.refused
+        assert any("not applied" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
+
+        await y.stream("/", "acme").append({"type": "a"})
+        await y.stream("/", "acme").append({"type": "b"})  # the refused filter would take it
+        await y.wait_idle(timeout_s=WAIT_S)
+        for inst in (py, js):
+            state, _ = await instances.state(inst.instance_id)
+            assert state == {"seen": ["a"], "version": 2}  # the new code, the old routing
+
+
+async def test_reload_applies_nothing_of_an_application_that_does_not_load(fresh_url: str, tmp_path, package) -> None:
+    name, module = package
+    (module.parent / "js.mjs").write_text(SCRIPT.format(version=1))
+    module.write_text(DEFINED.format(types=["a"], version=1))
+    app = load_app(f"{name}:app")
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), reload=True, host_processes=1) as y:
+        before = y.code.version
+        rewrite(module, DEFINED.format(types=["a"], version=2) + "\ndef broken(:\n")
+        await eventually(lambda: _async(y.code.refused is not None))
+        assert "does not load" in y.code.refused and "SyntaxError" in y.code.refused
+        assert y.code.version == before and y.executor.pools["python"].generation == 0
+        instances = y.instances("acme")
+        inst = await instances.create("py", key="k")
+        await y.stream("/", "acme").append({"type": "a"})
+        await y.wait_idle(timeout_s=WAIT_S)
+        assert (await instances.state(inst.instance_id))[0] == {"seen": ["a"], "version": 1}

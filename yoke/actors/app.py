@@ -140,6 +140,37 @@ class App:
     # removes) the other's as no longer declared.
     name: str = "app"
 
+    def definitions(self) -> dict[str, Any]:
+        """What the application declares, without its code: actors (filter,
+        policy, isolation, script), portals and their methods, subscriptions,
+        receivers and processors. ``--reload`` compares it before and after a
+        change (hosts/reload.py): a change here is not one new hosts can apply."""
+
+        def filter_of(f: Any) -> Any:
+            return f.to_dict() if hasattr(f, "to_dict") else f
+
+        return {
+            "actors": {
+                name: {
+                    "filter": filter_of(d.filter), "filter_from_config": d.filter_from_config is not None,
+                    "concurrency": d.concurrency, "max_attempts": d.max_attempts, "timeout_s": d.timeout_s,
+                    "singleton": d.singleton, "retry_base_s": d.retry_base_s, "retry_max_s": d.retry_max_s,
+                    "isolation": d.isolation, "language": d.language, "script": d.script, "effects": d.effects,
+                }
+                for name, d in sorted(self.actors.items())
+            },
+            "portals": {
+                name: {"tenant": d.tenant, "loop": d.start_fn is not None, "methods": sorted(d.methods)}
+                for name, d in sorted(self.portals.items())
+            },
+            "subscriptions": {
+                "|".join(key): repr((d.receiver, filter_of(d.filter), d.transform, d.start, d.on_failing_event))
+                for key, d in sorted(self.subscriptions.items())
+            },
+            "receivers": sorted(self.receivers),
+            "processors": sorted(self.processors),
+        }
+
     def subscription(
         self,
         source: str,
