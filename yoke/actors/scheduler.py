@@ -24,7 +24,7 @@ from ..clock import backoff_s
 from ..events import Event
 from ..store.actors import InstanceInfo, Policy, QueueRow
 from ..store.faults import log_retried
-from ..hosts.pool import HandlerFailed, HostFailure, HostPool
+from ..hosts.pool import HandlerFailed, HostFailure, HostPool, RunOutput
 from .app import ActorDef, App
 from .atomic import AtomicRun
 from .context import Context
@@ -278,6 +278,7 @@ class Scheduler:
         isolated = pool is not None
         budget_s = definition.timeout_s
         host = None
+        output: RunOutput | None = None  # what an isolated run printed, kept with its failure
         handed = False  # the host went to process(), which gives it back
         atomic: AtomicRun | None = None
         try:
@@ -300,7 +301,9 @@ class Scheduler:
                     pass  # its run committed here before: commit() performs what it recorded
                 elif host is not None:
                     handed = True
-                    await pool.process(host, ops, instance, event_from_queue(row), row.attempts)
+                    output = RunOutput(f"{instance.actor} {instance.key or instance.instance_id}"
+                                       f" attempt {row.attempts}")
+                    await pool.process(host, ops, instance, event_from_queue(row), row.attempts, output)
                 else:
                     ctx = Context(ops, instance, event_from_queue(row), row.attempts, row.qid)
                     await definition.handler(ctx, ctx.event)  # type: ignore[misc]
@@ -328,6 +331,8 @@ class Scheduler:
                 pool.release(host)  # type: ignore[union-attr]
             if atomic is not None:
                 await atomic.abort()  # nothing if it committed
+        if not ok and output is not None:
+            tb += output.section()
         finished = clock.wall()
         if self.on_run is not None:
             self.on_run(row, started, finished, ok)

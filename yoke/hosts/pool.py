@@ -73,6 +73,34 @@ class HostFailure(Exception):
     """A run ended because its host died, was killed or ran out of memory."""
 
 
+output_log = logging.getLogger("yoke.hosts.output")
+
+
+class RunOutput:
+    """What one run printed (wire.RUN_OUTPUT): logged as it comes, under
+    the run's ``label`` (actor, key, attempt), and its newest
+    ``OUTPUT_KEPT_CHARS`` kept for the run's failure (``section``)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self._parts: collections.deque[str] = collections.deque()
+        self._size = 0
+
+    def add(self, stream: str, text: str) -> None:
+        output_log.info("%s %s: %s", self.label, stream, text.rstrip("\n"))
+        self._parts.append(text)
+        self._size += len(text)
+        while self._size > p.OUTPUT_KEPT_CHARS and len(self._parts) > 1:
+            self._size -= len(self._parts.popleft())
+
+    def section(self) -> str:
+        """The output, as it is appended to the failure's traceback ("" for none)."""
+        if not self._parts:
+            return ""
+        text = "".join(self._parts)[-p.OUTPUT_KEPT_CHARS:]
+        return f"\n\n--- output of this attempt (its last {p.OUTPUT_KEPT_CHARS // 1024} KiB at most) ---\n{text}"
+
+
 def host_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(SCRUBBED_ENV_PREFIXES)}
 
@@ -104,6 +132,7 @@ class Host:
         self.ids = itertools.count(1)
         self.waiting: dict[int, asyncio.Future[Any]] = {}
         self.runs: dict[int, RunOps] = {}
+        self.outputs: dict[int, RunOutput] = {}  # of the runs in progress that collect it
         self.dead: str | None = None  # why, once it is
         self.killed_because: str | None = None
         self.generation = 0  # the pool's generation (code version) it was started in
@@ -134,7 +163,9 @@ class Host:
                 if not line:
                     break
                 message = p.decode(line)
-                if "method" in message:
+                if message.get("method") == p.RUN_OUTPUT and "id" not in message:
+                    self._output(message.get("params"))
+                elif "method" in message:
                     task = asyncio.create_task(self._op(message))
                     self.op_tasks.add(task)
                     task.add_done_callback(self.op_tasks.discard)
@@ -165,6 +196,17 @@ class Host:
             future.set_exception(HostError(message["error"]))
         else:
             future.set_result(message.get("result"))
+
+    def _output(self, params: Any) -> None:
+        if not isinstance(params, dict) or not isinstance(params.get("text"), str):
+            return
+        text = params["text"][: p.OUTPUT_MESSAGE_CHARS]
+        stream = "stderr" if params.get("stream") == "stderr" else "stdout"
+        output = self.outputs.get(params.get("run"))  # type: ignore[arg-type]
+        if output is None:  # printed outside a run (at import), or after its end
+            output_log.info("host %s %s: %s", self.pid, stream, text.rstrip("\n"))
+        else:
+            output.add(stream, text)
 
     async def _op(self, message: dict[str, Any]) -> None:
         id_, method = message.get("id"), message.get("method")
@@ -291,12 +333,16 @@ class HostPool:
 
     async def process(
         self, host: Host, ops: RunOps, instance: InstanceInfo, event: Event, attempt: int,
+        output: RunOutput | None = None,
     ) -> None:
         """Run ``process(ctx, event)`` in ``host`` (from acquire()), then give
         the host back. Cancelled (the run's timeout or shutdown), or failing
-        with the host, the host is killed: it may still be running the handler."""
+        with the host, the host is killed: it may still be running the handler.
+        ``output`` collects what the run prints."""
         run = next(self.runs)
         host.runs[run] = ops
+        if output is not None:
+            host.outputs[run] = output
         finished = False
         try:
             params = {
@@ -318,6 +364,7 @@ class HostPool:
             finished = True
         finally:
             host.runs.pop(run, None)
+            host.outputs.pop(run, None)
             if finished and host.dead is None:
                 self._release(host)
             else:

@@ -10,7 +10,9 @@ settings) and no reference to the runtime: ``ctx.ops`` here is ``RemoteOps``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ctypes
+import io
 import os
 import resource
 import signal
@@ -114,6 +116,54 @@ class RemoteOps:
         return self._locks.setdefault(self._instance_id, asyncio.Lock())
 
 
+# The run the code running now belongs to (asyncio tasks inherit it): what
+# it prints is sent as that run's output (wire.RUN_OUTPUT).
+CURRENT_RUN: contextvars.ContextVar[int | None] = contextvars.ContextVar("yoke_run", default=None)
+
+
+class RunOutputStream(io.TextIOBase):
+    """``sys.stdout`` / ``sys.stderr`` of a host: each line written goes to
+    the kernel as a run.output notification of the run it was written in."""
+
+    def __init__(self, connection: Connection, stream: str) -> None:
+        self._connection = connection
+        self._stream = stream
+        self._pending: dict[int | None, str] = {}
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        run = CURRENT_RUN.get()
+        pending = self._pending.get(run, "") + text
+        head, newline, rest = pending.rpartition("\n")
+        if newline:
+            self._send(run, head + newline)
+        if rest and len(rest) < p.OUTPUT_MESSAGE_CHARS:
+            self._pending[run] = rest
+        else:
+            self._pending.pop(run, None)
+            if rest:
+                self._send(run, rest)
+        return len(text)
+
+    def flush(self) -> None:
+        for run, text in list(self._pending.items()):
+            self._send(run, text)
+        self._pending.clear()
+
+    def end_run(self, run: int) -> None:
+        """What the run wrote without a newline, sent now."""
+        text = self._pending.pop(run, "")
+        if text:
+            self._send(run, text)
+
+    def _send(self, run: int | None, text: str) -> None:
+        self._connection.send(p.notification(p.RUN_OUTPUT, {
+            "run": run, "stream": self._stream, "text": text[: p.OUTPUT_MESSAGE_CHARS],
+        }))
+
+
 class Host:
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
@@ -192,7 +242,14 @@ class Host:
         ops = RemoteOps(self.connection, params["run"], instance.tenant, self.locks, instance.instance_id,
                         params.get("clock"))
         ctx = Context(ops, instance, event, params["attempt"], params.get("queue_row"))  # type: ignore[arg-type]
-        await handler(ctx, event)
+        token = CURRENT_RUN.set(params["run"])
+        try:
+            await handler(ctx, event)
+        finally:
+            CURRENT_RUN.reset(token)
+            for stream in (sys.stdout, sys.stderr):
+                if isinstance(stream, RunOutputStream):
+                    stream.end_run(params["run"])
 
 
 class _Refused(Exception):
@@ -215,6 +272,8 @@ async def serve(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     reader, writer = await asyncio.open_unix_connection(sock=sock, limit=p.MAX_MESSAGE_BYTES)
     host = Host(Connection(reader, writer))
+    sys.stdout = RunOutputStream(host.connection, "stdout")  # print() and logging: to the kernel
+    sys.stderr = RunOutputStream(host.connection, "stderr")
     tasks: set[asyncio.Task[None]] = set()
     while True:
         try:

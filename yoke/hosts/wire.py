@@ -39,6 +39,20 @@ VERSION_MISMATCH = -32003  # host.init named a protocol version the host does no
 RUN_OVER = -32004  # an op named a run that is not in progress on this host
 APP_FAILED = -32005  # the host could not load the application
 
+# What a handler prints (console.log, print, logging) goes to the kernel as
+# a notification (no id, no answer): {"method": "run.output", "params":
+# {"run": 17 | null, "stream": "stdout" | "stderr", "text": "..."}}. The
+# kernel logs it with the run's actor, instance and attempt, and keeps the
+# newest OUTPUT_KEPT_CHARS of a run's to record with its failure.
+RUN_OUTPUT = "run.output"
+OUTPUT_MESSAGE_CHARS = 4096  # of one notification's text (the rest is cut)
+OUTPUT_KEPT_CHARS = 8192  # of a run's output, kept with its failure (its traceback is cut at 16 KiB)
+
+
+def notification(method: str, params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": method, "params": params}
+
+
 # A host that ran out of memory exits with this status (when it could not
 # even answer OUT_OF_MEMORY).
 EXIT_OUT_OF_MEMORY = 3

@@ -5,9 +5,11 @@
 // and actor.process per run; every ctx call is an op request back. The
 // host holds no database connection and no credentials.
 
+import { AsyncLocalStorage } from "node:async_hooks";
 import net from "node:net";
 import nodeProcess from "node:process";
 import { pathToFileURL } from "node:url";
+import { format } from "node:util";
 import { Context, YokeError } from "./yoke.js";
 
 const PROTOCOL_VERSION = 1;
@@ -50,6 +52,21 @@ function sendLine(line) {
     });
   }
   socket.write(line + "\n");
+}
+
+// What a handler prints with console.* goes to the kernel as run.output
+// notifications, naming the run it was printed in (async context): the
+// kernel logs it with the run's actor, instance and attempt, and keeps it
+// with a failure. Printed outside a run (at import), the run is null.
+const currentRun = new AsyncLocalStorage();
+const MAX_OUTPUT_CHARS = 4096;
+for (const [level, stream] of [["log", "stdout"], ["info", "stdout"], ["debug", "stdout"],
+  ["warn", "stderr"], ["error", "stderr"], ["trace", "stderr"]]) {
+  console[level] = (...args) => {
+    const text = (level === "trace" ? format(...args) + "\n" + new Error().stack : format(...args)) + "\n";
+    send({ jsonrpc: "2.0", method: "run.output",
+      params: { run: currentRun.getStore() ?? null, stream, text: text.slice(0, MAX_OUTPUT_CHARS) } });
+  };
 }
 
 function answer(id, result) {
@@ -139,7 +156,7 @@ async function run(params) {
     queueRow: params.queue_row, clock: params.clock,
   });
   try {
-    await handler(ctx, params.event);
+    await currentRun.run(params.run, () => handler(ctx, params.event));
   } catch (err) {
     const type = err?.name ?? typeof err;
     throw new Refused(HANDLER_FAILED, `${type}: ${err?.message ?? String(err)}`,
