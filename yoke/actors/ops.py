@@ -51,7 +51,9 @@ def _milliseconds(seconds: float) -> int:
 
 def instance_dict(info: InstanceInfo) -> dict[str, Any]:
     return {
-        "id": info.instance_id,
+        "instance_id": info.instance_id,  # as ctx.instance names it
+        "id": info.instance_id,  # the same: what this answer first said
+        "tenant": info.tenant,
         "actor": info.actor,
         "key": info.key,
         "config": info.config,

@@ -1,13 +1,18 @@
 // Types of the Node host's SDK (yoke.js): what process(ctx, event) gets.
-// A TypeScript actor imports them with `import type` (erased when
-// compiled, so the compiled script needs nothing at run time):
+// A TypeScript actor imports them from the npm package this folder is
+// (`yoke-sdk`, built with `npm pack`; README.md), or with `import type`
+// from this folder:
 //
-//   import type { Context, YokeEvent } from "<this folder>/yoke.js";
-//   export async function process(ctx: Context, event: YokeEvent): Promise<void> { ... }
+//   import type { Context, YokeEvent } from "yoke-sdk";
+//   export async function process(ctx: Context, event: YokeEvent<Order>): Promise<void> { ... }
+//
+// Field names are Python's and the HTTP API's (snake_case). The op names
+// and their params (`Ops`) are checked against the kernel's op list by
+// tests/actors/test_node_types.py, so they cannot drift.
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
-/** An event as process() receives it. */
+/** An event as process() receives it; `P` is its payload's type. */
 export interface YokeEvent<P = Json> {
   offset: number;
   id: string;
@@ -27,14 +32,16 @@ export interface YokeEvent<P = Json> {
 }
 
 /** An event to append: type, and optionally the rest. */
-export interface NewEvent {
+export interface NewEvent<P = unknown> {
   type: string;
-  payload?: Json;
-  metadata?: Record<string, Json>;
-  correlation?: string;
+  payload?: P;
+  metadata?: Record<string, unknown>;
+  /** Defaults to {actor, instance}: who appended it. */
+  source?: unknown;
+  correlation?: string | null;
   priority?: number;
-  group_id?: string;
-  idempotency_key?: string;
+  group_id?: string | null;
+  idempotency_key?: string | null;
   ephemeral?: boolean;
 }
 
@@ -50,54 +57,167 @@ export interface Instance {
   created_at: number;
 }
 
-/** The instance's JSON state document, with a version. */
+/** An instance as ctx.instances.create answers it. */
+export interface CreatedInstance {
+  instance_id: string;
+  /** The same as instance_id (what this answer first said). */
+  id: string;
+  tenant: string;
+  actor: string;
+  key: string | null;
+  config: Record<string, Json>;
+  filter: Json;
+  parent_id: string | null;
+  created_at: number;
+}
+
+/** A filter, as Python's Filter: event types (glob patterns), streams, a
+ * JSONata `where` and a JSONata `key`. */
+export interface Filter {
+  types: string[];
+  streams?: string[];
+  where?: string;
+  key?: string;
+}
+
+/** The instance's JSON state document, with a version. `T` is yours: any
+ * type that survives JSON (interfaces welcome). */
 export interface State {
-  get<T extends Json = Json>(fallback?: T): Promise<T>;
+  get<T = Json>(fallback?: T): Promise<T>;
   version(): Promise<number>;
   /** Overwrite without a version check; resolves to the new version. */
-  set(value: Json): Promise<number>;
+  set<T>(value: T): Promise<number>;
   /** Read, apply fn, compare-and-set; on a concurrent write, again.
    * Resolves to the value written. */
-  update<T extends Json = Json>(fn: (state: T) => T | Promise<T>, fallback?: T): Promise<T>;
+  update<T = Json>(fn: (state: T) => T | Promise<T>, fallback?: T): Promise<T>;
 }
 
 /** A SQLite value: a BLOB is a Uint8Array; an INTEGER beyond 2**53 - 1 is a
  * bigint (a bigint param within that range is sent as a number). */
 export type SqlValue = null | number | bigint | string | boolean | Uint8Array;
+export type SqlParams = SqlValue[] | Record<string, SqlValue>;
 
 /** User tables in the instance's own SQLite database (run by the kernel). */
 export interface Sqlite {
-  exec(sql: string, params?: SqlValue[] | Record<string, SqlValue>): Promise<{ rowcount: number; lastrowid: number | bigint | null }>;
-  query<Row = Record<string, SqlValue>>(sql: string, params?: SqlValue[] | Record<string, SqlValue>): Promise<Row[]>;
+  exec(sql: string, params?: SqlParams): Promise<{ rowcount: number; lastrowid: number | bigint | null }>;
+  query<Row = Record<string, SqlValue>>(sql: string, params?: SqlParams): Promise<Row[]>;
 }
 
-/** The context of one process() call. */
-export declare class Context {
+export interface ScheduleOptions {
+  /** What is enqueued to this instance (or appended to `stream`) when due. */
+  event: NewEvent;
+  /** When: a Date, or epoch seconds. */
+  at?: Date | number;
+  /** Or after this many seconds. */
+  after_s?: number;
+  /** Or on this cron expression (UTC). */
+  cron?: string;
+  /** Append the event to this stream instead of this instance's queue. */
+  stream?: string;
+}
+
+export interface Schedule {
+  name: string;
+  due_at: number; // ms since the epoch
+  cron: string | null;
+  event: Json;
+  stream: string | null;
+}
+
+/** Durable timers of this instance. */
+export interface Schedules {
+  upsert(name: string, options: ScheduleOptions): Promise<{ name: string; due_at: number }>;
+  /** Resolves to whether there was one. */
+  cancel(name: string): Promise<boolean>;
+  list(): Promise<Schedule[]>;
+}
+
+/** Child instances: their parent_id is this instance. */
+export interface ChildInstances {
+  create(actor: string, options?: { key?: string | null; config?: Record<string, unknown>; filter?: Filter | null }): Promise<CreatedInstance>;
+}
+
+/** Methods of the application's portals (docs/basics/actors.md). */
+export interface Portals {
+  call<R = Json>(portal: string, method: string, params?: unknown, options?: { timeout_s?: number }): Promise<R>;
+}
+
+export interface Message {
+  conversation_id: string;
+  message_id: string;
+  seq: number;
+  role: string;
+  content: Json;
+  metadata: Record<string, Json>;
+  at: number;
+  offset: number | null;
+}
+
+export interface Conversations {
+  postMessage(conversation_id: string, role: string, content: unknown, metadata?: Record<string, unknown> | null): Promise<Message>;
+  messages(conversation_id: string, options?: { after?: number; limit?: number }): Promise<Message[]>;
+}
+
+/** Every op, by name: its params and its answer (docs/advanced/hosts.md).
+ * `ctx.call(name, params)` is typed by it; the methods above use it. */
+export interface Ops {
+  stream_append: { params: { event: NewEvent; stream: string }; result: { offset: number; id: string } };
+  state_get: { params: Record<string, never>; result: { value: Json; version: number } };
+  state_set: { params: { value: unknown }; result: { version: number } };
+  state_cas: { params: { expected: number; value: unknown }; result: { ok: boolean; version: number } };
+  sqlite_exec: { params: { sql: string; params?: Json }; result: { rowcount: number; lastrowid: Json } };
+  sqlite_query: { params: { sql: string; params?: Json }; result: Record<string, Json>[] };
+  instances_create: {
+    params: { actor: string; key?: string | null; config?: Record<string, unknown>; filter?: Filter | null };
+    result: CreatedInstance;
+  };
+  portal_call: { params: { portal: string; method: string; params?: unknown; timeout_s?: number }; result: Json };
+  schedules_upsert: {
+    params: { name: string; event: NewEvent; at?: number; after_s?: number; cron?: string; stream?: string };
+    result: { name: string; due_at: number };
+  };
+  schedules_cancel: { params: { name: string }; result: { cancelled: boolean } };
+  schedules_list: { params: Record<string, never>; result: Schedule[] };
+  conversations_post: {
+    params: { conversation_id: string; role: string; content: unknown; metadata?: Record<string, unknown> | null };
+    result: Message;
+  };
+  conversations_messages: { params: { conversation_id: string; after?: number; limit?: number }; result: Message[] };
+}
+export type OpName = keyof Ops;
+
+/** The context of one process() call; `P` is the event's payload type. */
+export declare class Context<P = Json> {
   readonly tenant: string;
   readonly instance: Instance;
-  readonly event: YokeEvent;
+  readonly event: YokeEvent<P>;
   /** 1 on the first try; retries count up. */
   readonly attempt: number;
-  /** The event's queue row: the same on every retry. */
-  readonly queueRow: number;
+  /** The event's queue row: the same on every retry (null: none). */
+  readonly queueRow: number | null;
   readonly state: State;
   readonly sqlite: Sqlite;
+  readonly schedules: Schedules;
+  readonly instances: ChildInstances;
+  readonly portals: Portals;
+  readonly conversations: Conversations;
   /** A key for a call to the outside world, the same on every retry of this row (docs/advanced/effects.md). */
   idempotencyKey(name?: string): string;
   /** The current time by the runtime's clock (a test's virtual clock moves it; Date.now() stays the machine's). */
   now(): Date;
   /** Append to one of the tenant's streams (default "/"); resolves once durable. */
-  append(event: NewEvent, stream?: string): Promise<{ offset: number; id: string }>;
-  /** Any op by name, with its JSON params (docs/advanced/hosts.md lists them). */
-  call<R = Json>(method: string, params?: Record<string, Json>): Promise<R>;
+  append<E = unknown>(event: NewEvent<E>, stream?: string): Promise<{ offset: number; id: string }>;
+  /** Any op by its name, with its params (Ops). */
+  call<M extends OpName>(method: M, params: Ops[M]["params"]): Promise<Ops[M]["result"]>;
 }
 
 /** An op the kernel refused or failed; `code` is Yoke's stable error code
  * (`invalid_event`, `idempotency_conflict`, ...). */
 export declare class YokeError extends Error {
+  constructor(message: string, code: string, details?: Record<string, unknown>);
   readonly code: string;
   readonly details: Record<string, Json>;
 }
 
-/** What an actor's script exports. */
-export type Process = (ctx: Context, event: YokeEvent) => Promise<void>;
+/** What an actor's script exports: `process`, typed by its event payload. */
+export type Process<P = Json> = (ctx: Context<P>, event: YokeEvent<P>) => Promise<void>;

@@ -7,13 +7,19 @@ import { createHash } from "node:crypto";
 // ctx.state.update retries a lost compare-and-set this many times.
 const MAX_UPDATE_RETRIES = 1000;
 
-/** An op the kernel refused or failed: `code` is Yoke's stable error code. */
+/** An op the kernel refused or failed: `code` is Yoke's stable error code.
+ * `instanceof YokeError` holds for an error of any copy of this SDK (the
+ * host's, or the npm package a script imports). */
 export class YokeError extends Error {
   constructor(message, code, details) {
     super(message);
     this.name = "YokeError";
     this.code = code;
     this.details = details ?? {};
+  }
+
+  static [Symbol.hasInstance](value) {
+    return value instanceof Error && value.name === "YokeError" && typeof value.code === "string";
   }
 }
 
@@ -118,6 +124,83 @@ class Sqlite {
   }
 }
 
+/** Epoch seconds, as the ops take times: from a Date, or a number of seconds. */
+function epochSeconds(at) {
+  return at instanceof Date ? at.getTime() / 1000 : at;
+}
+
+function defined(params) {
+  return Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined));
+}
+
+class Schedules {
+  #ops;
+
+  constructor(ops) {
+    this.#ops = ops;
+  }
+
+  /** Create or replace the schedule `name`: at a time (a Date or epoch
+   * seconds), after `after_s` seconds, or on a cron expression (UTC). When
+   * due, its event is enqueued to this instance, or appended to `stream`. */
+  upsert(name, { event, at, after_s, cron, stream } = {}) {
+    return this.#ops("schedules_upsert", defined({ name, event, at: epochSeconds(at), after_s, cron, stream }));
+  }
+
+  async cancel(name) {
+    return (await this.#ops("schedules_cancel", { name })).cancelled;
+  }
+
+  list() {
+    return this.#ops("schedules_list", {});
+  }
+}
+
+class ChildInstances {
+  #ops;
+
+  constructor(ops) {
+    this.#ops = ops;
+  }
+
+  /** Create (or find) an instance; its parent is the calling instance. */
+  create(actor, { key, config, filter } = {}) {
+    return this.#ops("instances_create", defined({ actor, key, config, filter }));
+  }
+}
+
+class Portals {
+  #ops;
+
+  constructor(ops) {
+    this.#ops = ops;
+  }
+
+  /** Call `method` of the application's portal `portal` with JSON params. */
+  call(portal, method, params = null, { timeout_s } = {}) {
+    return this.#ops("portal_call", defined({ portal, method, params, timeout_s }));
+  }
+}
+
+class Conversations {
+  #ops;
+
+  constructor(ops) {
+    this.#ops = ops;
+  }
+
+  /** Store the message and append conversation.message.posted (ids only)
+   * to the global stream, in one transaction. */
+  postMessage(conversation_id, role, content, metadata = null) {
+    return this.#ops("conversations_post", { conversation_id, role, content, metadata });
+  }
+
+  /** Messages after `after` (a message's seq), oldest first. */
+  messages(conversation_id, { after, limit } = {}) {
+    return this.#ops("conversations_messages", defined({ conversation_id, after, limit }));
+  }
+}
+
 /** The context of one process() call. `ops(method, params)` sends an op of
  * this run; `lock(fn)` runs fn alone among this instance's state updates
  * in this host. */
@@ -138,6 +221,10 @@ export class Context {
     this.queueRow = queueRow ?? null; // null: no queue row, no idempotency key
     this.state = new State(ops, lock);
     this.sqlite = new Sqlite(ops);
+    this.schedules = new Schedules(ops);
+    this.instances = new ChildInstances(ops);
+    this.portals = new Portals(ops);
+    this.conversations = new Conversations(ops);
     Object.freeze(this);
   }
 
