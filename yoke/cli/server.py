@@ -112,15 +112,16 @@ def listen_failure(exc: OSError, host: str, port: int, option: str = "") -> str:
 
 
 def load_app_or_fail(spec: str) -> Any:
-    """The App ``spec`` names; the current directory is importable first."""
-    from ..actors.app import load_app
+    """The App ``spec`` names (``module:attribute``, or a JavaScript
+    application's path); the current directory is importable first."""
+    from ..applications import load
     from ..errors import YokeError
 
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
     try:
-        return load_app(spec)
+        return load(spec)
     except YokeError as exc:
         fail(exc.message)
     except Exception as exc:  # the module does not import, or fails while importing

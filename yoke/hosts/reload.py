@@ -136,11 +136,11 @@ class CodeWatch:
 
 async def load_definitions(app_spec: str) -> dict[str, Any] | str:
     """The definitions of the application as its files are now, loaded in a
-    process of its own (``yoke.actors.definitions``); what went wrong, as
+    process of its own (``python -m yoke.applications``); what went wrong, as
     text, when it does not load."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "yoke.actors.definitions", app_spec,
+        sys.executable, "-m", "yoke.applications", app_spec,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )
     out, err = await proc.communicate()

@@ -31,7 +31,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from .. import errors
-from ..actors.app import App, load_app
+from ..actors.app import App
+from ..applications import load
 from ..clock import VirtualClock, wall_ms
 from ..events import Event
 from ..failures.inbox import Failure
@@ -290,14 +291,15 @@ async def env(
     auto_advance: bool = False,
     **settings: Any,
 ) -> AsyncIterator[Environment]:
-    """The real runtime with ``app`` (an ``App`` or ``"module:attribute"``)
+    """The real runtime with ``app`` (an ``App``, ``"module:attribute"`` or a
+    JavaScript application's path)
     on a temporary SQLite file, or, with ``postgres=True``, on a new
     PostgreSQL database made (and dropped) on the server ``YOKE_TEST_PG_URL``
     names; its clock virtual, starting at ``start`` (default: now, in whole
     seconds). ``auto_advance``: on for the whole environment (``until`` moves
     the clock). ``settings``: overrides, as ``yoke.open`` takes them."""
     if isinstance(app, str):
-        app = load_app(app)
+        app = load(app)
     clock = VirtualClock(_start_time(start))
     async with scratch_database(postgres) as url, open_runtime(url, app=app, clock=clock, **settings) as runtime:
         environment = Environment(runtime, clock, tenant)

@@ -136,7 +136,10 @@ async function init(params) {
       throw new Refused(APP_FAILED, `cannot load ${script}: ${err?.name ?? "Error"}: ${err?.message ?? err}`,
         { traceback: String(err?.stack ?? err) });
     }
-    const handler = [module.process, module.default, module.default?.process].find((f) => typeof f === "function");
+    // An application's module (defineApp) holds every actor's process;
+    // a script of one actor exports it.
+    const handler = [module.default?.actors?.[name]?.process, module.process, module.default, module.default?.process]
+      .find((f) => typeof f === "function");
     if (handler === undefined) {
       throw new Refused(APP_FAILED, `${script} exports no process(ctx, event) function`);
     }

@@ -221,3 +221,48 @@ export declare class YokeError extends Error {
 
 /** What an actor's script exports: `process`, typed by its event payload. */
 export type Process<P = Json> = (ctx: Context<P>, event: YokeEvent<P>) => Promise<void>;
+
+/** An actor of a TypeScript application (defineApp): what Python's
+ * `@app.actor` takes, and its process function. */
+export interface ActorDefinition<P = any> {
+  /** Which events: types (glob patterns), streams, a JSONata `where`; a JSONata `key` makes one instance per key. */
+  filter: Filter;
+  /** Runs of one instance at once (default 1). */
+  concurrency?: number;
+  /** Attempts before the dead letter (default: the deployment's, 5). */
+  max_attempts?: number;
+  timeout_s?: number;
+  /** One instance, made when the application starts. */
+  singleton?: boolean;
+  retry_base_s?: number;
+  retry_max_s?: number;
+  /** "atomic": a run's effects commit together with its completion (docs/advanced/effects.md). */
+  effects?: "default" | "atomic";
+  process: Process<P>;
+}
+
+/** A subscription the application declares (as Python's app.subscription). */
+export interface SubscriptionDefinition {
+  source: string;
+  name: string;
+  receiver:
+    | { kind: "copy"; target: string }
+    | { kind: "webhook"; url: string; secret_env: string }
+    | { kind: "webhook"; url: string; secret_setting: string };
+  tenant?: string;
+  filter?: Filter;
+  transform?: string;
+  start?: "now" | "beginning";
+  on_failing_event?: "halt" | "skip";
+}
+
+export interface AppDefinition {
+  name?: string;
+  /** The deployment version (halted subscriptions resume on a new one). */
+  version?: string;
+  actors: Record<string, ActorDefinition>;
+  subscriptions?: SubscriptionDefinition[];
+}
+
+/** The application: the module's default export (`yoke serve --app dist/app.js`). */
+export declare function defineApp<A extends AppDefinition>(definition: A): A;

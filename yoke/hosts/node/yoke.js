@@ -261,3 +261,14 @@ export class Context {
     return this.#ops(method, params);
   }
 }
+
+/** A whole application in TypeScript or JavaScript: its actors (each with
+ * its filter, policy and process function) and its subscriptions. The
+ * module's default export; `yoke serve --app dist/app.js` serves it
+ * (yoke/applications.py reads what it declares). */
+export function defineApp(definition) {
+  if (definition === null || typeof definition !== "object" || typeof definition.actors !== "object") {
+    throw new TypeError("defineApp takes { actors: { name: { filter, process, ... } }, subscriptions? }");
+  }
+  return definition;
+}

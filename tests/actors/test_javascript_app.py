@@ -1,0 +1,151 @@
+"""A whole application in JavaScript (compiled TypeScript), no Python: its
+default export is defineApp({actors, subscriptions}); yoke/applications.py
+reads what it declares with Node and builds the App with the same
+validation a Python one gets, and `yoke serve --app app.mjs` runs it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+import yoke
+from tests.http.conftest import start_server, stop_server
+from yoke import errors
+from yoke.applications import load
+from yoke.routing.filters import Filter
+
+SDK = (Path(__file__).resolve().parents[2] / "yoke" / "hosts" / "node" / "yoke.js").as_uri()
+
+APP = """
+import {{ defineApp }} from "{sdk}";
+
+console.log("importing the shop");  // before the manifest: not in its way
+
+export default defineApp({{
+  name: "shop",
+  version: "shop-1",
+  actors: {{
+    cart: {{
+      filter: {{ types: ["item.added"], streams: ["/carts/*"], where: "payload.qty > 0", key: "payload.cart" }},
+      max_attempts: 3,
+      effects: "atomic",
+      process: async (ctx, event) => {{
+        const cart = await ctx.state.update((s) => ({{ ...s, [event.payload.sku]: (s[event.payload.sku] ?? 0) + event.payload.qty }}), {{}});
+        await ctx.append({{ type: "cart.changed", payload: {{ cart: ctx.instance.key, items: cart }} }}, "/changes");
+      }},
+    }},
+    audit: {{
+      filter: {{ types: ["cart.changed"], streams: ["/changes"] }},
+      singleton: true,
+      process: async (ctx, event) => {{
+        await ctx.state.update((s) => ({{ seen: (s.seen ?? 0) + 1 }}), {{}});
+      }},
+    }},
+  }},
+  subscriptions: [
+    {{ source: "/changes", name: "archive", receiver: {{ kind: "copy", target: "/archive" }}, start: "beginning" }},
+  ],
+}});
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "app.mjs") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_a_javascript_application_is_read_with_the_checks_a_python_one_gets(tmp_path: Path) -> None:
+    app = load(str(write(tmp_path, APP.format(sdk=SDK))))
+    assert (app.name, app.version, sorted(app.actors)) == ("shop", "shop-1", ["audit", "cart"])
+    cart = app.actors["cart"]
+    assert cart.language == "node" and cart.script == str(tmp_path / "app.mjs")
+    assert isinstance(cart.filter, Filter) and cart.filter.key == "payload.cart" and cart.filter.where == "payload.qty > 0"
+    assert (cart.max_attempts, cart.effects, app.actors["audit"].singleton) == (3, "atomic", True)
+    assert [s.name for s in app.subscriptions.values()] == ["archive"]
+
+    def refused(text: str) -> str:
+        with pytest.raises(errors.YokeError) as caught:
+            load(str(write(tmp_path, text, "bad.mjs")))
+        return caught.value.message
+
+    assert "where" in refused(APP.format(sdk=SDK).replace("payload.qty > 0", "payload.qty >"))
+    assert "unknown option(s) retries" in refused(APP.format(sdk=SDK).replace("max_attempts: 3", "retries: 3"))
+    assert "no process" in refused(APP.format(sdk=SDK).replace("process: async (ctx, event) => {\n        await ctx.state.update((s) => ({ seen",
+                                                                 "notprocess: async (ctx, event) => {\n        await ctx.state.update((s) => ({ seen"))
+    assert "Error: broken" in refused('throw new Error("broken");\nexport default {};\n')
+    assert "not defineApp" in refused("export default 42;\n")
+    assert "call and processor receivers run Python" in refused(
+        APP.format(sdk=SDK).replace('{ kind: "copy", target: "/archive" }', '{ kind: "call", function: "f" }')
+    )
+
+
+async def test_a_javascript_application_runs(tmp_path: Path) -> None:
+    app = load(str(write(tmp_path, APP.format(sdk=SDK))))
+    async with yoke.open(f"sqlite:///{tmp_path}/y.db", app=app, data_dir=str(tmp_path), host_processes=1) as y:
+        carts = y.stream("/carts/c1")
+        await carts.append({"type": "item.added", "payload": {"cart": "c1", "sku": "tea", "qty": 2}})
+        await carts.append({"type": "item.added", "payload": {"cart": "c1", "sku": "tea", "qty": 0}})  # where: no
+        await carts.append({"type": "item.added", "payload": {"cart": "c1", "sku": "jam", "qty": 1}})
+        await y.wait_idle(timeout_s=30)
+        instances = y.instances()
+        cart = await instances.find("cart", "c1")
+        assert cart is not None and (await instances.state(cart.instance_id))[0] == {"tea": 2, "jam": 1}
+        [audit] = await instances.list("audit")
+        assert (await instances.state(audit.instance_id))[0] == {"seen": 2}
+        last = (await y.stream("/changes").info()).head
+        await y.stream("/changes").wait_until_processed("archive", last, timeout_s=30)
+        copied = [e.payload for e in await y.stream("/archive").read() if e.type == "cart.changed"]
+        assert copied[-1] == {"cart": "c1", "items": {"tea": 2, "jam": 1}}
+
+
+def test_yoke_serve_runs_a_javascript_application(tmp_path: Path) -> None:
+    script = write(tmp_path, APP.format(sdk=SDK))
+    data = tmp_path / "data"
+    data.mkdir()
+    server = start_server(f"sqlite:///{tmp_path}/served.db", data, args=("--app", str(script)),
+                          YOKE_HOST_PROCESSES="1")
+    try:
+        http = server.client()
+        sent = http.post("/v1/streams/carts/c9/-/events",
+                         json={"type": "item.added", "payload": {"cart": "c9", "sku": "tea", "qty": 5}})
+        assert sent.status_code in (200, 201), sent.text
+        deadline = time.monotonic() + 30
+        while True:
+            found = http.get("/v1/instances", params={"actor": "cart", "key": "c9"}).json()["instances"]
+            state = http.get(f"/v1/instances/{found[0]['instance_id']}").json()["state"]["value"] if found else None
+            if state == {"tea": 5}:
+                break
+            assert time.monotonic() < deadline, state
+            time.sleep(0.05)
+    finally:
+        stop_server(server)  # graceful: uvicorn ends by raising SIGTERM again
+
+
+async def test_reload_of_a_javascript_application_applies_its_code_and_refuses_its_definitions(tmp_path: Path) -> None:
+    from tests.actors.test_isolation import WAIT_S, eventually
+    from tests.actors.test_reload import rewrite
+
+    script = write(tmp_path, APP.format(sdk=SDK))
+    app = load(str(script))
+    async with yoke.open(f"sqlite:///{tmp_path}/y.db", app=app, data_dir=str(tmp_path), host_processes=1,
+                         reload=True) as y:
+        pool = y.executor.pools["node"]
+        # New code (the audit counts by 10) and a new filter (qty 0 counts too).
+        rewrite(script, APP.format(sdk=SDK).replace("(s.seen ?? 0) + 1", "(s.seen ?? 0) + 10")
+                .replace("payload.qty > 0", "payload.qty >= 0"))
+
+        async def recycled() -> bool:
+            return pool.generation == 1
+
+        await eventually(recycled)
+        assert y.code is not None and y.code.refused == "the application's definitions changed (actor 'cart': filter)"
+        carts = y.stream("/carts/c1")
+        await carts.append({"type": "item.added", "payload": {"cart": "c1", "sku": "tea", "qty": 0}})  # refused filter
+        await carts.append({"type": "item.added", "payload": {"cart": "c1", "sku": "tea", "qty": 1}})
+        await y.wait_idle(timeout_s=WAIT_S)
+        [audit] = await y.instances().list("audit")
+        assert (await y.instances().state(audit.instance_id))[0] == {"seen": 10}  # the new code, once
