@@ -52,7 +52,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ).decode())
     subprocess.run(["npm", "install", "--offline", "--no-audit", "--no-fund"], cwd=app, check=True,
                    capture_output=True, timeout=120)
-    for name in ("good.ts", "wrong.ts"):
+    for name in ("good.ts", "wrong.ts", "client_use.ts"):
         shutil.copy(HERE / name, app / name)
     (app / "tsconfig.json").write_text(orjson.dumps({**TSCONFIG, "files": ["good.ts"]}).decode())
     return app
@@ -62,7 +62,8 @@ def test_the_package_holds_the_sdk_and_only_it(project: Path) -> None:
     [tarball] = project.parent.glob("yoke-sdk-*.tgz")
     with tarfile.open(tarball) as packed:
         assert sorted(packed.getnames()) == [
-            "package/README.md", "package/package.json", "package/yoke.d.ts", "package/yoke.js",
+            "package/README.md", "package/client.d.ts", "package/client.js", "package/package.json",
+            "package/testing.d.ts", "package/testing.js", "package/yoke.d.ts", "package/yoke.js",
         ]
 
 
@@ -77,6 +78,8 @@ def tsc(project: Path, *files: str) -> subprocess.CompletedProcess[str]:
 def test_strict_typescript_compiles_and_what_must_not_does_not(project: Path) -> None:
     done = tsc(project, "good.ts")
     assert done.returncode == 0, done.stdout
+    client = tsc(project, "client_use.ts")  # the client and the test kit, from the package's subpaths
+    assert client.returncode == 0, client.stdout
     # Every @ts-expect-error line must be an error: tsc fails on one that is not.
     wrong = tsc(project, "wrong.ts")
     assert wrong.returncode == 0, wrong.stdout

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 
-from .auth import runtime_of
+from .auth import ADMIN, Principal, runtime_of
 from .metrics_access import MetricsAccess
 from .responses import json_response
-from .schemas import Health, NotReady, Ready, answer, text_answer
+from .schemas import Health, Idle, NotReady, Ready, answer, text_answer
 
 router = APIRouter(tags=["operations"])
 
@@ -30,6 +30,28 @@ async def readyz(request: Request) -> Response:
     except Exception as exc:  # any failure means "not ready", with the reason
         return json_response({"status": "unavailable", "reason": str(exc)[:500]}, status_code=503)
     return json_response({"status": "ready"})
+
+
+@router.get(
+    "/v1/idle", responses={200: answer(Idle, "Idle, or what is busy when the time ran out")},
+    summary="Wait until the actors are idle (tests, scripts)",
+)
+async def idle(
+    request: Request,
+    timeout_s: float = Query(10.0, ge=0, le=60, description="How long to wait (seconds)"),
+    principal: Principal = ADMIN,
+) -> Response:
+    """Until fan-out has caught up and no queue row of this server's actors
+    is pending or processing (``Runtime.wait_idle``, every tenant: admin
+    scope); a server without actors is idle."""
+    runtime = runtime_of(request)
+    if runtime.executor is None:
+        return json_response({"idle": True, "busy": ""})
+    try:
+        await runtime.wait_idle(timeout_s)
+    except TimeoutError as exc:
+        return json_response({"idle": False, "busy": str(exc)})
+    return json_response({"idle": True, "busy": ""})
 
 
 @router.get(

@@ -1063,6 +1063,13 @@ class Ready(BaseModel):
     status: Literal["ready"]
 
 
+class Idle(BaseModel):
+    model_config = config({"idle": False, "busy": "not idle after 10s: busy instances: cart inst_3f… in default: 1"
+                                                  " unfinished rows (1 processing)"})
+    idle: bool
+    busy: str = Field("", description="What is still busy, when not idle")
+
+
 class NotReady(BaseModel):
     model_config = config({"status": "unavailable", "reason": "connection refused"})
     status: Literal["unavailable"]
