@@ -67,3 +67,17 @@ def test_the_idle_route_waits_for_the_actors_and_says_what_is_busy(tmp_path: Pat
         assert server.client(token="").get("/v1/idle").status_code == 401  # admin scope
     finally:
         stop_server(server)
+
+
+def test_the_typescript_examples_vitest_tests_pass_with_the_test_kit() -> None:
+    """The same kit under Vitest (the one pinned for the Durable Streams
+    suite, tests/durable_streams/package-lock.json; its globals, as the
+    example's folder does not install it)."""
+    vitest = ROOT / "tests" / "durable_streams" / "node_modules" / ".bin" / "vitest"
+    done = subprocess.run(
+        [str(vitest), "run", "--globals", "--root", str(ROOT / "examples" / "node"), "shop.spec.mjs"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "YOKE_BIN": str(Path(sys.executable).parent / "yoke"), "NO_COLOR": "1"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
