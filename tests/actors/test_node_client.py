@@ -81,3 +81,15 @@ def test_the_typescript_examples_vitest_tests_pass_with_the_test_kit() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout
+
+
+def test_the_clients_answer_types_are_generated_from_the_openapi_document() -> None:
+    """api.d.ts is what yoke/http/typescript_types.py makes of the document
+    now: a schema change without regenerating it fails here."""
+    from yoke.http.typescript_types import generate
+
+    document = create_app(lambda: contextlib.nullcontext()).openapi()
+    committed = (ROOT / "yoke" / "hosts" / "node" / "api.d.ts").read_text()
+    assert committed == generate(document), (
+        "regenerate: .venv/bin/python -m yoke.http.typescript_types > yoke/hosts/node/api.d.ts"
+    )

@@ -62,7 +62,7 @@ def test_the_package_holds_the_sdk_and_only_it(project: Path) -> None:
     [tarball] = project.parent.glob("yoke-sdk-*.tgz")
     with tarfile.open(tarball) as packed:
         assert sorted(packed.getnames()) == [
-            "package/README.md", "package/client.d.ts", "package/client.js", "package/package.json",
+            "package/README.md", "package/api.d.ts", "package/client.d.ts", "package/client.js", "package/package.json",
             "package/testing.d.ts", "package/testing.js", "package/yoke.d.ts", "package/yoke.js",
         ]
 

@@ -816,14 +816,17 @@ class InstanceRequest(BaseModel):
 
 
 INSTANCE_EXAMPLE = {
-    "id": "inst_0123456789abcdef", "actor": "order", "key": "A-1", "config": {}, "filter": None,
+    "instance_id": "inst_0123456789abcdef", "id": "inst_0123456789abcdef", "tenant": "default",
+    "actor": "order", "key": "A-1", "config": {}, "filter": None,
     "parent_id": None, "created_at": AT, "worker_id": None,
 }  # fmt: skip
 
 
 class Instance(BaseModel):
     model_config = config(INSTANCE_EXAMPLE)
-    id: str
+    instance_id: str
+    id: str = Field(description="The same as instance_id (what this answer first said)")
+    tenant: str
     actor: str
     key: str | None
     config: JsonObject

@@ -1,6 +1,6 @@
 // Types of testing.js: the real engine for Node test runners.
 
-import type { FailureView, YokeClient } from "./client.js";
+import type { Failure, YokeClient } from "./client.js";
 import type { Json } from "./yoke.js";
 
 export interface RunningYoke {
@@ -9,7 +9,7 @@ export interface RunningYoke {
   output(): string;
   idle(options?: { timeout_s?: number }): Promise<void>;
   state<S = Json>(actor: string, key: string): Promise<S | null>;
-  failures(filter?: { kind?: string; actor?: string; stream?: string }): Promise<FailureView[]>;
+  failures(filter?: { kind?: string; actor?: string; stream?: string }): Promise<Failure[]>;
   stop(): Promise<void>;
 }
 
