@@ -1,13 +1,15 @@
 """Loading an application: a Python ``module:attribute`` naming a
 ``yoke.App``, or a JavaScript module (compiled TypeScript) whose default
-export is ``defineApp({...})`` from the Node SDK (yoke/hosts/node/README.md).
+export is ``defineApp({actors, portals, subscriptions})`` from the Node SDK
+(yoke/hosts/node/README.md).
 
 A JavaScript application is read by running Node once: it imports the
 module and prints what it declares (its manifest: actors with their
-filters and policies, subscriptions), and an ``App`` is built from that
-with the same validation a Python one gets (filters compiled, names and
-policies checked). Its actors run in the Node host, which takes each
-actor's ``process`` from the same module.
+filters and policies, portals, subscriptions), and an ``App`` is built
+from that with the same validation a Python one gets (filters compiled,
+names and policies checked). Its actors and portals run in the Node host,
+which takes each actor's ``process`` and each portal's ``handle`` and
+methods from the same module (actors/node_portals.py).
 
 ``python -m yoke.applications SPEC`` prints ``App.definitions()`` of the
 application as its files are now: what ``--reload`` compares
@@ -28,6 +30,7 @@ import orjson
 
 from . import errors
 from .actors.app import App, load_app
+from .actors.node_portals import node_portal_def
 from .subscriptions.receivers import copy_to_stream, secret_from_env, secret_from_setting, webhook
 
 SCRIPT_SUFFIXES = (".js", ".mjs", ".cjs")
@@ -51,7 +54,11 @@ for (const [name, actor] of Object.entries(app.actors)) {{
 }}
 process.stdout.write("\\n{MARK}" + JSON.stringify({{
   name: app.name ?? null, version: app.version ?? null, actors,
-  subscriptions: app.subscriptions ?? [], portals: Object.keys(app.portals ?? {{}}),
+  subscriptions: app.subscriptions ?? [],
+  portals: Object.fromEntries(Object.entries(app.portals ?? {{}}).map(([name, portal]) => [name, {{
+    tenant: portal?.tenant ?? "default", methods: Object.keys(portal?.methods ?? {{}}),
+    has_handle: typeof portal?.handle === "function", has_start: portal?.start !== undefined,
+  }}])),
 }}) + "\\n");
 """
 
@@ -95,11 +102,6 @@ def load_script(path: str) -> App:
 def app_from_manifest(manifest: dict[str, Any], script: str) -> App:
     """The App a JavaScript application's manifest declares, its actors run
     by the Node host from ``script``."""
-    if manifest.get("portals"):
-        raise errors.InvalidInput(
-            "portals are declared in Python for now (app.portal); a JavaScript application has actors"
-            " and subscriptions", field="portals",
-        )
     app = App(name=str(manifest.get("name") or Path(script).stem), version=manifest.get("version"), spec=script)
     actors = manifest.get("actors")
     if not isinstance(actors, dict) or not actors:
@@ -114,6 +116,15 @@ def app_from_manifest(manifest: dict[str, Any], script: str) -> App:
                 f" {', '.join(sorted(ACTOR_OPTIONS))} and process", field="actors",
             )
         app.node_actor(name, script, **options)
+    for name, portal in (manifest.get("portals") or {}).items():
+        if portal.get("has_start"):
+            raise errors.InvalidInput(
+                f"portal {name!r}: a start loop is Python's for now (app.portal(...).start); a JavaScript portal"
+                " has handle and methods", field="portals",
+            )
+        if not portal.get("has_handle"):
+            raise errors.InvalidInput(f"portal {name!r}: it has no handle(ctx, request) function", field="portals")
+        app.add_portal(node_portal_def(name, script, portal.get("tenant") or "default", portal.get("methods") or []))
     subscriptions = manifest.get("subscriptions") or []
     if not isinstance(subscriptions, list):
         raise errors.InvalidInput("subscriptions is a list", field="subscriptions")

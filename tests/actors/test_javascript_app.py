@@ -44,6 +44,25 @@ export default defineApp({{
         await ctx.state.update((s) => ({{ seen: (s.seen ?? 0) + 1 }}), {{}});
       }},
     }},
+    pricer: {{
+      filter: {{ types: ["price.asked"], key: "payload.sku" }},
+      process: async (ctx, event) => {{
+        await ctx.state.set(await ctx.portals.call("shop", "price", {{ sku: event.payload.sku }}));
+      }},
+    }},
+  }},
+  portals: {{
+    shop: {{
+      handle: async (ctx, request) => {{
+        if (request.method !== "POST") return [405, {{ error: "POST only" }}];
+        const item = request.json();  // not JSON: a YokeError, answered 400
+        const sent = await ctx.append({{ type: "item.added", payload: item }}, `/carts/${{item.cart}}`);
+        return [202, {{ offset: sent.offset, path: request.path }}];
+      }},
+      methods: {{
+        price: async (ctx, params) => ({{ sku: params.sku, cents: params.sku === "tea" ? 350 : 100, portal: ctx.portal }}),
+      }},
+    }},
   }},
   subscriptions: [
     {{ source: "/changes", name: "archive", receiver: {{ kind: "copy", target: "/archive" }}, start: "beginning" }},
@@ -60,7 +79,9 @@ def write(tmp_path: Path, text: str, name: str = "app.mjs") -> Path:
 
 def test_a_javascript_application_is_read_with_the_checks_a_python_one_gets(tmp_path: Path) -> None:
     app = load(str(write(tmp_path, APP.format(sdk=SDK))))
-    assert (app.name, app.version, sorted(app.actors)) == ("shop", "shop-1", ["audit", "cart"])
+    assert (app.name, app.version, sorted(app.actors)) == ("shop", "shop-1", ["audit", "cart", "pricer"])
+    shop = app.portals["shop"]
+    assert (shop.language, shop.script, sorted(shop.methods)) == ("node", str(tmp_path / "app.mjs"), ["price"])
     cart = app.actors["cart"]
     assert cart.language == "node" and cart.script == str(tmp_path / "app.mjs")
     assert isinstance(cart.filter, Filter) and cart.filter.key == "payload.cart" and cart.filter.where == "payload.qty > 0"
@@ -78,6 +99,7 @@ def test_a_javascript_application_is_read_with_the_checks_a_python_one_gets(tmp_
                                                                  "notprocess: async (ctx, event) => {\n        await ctx.state.update((s) => ({ seen"))
     assert "Error: broken" in refused('throw new Error("broken");\nexport default {};\n')
     assert "not defineApp" in refused("export default 42;\n")
+    assert "a start loop is Python's" in refused(APP.format(sdk=SDK).replace("methods: {", "start: async () => {}, methods: {"))
     assert "call and processor receivers run Python" in refused(
         APP.format(sdk=SDK).replace('{ kind: "copy", target: "/archive" }', '{ kind: "call", function: "f" }')
     )
@@ -100,6 +122,12 @@ async def test_a_javascript_application_runs(tmp_path: Path) -> None:
         await y.stream("/changes").wait_until_processed("archive", last, timeout_s=30)
         copied = [e.payload for e in await y.stream("/archive").read() if e.type == "cart.changed"]
         assert copied[-1] == {"cart": "c1", "items": {"tea": 2, "jam": 1}}
+        # An actor calls a method of the TypeScript portal.
+        await y.stream("/").append({"type": "price.asked", "payload": {"sku": "tea"}})
+        await y.wait_idle(timeout_s=30)
+        pricer = await instances.find("pricer", "tea")
+        assert pricer is not None
+        assert (await instances.state(pricer.instance_id))[0] == {"sku": "tea", "cents": 350, "portal": "shop"}
 
 
 def test_yoke_serve_runs_a_javascript_application(tmp_path: Path) -> None:
@@ -113,11 +141,17 @@ def test_yoke_serve_runs_a_javascript_application(tmp_path: Path) -> None:
         sent = http.post("/v1/streams/carts/c9/-/events",
                          json={"type": "item.added", "payload": {"cart": "c9", "sku": "tea", "qty": 5}})
         assert sent.status_code in (200, 201), sent.text
+        # The TypeScript portal: a POST appends; a body that is not JSON is a 400.
+        posted = http.post("/v1/portals/shop/items", json={"cart": "c9", "sku": "jam", "qty": 1})
+        assert posted.status_code == 202 and posted.json()["path"] == "/items", posted.text
+        bad = http.post("/v1/portals/shop", content=b"{not json", headers={"content-type": "application/json"})
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_input", bad.text
+        assert http.get("/v1/portals/shop").status_code == 405
         deadline = time.monotonic() + 30
         while True:
             found = http.get("/v1/instances", params={"actor": "cart", "key": "c9"}).json()["instances"]
             state = http.get(f"/v1/instances/{found[0]['instance_id']}").json()["state"]["value"] if found else None
-            if state == {"tea": 5}:
+            if state == {"tea": 5, "jam": 1}:
                 break
             assert time.monotonic() < deadline, state
             time.sleep(0.05)

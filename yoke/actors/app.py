@@ -78,6 +78,10 @@ class PortalDef:
     start_fn: Handler | None = None
     # Methods actors call with ctx.portals.call(portal, method, params).
     methods: dict[str, Handler] = field(default_factory=dict)
+    # "python", or the host whose ``script`` defines it (node_portals.py):
+    # then ``handler`` and ``methods`` forward to that host (node_portals.py).
+    language: str = "python"
+    script: str | None = None
 
     def start(self, fn: Handler) -> Handler:
         """Decorate ``async def loop(ctx)``: started with the runtime, restarted
@@ -318,8 +322,7 @@ class App:
     def portal(self, name: str, *, tenant: str = "default") -> Callable[[Handler], PortalDef]:
         """Decorate ``async def handle(ctx, request)`` (mounted at
         ``/v1/portals/<name>``); the result has ``.start`` for a loop."""
-        if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
-            raise errors.InvalidInput("a portal name is letters, digits, '-' and '_'", field="name")
+        check_portal_name(name)
 
         def register(handler: Handler) -> PortalDef:
             portal = PortalDef(name, handler, tenant)
@@ -327,6 +330,16 @@ class App:
             return portal
 
         return register
+
+    def add_portal(self, portal: PortalDef) -> PortalDef:
+        """Register a portal made elsewhere (a JavaScript application's,
+        node_portals.py), with the checks ``portal`` makes."""
+        check_portal_name(portal.name)
+        if portal.name in self.portals:
+            raise errors.InvalidInput(f"portal {portal.name!r} is already registered", field="name")
+        validate_tenant(portal.tenant)
+        self.portals[portal.name] = portal
+        return portal
 
     def receiver(self, name: str) -> Callable[[Handler], Handler]:
         """Decorate ``async def receive(batch)`` for ``call(name)``
@@ -452,6 +465,11 @@ def app_spec(app: App) -> str:
         "actors with isolation='process' need their App importable as module:attribute"
         " (a module-level name, or App(spec='module:attribute'))", field="isolation",
     )
+
+
+def check_portal_name(name: Any) -> None:
+    if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
+        raise errors.InvalidInput("a portal name is letters, digits, '-' and '_'", field="name")
 
 
 def _check_registered(name: Any, registry: Mapping[str, Any], what: str) -> None:

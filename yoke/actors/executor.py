@@ -50,16 +50,21 @@ class Executor:
         for name, d in app.actors.items():
             if d.language != "python" or (d.isolation or settings.isolation) == "process":
                 by_language.setdefault(d.language, []).append(name)
+        # Portals written for a host (app.node_portal) run in its pool too.
+        node_portals = {p.name: p.script for p in app.portals.values() if p.language == "node" and p.script}
+        if node_portals:
+            by_language.setdefault("node", [])
         self.pools: dict[str, HostPool] = {}
         for language, names in by_language.items():
             if language == "python":
                 launch = python_launch(app_spec(app))
             else:
-                launch = node_launch({n: app.actors[n].script for n in names}, settings.host_memory_mb)
+                launch = node_launch({n: app.actors[n].script for n in names}, settings.host_memory_mb, node_portals)
             self.pools[language] = HostPool(
                 launch, size=settings.host_processes, runs_per_host=settings.host_runs,
                 memory_limit_bytes=settings.host_memory_mb * 2**20,
             )
+        kernel.hosts.update(self.pools)  # node_portals.py finds the Node pool there
         self.scheduler = Scheduler(
             kernel, app, self.worker_id,
             max_in_flight=settings.max_in_flight, sweep_s=settings.scheduler_sweep_s,
@@ -151,7 +156,9 @@ class Executor:
             disconnect()
         self._disconnect = []
         await self.scheduler.stop(timeout_s)
-        for pool in self.pools.values():
+        for language, pool in self.pools.items():
+            if self._kernel.hosts.get(language) is pool:
+                del self._kernel.hosts[language]
             await pool.close()
         for task in self._tasks:
             task.cancel()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import itertools
 import logging
 import os
@@ -74,6 +75,11 @@ class HostFailure(Exception):
 
 
 output_log = logging.getLogger("yoke.hosts.output")
+
+# The host whose op is being carried out (set in the op's task): a portal of
+# that host's pool called by its run goes to the same host, which is busy
+# with that run (another might not be free: a pool of one would deadlock).
+CALLER: contextvars.ContextVar[Host | None] = contextvars.ContextVar("yoke_calling_host", default=None)
 
 
 class RunOutput:
@@ -209,6 +215,7 @@ class Host:
             output.add(stream, text)
 
     async def _op(self, message: dict[str, Any]) -> None:
+        CALLER.set(self)
         id_, method = message.get("id"), message.get("method")
         ops = self.runs.get(message.get("run"))  # type: ignore[arg-type]
         if ops is None:
@@ -370,6 +377,50 @@ class HostPool:
             else:
                 # Other runs on it (runs_per_host > 1) fail with this reason.
                 host.kill(host.killed_because or "another run on the host timed out or was cancelled")
+                self._forget(host)
+
+    def calling_host(self) -> Host | None:
+        """The host of this pool whose op is being carried out, if any."""
+        host = CALLER.get()
+        return host if host is not None and host in self.hosts and host.dead is None else None
+
+    async def portal(
+        self, host: Host, ops: RunOps, portal: str, kind: str, payload: dict[str, Any], *, borrowed: bool = False,
+    ) -> Any:
+        """Run a portal's ``handle`` (``kind`` "request") or one of its
+        methods ("method") in ``host`` (from acquire()) with ``ops`` as its
+        ctx's, then give the host back; its answer (``{status, body}``, or
+        ``{body}``). A thrown error fails the call with its message (the
+        portal route answers 500, a caller of the method PortalCallFailed);
+        cancelled or failing with the host, the host is killed, as for a run
+        (``borrowed``: the host of the run that called, from
+        ``calling_host``; it is neither given back nor killed here)."""
+        run = next(self.runs)
+        host.runs[run] = ops
+        finished = False
+        try:
+            params = {"run": run, "portal": portal, "tenant": ops.tenant, "kind": kind, **payload,
+                      "clock": dict(zip(("now", "runs"), ops.clock_reading(), strict=True))}
+            try:
+                answer = await host.call("portal.call", params)
+            except HostError as exc:
+                if exc.code == p.HANDLER_FAILED:
+                    finished = True
+                    raise HandlerFailed(exc.message, exc.data.get("traceback", "")) from None
+                if exc.code == p.OP_FAILED:  # the portal threw a YokeError: the same error, here
+                    finished = True
+                    raise p.yoke_error(exc.message, exc.data) from None
+                raise HostFailure(f"the host refused the portal call: {exc.message}") from None
+            finished = True
+            return answer
+        finally:
+            host.runs.pop(run, None)
+            if borrowed:
+                pass  # the calling run's host: it stays that run's
+            elif finished and host.dead is None:
+                self._release(host)
+            else:
+                host.kill(host.killed_because or "a portal call on the host timed out or was cancelled")
                 self._forget(host)
 
     def warm(self) -> None:

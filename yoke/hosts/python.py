@@ -26,18 +26,6 @@ from .. import errors
 from . import wire as p
 
 
-def error_by_code() -> dict[str, type[errors.YokeError]]:
-    """Yoke error classes by code, so a handler catches the same class it
-    would in-process (a subclass sharing its parent's code loses to the parent)."""
-    found: dict[str, type[errors.YokeError]] = {}
-    todo: list[type[errors.YokeError]] = [errors.YokeError]
-    while todo:
-        cls = todo.pop(0)
-        found.setdefault(cls.code, cls)
-        todo.extend(cls.__subclasses__())
-    return found
-
-
 class OpFailed(Exception):
     """An op answered with an error that has no Yoke code."""
 
@@ -51,7 +39,7 @@ class Connection:
         self._outbox = p.Outbox(writer)
         self._next_id = 0
         self._waiting: dict[int, asyncio.Future[Any]] = {}
-        self._errors = error_by_code()
+        self._errors = p.error_by_code()
 
     def send(self, message: dict[str, Any]) -> None:
         self._outbox.send(message)

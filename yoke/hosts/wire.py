@@ -49,6 +49,28 @@ OUTPUT_MESSAGE_CHARS = 4096  # of one notification's text (the rest is cut)
 OUTPUT_KEPT_CHARS = 8192  # of a run's output, kept with its failure (its traceback is cut at 16 KiB)
 
 
+def error_by_code() -> dict[str, type[errors.YokeError]]:
+    """Yoke error classes by code, so a handler catches the same class it
+    would in-process (a subclass sharing its parent's code loses to the parent)."""
+    found: dict[str, type[errors.YokeError]] = {}
+    todo: list[type[errors.YokeError]] = [errors.YokeError]
+    while todo:
+        cls = todo.pop(0)
+        found.setdefault(cls.code, cls)
+        todo.extend(cls.__subclasses__())
+    return found
+
+
+def yoke_error(message: str, data: Any) -> errors.YokeError:
+    """The Yoke error an answer's ``data`` ({code, details}) names."""
+    data = data if isinstance(data, dict) else {}
+    cls = error_by_code().get(str(data.get("code")), errors.YokeError)
+    try:
+        return cls(message, **(data.get("details") or {}))
+    except TypeError:
+        return cls(message)
+
+
 def notification(method: str, params: Any) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "method": method, "params": params}
 

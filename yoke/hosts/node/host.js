@@ -10,7 +10,7 @@ import net from "node:net";
 import nodeProcess from "node:process";
 import { pathToFileURL } from "node:url";
 import { format } from "node:util";
-import { Context, YokeError } from "./yoke.js";
+import { Context, PortalContext, PortalRequest, YokeError } from "./yoke.js";
 
 const PROTOCOL_VERSION = 1;
 const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
@@ -32,6 +32,7 @@ class Refused extends Error {
 
 const socket = new net.Socket({ fd: Number(nodeProcess.argv[2]), readable: true, writable: true });
 const actors = new Map(); // name -> process(ctx, event)
+const portals = new Map(); // name -> {handle, methods} of defineApp({ portals })
 const waiting = new Map(); // id of an op we sent -> {resolve, reject}
 const updates = new Map(); // instance id -> the tail of its state updates in this host
 let nextId = 0;
@@ -145,8 +146,57 @@ async function init(params) {
     }
     actors.set(name, handler);
   }
+  // Portals of an application's module (defineApp({ portals })).
+  for (const [name, script] of Object.entries(params.portals ?? {})) {
+    let module;
+    try {
+      module = await import(pathToFileURL(script).href);
+    } catch (err) {
+      throw new Refused(APP_FAILED, `cannot load ${script}: ${err?.name ?? "Error"}: ${err?.message ?? err}`,
+        { traceback: String(err?.stack ?? err) });
+    }
+    const portal = module.default?.portals?.[name];
+    if (typeof portal?.handle !== "function") {
+      throw new Refused(APP_FAILED, `${script} defines no portal ${JSON.stringify(name)} with a handle(ctx, request) function`);
+    }
+    portals.set(name, portal);
+  }
   return { protocol: PROTOCOL_VERSION, language: "node", pid: nodeProcess.pid, actors: [...actors.keys()].sort(),
-    node: nodeProcess.version };
+    portals: [...portals.keys()].sort(), node: nodeProcess.version };
+}
+
+// A portal's handle(ctx, request) ("request") or one of its methods
+// ("method"), with a portal context whose ops are the run's.
+async function portalCall(params) {
+  const portal = portals.get(params.portal);
+  if (portal === undefined) {
+    throw new Refused(INVALID_PARAMS, `no portal named ${JSON.stringify(params.portal)} in this host`);
+  }
+  const ctx = new PortalContext((method, p) => op(params.run, method, p), {
+    tenant: params.tenant, portal: params.portal, clock: params.clock,
+  });
+  try {
+    return await currentRun.run(params.run, async () => {
+      if (params.kind === "method") {
+        const fn = portal.methods?.[params.method];
+        if (typeof fn !== "function") throw new Error(`portal ${params.portal} has no method ${params.method}`);
+        return { body: (await fn(ctx, params.params)) ?? null };
+      }
+      const answer = await portal.handle(ctx, new PortalRequest(params.request));
+      if (answer === undefined || answer === null) return { status: 204, body: null };
+      if (Array.isArray(answer) && answer.length === 2 && Number.isInteger(answer[0])) {
+        return { status: answer[0], body: answer[1] ?? null };
+      }
+      return { status: 200, body: answer };
+    });
+  } catch (err) {
+    if (err instanceof YokeError) {  // refused with a code: the route answers it (a 400, a 404...)
+      throw new Refused(OP_FAILED, err.message, { code: err.code, details: err.details });
+    }
+    const type = err?.name ?? typeof err;
+    throw new Refused(HANDLER_FAILED, `${type}: ${err?.message ?? String(err)}`,
+      { type, traceback: String(err?.stack ?? err) });
+  }
 }
 
 async function run(params) {
@@ -173,6 +223,7 @@ async function handle(message) {
   try {
     if (method === "host.init") answer(id, await init(params ?? {}));
     else if (method === "actor.process") answer(id, await run(params ?? {}));
+    else if (method === "portal.call") answer(id, await portalCall(params ?? {}));
     else fail(id, METHOD_NOT_FOUND, `unknown method ${JSON.stringify(method)}`);
   } catch (err) {
     if (err instanceof Refused) fail(id, err.code, err.message, err.data);

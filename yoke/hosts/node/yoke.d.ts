@@ -256,11 +256,49 @@ export interface SubscriptionDefinition {
   on_failing_event?: "halt" | "skip";
 }
 
+/** The context of a portal's handle or method: an actor's, less its instance. */
+export declare class PortalContext {
+  readonly tenant: string;
+  readonly portal: string;
+  readonly instances: ChildInstances;
+  readonly portals: Portals;
+  readonly conversations: Conversations;
+  now(): Date;
+  append<E = unknown>(event: NewEvent<E>, stream?: string): Promise<{ offset: number; id: string }>;
+  call<M extends OpName>(method: M, params: Ops[M]["params"]): Promise<Ops[M]["result"]>;
+}
+
+/** An HTTP request to a portal (`path` below /v1/portals/<name>). */
+export declare class PortalRequest {
+  readonly method: string;
+  readonly path: string;
+  readonly query: Record<string, string>;
+  readonly headers: Record<string, string>;
+  readonly body: Uint8Array;
+  text(): string;
+  /** The body as JSON; a YokeError (invalid_input: a 400) when it is not. */
+  json<T = Json>(): T;
+}
+
+/** What a portal's handle answers: a JSON value (200), [status, value], or nothing (204). */
+export type PortalAnswer = unknown | [number, unknown] | undefined;
+
+/** A portal of a TypeScript application: mounted at /v1/portals/<name>;
+ * `methods` are what actors call with ctx.portals.call(portal, method, params).
+ * A YokeError it throws is answered with its code and status (a 400 for
+ * invalid_input); any other error is a 500. */
+export interface PortalDefinition {
+  tenant?: string;
+  handle(ctx: PortalContext, request: PortalRequest): Promise<PortalAnswer>;
+  methods?: Record<string, (ctx: PortalContext, params: any) => Promise<unknown>>;
+}
+
 export interface AppDefinition {
   name?: string;
   /** The deployment version (halted subscriptions resume on a new one). */
   version?: string;
   actors: Record<string, ActorDefinition>;
+  portals?: Record<string, PortalDefinition>;
   subscriptions?: SubscriptionDefinition[];
 }
 

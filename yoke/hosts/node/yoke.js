@@ -262,8 +262,68 @@ export class Context {
   }
 }
 
+/** The context of a portal's handle(ctx, request) or method(ctx, params):
+ * what an actor's has, less its instance (state, SQLite, schedules). */
+export class PortalContext {
+  #ops;
+  #clock;
+
+  constructor(ops, { tenant, portal, clock }) {
+    this.#ops = ops;
+    const reading = clock ?? { now: Date.now() / 1000, runs: true };
+    this.#clock = { at: reading.now * 1000, since: reading.runs ? performance.now() : null };
+    this.tenant = tenant;
+    this.portal = portal;
+    this.instances = new ChildInstances(ops);
+    this.portals = new Portals(ops);
+    this.conversations = new Conversations(ops);
+    Object.freeze(this);
+  }
+
+  now() {
+    const { at, since } = this.#clock;
+    return new Date(since === null ? at : at + performance.now() - since);
+  }
+
+  /** Append to one of the tenant's streams (default "/"); resolves once durable. */
+  append(event, stream = "/") {
+    return this.#ops("stream_append", { event, stream });
+  }
+
+  call(method, params = {}) {
+    return this.#ops(method, params);
+  }
+}
+
+/** An HTTP request to a portal: `path` below /v1/portals/<name>, the body
+ * as bytes, text() or json(). */
+export class PortalRequest {
+  constructor({ method, path, query, headers, body }) {
+    this.method = method;
+    this.path = path;
+    this.query = query ?? {};
+    this.headers = headers ?? {};
+    const bytes = Buffer.from(body ?? "", "base64");
+    this.body = new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    Object.freeze(this);
+  }
+
+  text() {
+    return new TextDecoder().decode(this.body);
+  }
+
+  /** The body as JSON; a YokeError (invalid_input, a 400) when it is not. */
+  json() {
+    try {
+      return JSON.parse(this.text());
+    } catch {
+      throw new YokeError("the request body is not JSON", "invalid_input");
+    }
+  }
+}
+
 /** A whole application in TypeScript or JavaScript: its actors (each with
- * its filter, policy and process function) and its subscriptions. The
+ * its filter, policy and process function), portals and subscriptions. The
  * module's default export; `yoke serve --app dist/app.js` serves it
  * (yoke/applications.py reads what it declares). */
 export function defineApp(definition) {

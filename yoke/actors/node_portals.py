@@ -1,0 +1,51 @@
+"""Portals written in JavaScript (``defineApp({portals})``, app.node_portal):
+their ``handle`` and methods forward to the Node host.
+
+The ``PortalDef`` a JavaScript portal gets has Python functions for its
+handler and methods, so the portal route (portals.py ``handle_request``)
+and actors' ``ctx.portals.call`` (ops.py ``call_method``) use it as any
+portal. Each call takes a host of this process's Node pool (the
+executor's, ``ActorKernel.hosts``), runs there with the caller's op
+handler (the portal's ``ctx`` ops come back to it), and gives it back.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from .app import PortalDef
+
+if TYPE_CHECKING:
+    from .context import PortalContext
+    from .portals import PortalRequest
+
+
+def node_portal_def(name: str, script: str, tenant: str, methods: list[str]) -> PortalDef:
+    async def handle(ctx: PortalContext, request: PortalRequest) -> tuple[int, Any]:
+        answer = await _call(ctx, name, "request", {"request": {
+            "method": request.method, "path": request.path, "query": request.query, "headers": request.headers,
+            "body": base64.b64encode(request.body).decode(),
+        }})
+        return int(answer["status"]), answer.get("body")
+
+    def method(method_name: str) -> Any:
+        async def call(ctx: PortalContext, params: Any) -> Any:
+            return (await _call(ctx, name, "method", {"method": method_name, "params": params})).get("body")
+
+        return call
+
+    return PortalDef(name, handle, tenant, methods={m: method(m) for m in methods}, language="node", script=script)
+
+
+async def _call(ctx: PortalContext, portal: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+    ops = ctx.ops
+    pool = ops.kernel.hosts.get("node")  # type: ignore[attr-defined]
+    if pool is None:
+        raise errors.Unavailable(f"portal {portal!r} runs on Node, and this process runs no executor to host it")
+    caller = pool.calling_host()
+    if caller is not None:  # a run on one of these hosts calls: the same host answers
+        return await pool.portal(caller, ops, portal, kind, payload, borrowed=True)
+    host = await pool.acquire()
+    return await pool.portal(host, ops, portal, kind, payload)
