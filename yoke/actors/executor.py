@@ -50,7 +50,7 @@ class Executor:
         for name, d in app.actors.items():
             if d.language != "python" or (d.isolation or settings.isolation) == "process":
                 by_language.setdefault(d.language, []).append(name)
-        # Portals written for a host (app.node_portal) run in its pool too.
+        # Portals written for a host (node_portals.py) run in its pool too.
         node_portals = {p.name: p.script for p in app.portals.values() if p.language == "node" and p.script}
         if node_portals:
             by_language.setdefault("node", [])

@@ -1,4 +1,4 @@
-"""Portals written in JavaScript (``defineApp({portals})``, app.node_portal):
+"""Portals written in JavaScript (``defineApp({portals})``, applications.py):
 their ``handle`` and methods forward to the Node host.
 
 The ``PortalDef`` a JavaScript portal gets has Python functions for its
