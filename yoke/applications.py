@@ -57,7 +57,7 @@ process.stdout.write("\\n{MARK}" + JSON.stringify({{
   subscriptions: app.subscriptions ?? [],
   portals: Object.fromEntries(Object.entries(app.portals ?? {{}}).map(([name, portal]) => [name, {{
     tenant: portal?.tenant ?? "default", methods: Object.keys(portal?.methods ?? {{}}),
-    has_handle: typeof portal?.handle === "function", has_start: portal?.start !== undefined,
+    has_handle: typeof portal?.handle === "function", has_start: typeof portal?.start === "function",
   }}])),
 }}) + "\\n");
 """
@@ -117,14 +117,10 @@ def app_from_manifest(manifest: dict[str, Any], script: str) -> App:
             )
         app.node_actor(name, script, **options)
     for name, portal in (manifest.get("portals") or {}).items():
-        if portal.get("has_start"):
-            raise errors.InvalidInput(
-                f"portal {name!r}: a start loop is Python's for now (app.portal(...).start); a JavaScript portal"
-                " has handle and methods", field="portals",
-            )
         if not portal.get("has_handle"):
             raise errors.InvalidInput(f"portal {name!r}: it has no handle(ctx, request) function", field="portals")
-        app.add_portal(node_portal_def(name, script, portal.get("tenant") or "default", portal.get("methods") or []))
+        app.add_portal(node_portal_def(name, script, portal.get("tenant") or "default", portal.get("methods") or [],
+                                       loop=bool(portal.get("has_start"))))
     subscriptions = manifest.get("subscriptions") or []
     if not isinstance(subscriptions, list):
         raise errors.InvalidInput("subscriptions is a list", field="subscriptions")

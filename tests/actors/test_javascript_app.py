@@ -59,6 +59,10 @@ export default defineApp({{
         const sent = await ctx.append({{ type: "item.added", payload: item }}, `/carts/${{item.cart}}`);
         return [202, {{ offset: sent.offset, path: request.path }}];
       }},
+      start: async (ctx) => {{  // a loop: says it opened, then waits (it holds a host)
+        await ctx.append({{ type: "shop.opened", payload: {{ at: ctx.now().toISOString() }} }}, "/shop");
+        await new Promise(() => {{}});
+      }},
       methods: {{
         price: async (ctx, params) => ({{ sku: params.sku, cents: params.sku === "tea" ? 350 : 100, portal: ctx.portal }}),
       }},
@@ -99,7 +103,7 @@ def test_a_javascript_application_is_read_with_the_checks_a_python_one_gets(tmp_
                                                                  "notprocess: async (ctx, event) => {\n        await ctx.state.update((s) => ({ seen"))
     assert "Error: broken" in refused('throw new Error("broken");\nexport default {};\n')
     assert "not defineApp" in refused("export default 42;\n")
-    assert "a start loop is Python's" in refused(APP.format(sdk=SDK).replace("methods: {", "start: async () => {}, methods: {"))
+    assert "no handle" in refused(APP.format(sdk=SDK).replace("handle: async (ctx, request)", "hndle: async (ctx, request)"))
     assert "call and processor receivers run Python" in refused(
         APP.format(sdk=SDK).replace('{ kind: "copy", target: "/archive" }', '{ kind: "call", function: "f" }')
     )
@@ -107,7 +111,8 @@ def test_a_javascript_application_is_read_with_the_checks_a_python_one_gets(tmp_
 
 async def test_a_javascript_application_runs(tmp_path: Path) -> None:
     app = load(str(write(tmp_path, APP.format(sdk=SDK))))
-    async with yoke.open(f"sqlite:///{tmp_path}/y.db", app=app, data_dir=str(tmp_path), host_processes=1) as y:
+    # Two hosts: the portal's loop holds one.
+    async with yoke.open(f"sqlite:///{tmp_path}/y.db", app=app, data_dir=str(tmp_path), host_processes=2) as y:
         carts = y.stream("/carts/c1")
         await carts.append({"type": "item.added", "payload": {"cart": "c1", "sku": "tea", "qty": 2}})
         await carts.append({"type": "item.added", "payload": {"cart": "c1", "sku": "tea", "qty": 0}})  # where: no
@@ -128,6 +133,9 @@ async def test_a_javascript_application_runs(tmp_path: Path) -> None:
         pricer = await instances.find("pricer", "tea")
         assert pricer is not None
         assert (await instances.state(pricer.instance_id))[0] == {"sku": "tea", "cents": 350, "portal": "shop"}
+        # The portal's start loop ran (and runs on, holding its host).
+        opened = [e for e in await y.stream("/shop").read() if e.type == "shop.opened"]
+        assert len(opened) == 1
 
 
 def test_yoke_serve_runs_a_javascript_application(tmp_path: Path) -> None:
@@ -135,7 +143,7 @@ def test_yoke_serve_runs_a_javascript_application(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
     server = start_server(f"sqlite:///{tmp_path}/served.db", data, args=("--app", str(script)),
-                          YOKE_HOST_PROCESSES="1")
+                          YOKE_HOST_PROCESSES="2")
     try:
         http = server.client()
         sent = http.post("/v1/streams/carts/c9/-/events",
@@ -165,7 +173,7 @@ async def test_reload_of_a_javascript_application_applies_its_code_and_refuses_i
 
     script = write(tmp_path, APP.format(sdk=SDK))
     app = load(str(script))
-    async with yoke.open(f"sqlite:///{tmp_path}/y.db", app=app, data_dir=str(tmp_path), host_processes=1,
+    async with yoke.open(f"sqlite:///{tmp_path}/y.db", app=app, data_dir=str(tmp_path), host_processes=2,
                          reload=True) as y:
         pool = y.executor.pools["node"]
         # New code (the audit counts by 10) and a new filter (qty 0 counts too).

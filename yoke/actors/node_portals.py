@@ -1,10 +1,11 @@
 """Portals written in JavaScript (``defineApp({portals})``, applications.py):
-their ``handle`` and methods forward to the Node host.
+their ``handle``, methods and ``start`` loop forward to the Node host.
 
 The ``PortalDef`` a JavaScript portal gets has Python functions for its
-handler and methods, so the portal route (portals.py ``handle_request``)
-and actors' ``ctx.portals.call`` (ops.py ``call_method``) use it as any
-portal. Each call takes a host of this process's Node pool (the
+handler, methods and loop, so the portal route (portals.py
+``handle_request``), actors' ``ctx.portals.call`` (ops.py ``call_method``)
+and the executor's loops (portals.py ``run_loop``) use it as any portal.
+Each call takes a host of this process's Node pool (the
 executor's, ``ActorKernel.hosts``), runs there with the caller's op
 handler (the portal's ``ctx`` ops come back to it), and gives it back.
 """
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from .portals import PortalRequest
 
 
-def node_portal_def(name: str, script: str, tenant: str, methods: list[str]) -> PortalDef:
+def node_portal_def(name: str, script: str, tenant: str, methods: list[str], *, loop: bool = False) -> PortalDef:
     async def handle(ctx: PortalContext, request: PortalRequest) -> tuple[int, Any]:
         answer = await _call(ctx, name, "request", {"request": {
             "method": request.method, "path": request.path, "query": request.query, "headers": request.headers,
@@ -36,7 +37,13 @@ def node_portal_def(name: str, script: str, tenant: str, methods: list[str]) -> 
 
         return call
 
-    return PortalDef(name, handle, tenant, methods={m: method(m) for m in methods}, language="node", script=script)
+    async def start(ctx: PortalContext) -> None:
+        # The loop holds a host of the pool while it runs (portals.run_loop
+        # restarts it with backoff when it ends or throws).
+        await _call(ctx, name, "start", {})
+
+    return PortalDef(name, handle, tenant, start_fn=start if loop else None, methods={m: method(m) for m in methods},
+                     language="node", script=script)
 
 
 async def _call(ctx: PortalContext, portal: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:

@@ -165,8 +165,9 @@ async function init(params) {
     portals: [...portals.keys()].sort(), node: nodeProcess.version };
 }
 
-// A portal's handle(ctx, request) ("request") or one of its methods
-// ("method"), with a portal context whose ops are the run's.
+// A portal's handle(ctx, request) ("request"), one of its methods
+// ("method") or its start(ctx) loop ("start"), with a portal context whose
+// ops are the run's.
 async function portalCall(params) {
   const portal = portals.get(params.portal);
   if (portal === undefined) {
@@ -177,6 +178,10 @@ async function portalCall(params) {
   });
   try {
     return await currentRun.run(params.run, async () => {
+      if (params.kind === "start") {  // a loop: it runs until the host is killed (shutdown)
+        await portal.start(ctx);
+        return { body: null };
+      }
       if (params.kind === "method") {
         const fn = portal.methods?.[params.method];
         if (typeof fn !== "function") throw new Error(`portal ${params.portal} has no method ${params.method}`);

@@ -291,6 +291,10 @@ export interface PortalDefinition {
   tenant?: string;
   handle(ctx: PortalContext, request: PortalRequest): Promise<PortalAnswer>;
   methods?: Record<string, (ctx: PortalContext, params: any) => Promise<unknown>>;
+  /** A loop started with the executor (a poller, a listener), restarted with
+   * backoff when it ends or throws, stopped at shutdown; it holds one of the
+   * Node hosts while it runs. */
+  start?(ctx: PortalContext): Promise<void>;
 }
 
 export interface AppDefinition {
