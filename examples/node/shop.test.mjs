@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { YokeClient } from "../../yoke/hosts/node/client.js";
 import { startYoke } from "../../yoke/hosts/node/testing.js";
 
 const app = fileURLToPath(new URL("./dist/shop.js", import.meta.url));
@@ -55,6 +56,49 @@ test("a tail sees the changes as they come, and reads page by page", async () =>
   for await (const event of yoke.client.readAll("/changes", { limit: 2 })) all.push(event.offset);
   assert.deepEqual(all, [...all].sort((a, b) => a - b));
   assert.ok(all.length >= 5);
+});
+
+test("a tail whose connection drops resumes after the last event it gave", async () => {
+  // A fetch that cuts the first tail connection right after its first event.
+  let cut = false;
+  let resumedWith = null;
+  const dropping = async (url, init) => {
+    const response = await fetch(url, init);
+    if (!String(url).includes("/-/tail")) return response;
+    if (cut) {
+      resumedWith ??= init.headers["last-event-id"];
+      return response;
+    }
+    cut = true;
+    const reader = response.body.getReader();
+    let text = "";
+    const body = new ReadableStream({
+      async pull(controller) {
+        const { value, done } = await reader.read();
+        if (done) return controller.close();
+        text += new TextDecoder().decode(value);
+        const end = text.indexOf("\n\n", text.indexOf("data:"));
+        if (text.includes("data:") && end >= 0) {
+          controller.enqueue(new TextEncoder().encode(text.slice(0, end + 2)));
+          reader.cancel();
+          controller.error(new Error("connection reset"));
+        }
+      },
+    });
+    return new Response(body, { status: response.status, headers: response.headers });
+  };
+  const client = new YokeClient({ url: yoke.url, fetch: dropping });
+  const stream = "/drops";
+  for (const n of [1, 2, 3]) await client.append(stream, { type: "tick", payload: { n } });
+  const controller = new AbortController();
+  const seen = [];
+  for await (const event of client.tail(stream, { after: 0, signal: controller.signal })) {
+    seen.push(event.payload.n);
+    if (seen.length === 3) break;
+  }
+  assert.ok(cut);
+  assert.deepEqual(seen, [1, 2, 3]); // none lost, none twice
+  assert.equal(resumedWith, "1"); // the second connection asked for what followed the first event
 });
 
 test("a refused item is dead-lettered with its stack and what the run printed", async () => {

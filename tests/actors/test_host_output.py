@@ -6,6 +6,7 @@ failure (its traceback, shown by the console and ``yoke failures show``)."""
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 import yoke
@@ -24,8 +25,11 @@ async def test_a_runs_output_is_logged_with_its_ids_and_kept_with_its_failure(
         await y.stream("/").append({"type": "print", "payload": {"order": "o-2", "fail": True}})
         await y.wait_idle(timeout_s=30)
         logged = [r.getMessage() for r in caplog.records if r.name == "yoke.hosts.output"]
-        assert any(m.startswith(f"{actor} o-1 attempt 1 stdout: charging") for m in logged), logged
-        assert f"{actor} o-2 attempt 1 stderr: attempt 1 on stderr" in logged, logged
+        o1 = await y.instances().find(actor, "o-1")
+        assert o1 is not None
+        assert any(re.match(rf"{actor} o-1 {o1.instance_id} row \d+ attempt 1 stdout: charging", m) for m in logged), logged
+        assert any(re.match(rf"{actor} o-2 inst_\w+ row \d+ attempt 1 stderr: attempt 1 on stderr$", m)
+                   for m in logged), logged
 
         [failure] = await y.failures().list(actor=actor)
         assert "card declined" in failure.error

@@ -41,7 +41,7 @@ def test_the_typescript_examples_tests_pass_with_the_test_kit() -> None:
         env={**os.environ, "YOKE_BIN": str(Path(sys.executable).parent / "yoke")},
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "# pass 3" in done.stdout and "# fail 0" in done.stdout
+    assert "# pass 4" in done.stdout and "# fail 0" in done.stdout
 
 
 def test_the_idle_route_waits_for_the_actors_and_says_what_is_busy(tmp_path: Path) -> None:

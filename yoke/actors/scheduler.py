@@ -301,8 +301,8 @@ class Scheduler:
                     pass  # its run committed here before: commit() performs what it recorded
                 elif host is not None:
                     handed = True
-                    output = RunOutput(f"{instance.actor} {instance.key or instance.instance_id}"
-                                       f" attempt {row.attempts}")
+                    output = RunOutput(f"{instance.actor} {instance.key or '-'} {instance.instance_id}"
+                                       f" row {row.qid} attempt {row.attempts}")
                     await pool.process(host, ops, instance, event_from_queue(row), row.attempts, output)
                 else:
                     ctx = Context(ops, instance, event_from_queue(row), row.attempts, row.qid)
