@@ -123,6 +123,15 @@ function lockFor(instanceId) {
   };
 }
 
+async function load(script) {
+  try {
+    return await import(pathToFileURL(script).href);
+  } catch (err) {
+    throw new Refused(APP_FAILED, `cannot load ${script}: ${err?.name ?? "Error"}: ${err?.message ?? err}`,
+      { traceback: String(err?.stack ?? err) });
+  }
+}
+
 async function init(params) {
   if (params.protocol !== PROTOCOL_VERSION) {
     throw new Refused(VERSION_MISMATCH, `this host speaks protocol ${PROTOCOL_VERSION}, not ${params.protocol}`,
@@ -130,13 +139,7 @@ async function init(params) {
   }
   // memory_limit_bytes: the kernel already started Node with --max-old-space-size.
   for (const [name, script] of Object.entries(params.actors ?? {})) {
-    let module;
-    try {
-      module = await import(pathToFileURL(script).href);
-    } catch (err) {
-      throw new Refused(APP_FAILED, `cannot load ${script}: ${err?.name ?? "Error"}: ${err?.message ?? err}`,
-        { traceback: String(err?.stack ?? err) });
-    }
+    const module = await load(script);
     // An application's module (defineApp) holds every actor's process;
     // a script of one actor exports it.
     const handler = [module.default?.actors?.[name]?.process, module.process, module.default, module.default?.process]
@@ -148,13 +151,7 @@ async function init(params) {
   }
   // Portals of an application's module (defineApp({ portals })).
   for (const [name, script] of Object.entries(params.portals ?? {})) {
-    let module;
-    try {
-      module = await import(pathToFileURL(script).href);
-    } catch (err) {
-      throw new Refused(APP_FAILED, `cannot load ${script}: ${err?.name ?? "Error"}: ${err?.message ?? err}`,
-        { traceback: String(err?.stack ?? err) });
-    }
+    const module = await load(script);
     const portal = module.default?.portals?.[name];
     if (typeof portal?.handle !== "function") {
       throw new Refused(APP_FAILED, `${script} defines no portal ${JSON.stringify(name)} with a handle(ctx, request) function`);

@@ -58,17 +58,9 @@ export interface Instance {
 }
 
 /** An instance as ctx.instances.create answers it. */
-export interface CreatedInstance {
-  instance_id: string;
+export interface CreatedInstance extends Omit<Instance, "worker_id"> {
   /** The same as instance_id (what this answer first said). */
   id: string;
-  tenant: string;
-  actor: string;
-  key: string | null;
-  config: Record<string, Json>;
-  filter: Json;
-  parent_id: string | null;
-  created_at: number;
 }
 
 /** A filter, as Python's Filter: event types (glob patterns), streams, a

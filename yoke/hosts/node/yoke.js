@@ -201,31 +201,23 @@ class Conversations {
   }
 }
 
-/** The context of one process() call. `ops(method, params)` sends an op of
- * this run; `lock(fn)` runs fn alone among this instance's state updates
- * in this host. */
-export class Context {
+/** What every context has: the tenant, the runtime's clock, appends and
+ * the ops that need no instance. `ops(method, params)` sends an op of the
+ * run. */
+class BaseContext {
   #ops;
   #clock;
 
-  constructor(ops, lock, { tenant, instance, event, attempt, queueRow, clock }) {
+  constructor(ops, { tenant, clock }) {
     this.#ops = ops;
     // The runtime's clock at the run's start; it runs on with this
     // process's unless it stands still (a test's virtual clock).
     const reading = clock ?? { now: Date.now() / 1000, runs: true };
     this.#clock = { at: reading.now * 1000, since: reading.runs ? performance.now() : null };
     this.tenant = tenant;
-    this.instance = instance;
-    this.event = event;
-    this.attempt = attempt;
-    this.queueRow = queueRow ?? null; // null: no queue row, no idempotency key
-    this.state = new State(ops, lock);
-    this.sqlite = new Sqlite(ops);
-    this.schedules = new Schedules(ops);
     this.instances = new ChildInstances(ops);
     this.portals = new Portals(ops);
     this.conversations = new Conversations(ops);
-    Object.freeze(this);
   }
 
   /** The current time by the runtime's clock: what schedules, retries and
@@ -242,6 +234,28 @@ export class Context {
     return this.#ops("stream_append", { event, stream });
   }
 
+  /** Any op by name (docs/advanced/hosts.md lists them): schedules_upsert,
+   * instances_create, portal_call, conversations_post... */
+  call(method, params = {}) {
+    return this.#ops(method, params);
+  }
+}
+
+/** The context of one process() call; `lock(fn)` runs fn alone among this
+ * instance's state updates in this host. */
+export class Context extends BaseContext {
+  constructor(ops, lock, { tenant, instance, event, attempt, queueRow, clock }) {
+    super(ops, { tenant, clock });
+    this.instance = instance;
+    this.event = event;
+    this.attempt = attempt;
+    this.queueRow = queueRow ?? null; // null: no queue row, no idempotency key
+    this.state = new State(ops, lock);
+    this.sqlite = new Sqlite(ops);
+    this.schedules = new Schedules(ops);
+    Object.freeze(this);
+  }
+
   /** A key for a call to the outside world: the same on every retry and
    * redrive of this event's queue row (docs/advanced/effects.md); Python's
    * ctx.idempotency_key(name) gives the same key. */
@@ -254,44 +268,15 @@ export class Context {
     const text = [this.tenant, this.instance.instance_id, String(this.queueRow), name].join("\x1f");
     return "yk_" + createHash("sha256").update(text, "utf8").digest("hex").slice(0, 32);
   }
-
-  /** Any op by name (docs/advanced/hosts.md lists them): schedules_upsert,
-   * instances_create, portal_call, conversations_post... */
-  call(method, params = {}) {
-    return this.#ops(method, params);
-  }
 }
 
-/** The context of a portal's handle(ctx, request) or method(ctx, params):
- * what an actor's has, less its instance (state, SQLite, schedules). */
-export class PortalContext {
-  #ops;
-  #clock;
-
+/** The context of a portal's handle(ctx, request), method(ctx, params) or
+ * start(ctx): an actor's, less its instance (state, SQLite, schedules). */
+export class PortalContext extends BaseContext {
   constructor(ops, { tenant, portal, clock }) {
-    this.#ops = ops;
-    const reading = clock ?? { now: Date.now() / 1000, runs: true };
-    this.#clock = { at: reading.now * 1000, since: reading.runs ? performance.now() : null };
-    this.tenant = tenant;
+    super(ops, { tenant, clock });
     this.portal = portal;
-    this.instances = new ChildInstances(ops);
-    this.portals = new Portals(ops);
-    this.conversations = new Conversations(ops);
     Object.freeze(this);
-  }
-
-  now() {
-    const { at, since } = this.#clock;
-    return new Date(since === null ? at : at + performance.now() - since);
-  }
-
-  /** Append to one of the tenant's streams (default "/"); resolves once durable. */
-  append(event, stream = "/") {
-    return this.#ops("stream_append", { event, stream });
-  }
-
-  call(method, params = {}) {
-    return this.#ops(method, params);
   }
 }
 
