@@ -9,7 +9,7 @@ filters and policies, portals, subscriptions), and an ``App`` is built
 from that with the same validation a Python one gets (filters compiled,
 names and policies checked). Its actors and portals run in the Node host,
 which takes each actor's ``process`` and each portal's ``handle`` and
-methods from the same module (actors/node_portals.py).
+methods from the same module (actors/node_calls.py).
 
 ``python -m yoke.applications SPEC`` prints ``App.definitions()`` of the
 application as its files are now: what ``--reload`` compares
@@ -30,8 +30,8 @@ import orjson
 
 from . import errors
 from .actors.app import App, load_app
-from .actors.node_portals import node_portal_def
-from .subscriptions.receivers import copy_to_stream, secret_from_env, secret_from_setting, webhook
+from .actors.node_calls import node_portal_def, node_receiver
+from .subscriptions.receivers import call, copy_to_stream, secret_from_env, secret_from_setting, webhook
 
 SCRIPT_SUFFIXES = (".js", ".mjs", ".cjs")
 MANIFEST_TIMEOUT_S = 60.0
@@ -55,6 +55,7 @@ for (const [name, actor] of Object.entries(app.actors)) {{
 process.stdout.write("\\n{MARK}" + JSON.stringify({{
   name: app.name ?? null, version: app.version ?? null, actors,
   subscriptions: app.subscriptions ?? [],
+  receivers: Object.fromEntries(Object.entries(app.receivers ?? {{}}).map(([name, fn]) => [name, typeof fn === "function"])),
   portals: Object.fromEntries(Object.entries(app.portals ?? {{}}).map(([name, portal]) => [name, {{
     tenant: portal?.tenant ?? "default", methods: Object.keys(portal?.methods ?? {{}}),
     has_handle: typeof portal?.handle === "function", has_start: typeof portal?.start === "function",
@@ -121,6 +122,10 @@ def app_from_manifest(manifest: dict[str, Any], script: str) -> App:
             raise errors.InvalidInput(f"portal {name!r}: it has no handle(ctx, request) function", field="portals")
         app.add_portal(node_portal_def(name, script, portal.get("tenant") or "default", portal.get("methods") or [],
                                        loop=bool(portal.get("has_start"))))
+    for name, is_function in (manifest.get("receivers") or {}).items():
+        if not is_function:
+            raise errors.InvalidInput(f"receiver {name!r}: it is not a function (batch) => ...", field="receivers")
+        app.receiver(name)(node_receiver(app, name))
     subscriptions = manifest.get("subscriptions") or []
     if not isinstance(subscriptions, list):
         raise errors.InvalidInput("subscriptions is a list", field="subscriptions")
@@ -131,16 +136,23 @@ def app_from_manifest(manifest: dict[str, Any], script: str) -> App:
             )
         options = dict(declared)
         source, name = options.pop("source", None), options.pop("name", None)
-        app.subscription(source, name, receiver_of(options.pop("receiver", None)), **options)
+        app.subscription(source, name, receiver_of(options.pop("receiver", None), app), **options)
     return app
 
 
-def receiver_of(spec: Any) -> Any:
-    """A declared subscription's receiver: {kind: "copy", target} or
-    {kind: "webhook", url, secret_env | secret_setting}."""
+def receiver_of(spec: Any, app: App) -> Any:
+    """A declared subscription's receiver: {kind: "copy", target},
+    {kind: "webhook", url, secret_env | secret_setting} or {kind: "call",
+    function} naming one of the application's receivers."""
     kind = spec.get("kind") if isinstance(spec, dict) else None
     if kind == "copy" and set(spec) <= {"kind", "target"}:
         return copy_to_stream(spec.get("target"))
+    if kind == "call" and set(spec) <= {"kind", "function"}:
+        if spec.get("function") not in app.receivers:
+            raise errors.InvalidInput(
+                f"a call subscription names one of defineApp's receivers, not {spec.get('function')!r}", field="receiver"
+            )
+        return call(spec["function"])
     if kind == "webhook" and set(spec) <= {"kind", "url", "secret_env", "secret_setting"}:
         if "secret_env" in spec:
             return webhook(spec.get("url"), secret=secret_from_env(spec["secret_env"]))
@@ -148,8 +160,8 @@ def receiver_of(spec: Any) -> Any:
             return webhook(spec.get("url"), secret=secret_from_setting(spec["secret_setting"]))
         raise errors.InvalidInput("a declared webhook names its secret: secret_env or secret_setting", field="receiver")
     raise errors.InvalidInput(
-        'a JavaScript application\'s subscription receiver is {kind: "copy", target} or {kind: "webhook", url,'
-        " secret_env | secret_setting} (call and processor receivers run Python)", field="receiver",
+        'a JavaScript application\'s subscription receiver is {kind: "copy", target}, {kind: "webhook", url,'
+        ' secret_env | secret_setting} or {kind: "call", function} (processors are Python\'s)', field="receiver",
     )
 
 

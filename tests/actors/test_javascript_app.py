@@ -21,6 +21,7 @@ SDK = (Path(__file__).resolve().parents[2] / "yoke" / "hosts" / "node" / "yoke.j
 
 APP = """
 import {{ defineApp }} from "{sdk}";
+import {{ writeFile }} from "node:fs/promises";
 
 console.log("importing the shop");  // before the manifest: not in its way
 
@@ -68,8 +69,17 @@ export default defineApp({{
       }},
     }},
   }},
+  receivers: {{
+    // A call subscription's function: returning acknowledges the batch.
+    ledger: async (batch) => {{
+      const lines = batch.events.map((e) => `${{e.offset}} ${{e.payload.cart}}`);
+      await writeFile(process.env.SHOP_LEDGER_FILE, lines.join("\\n") + "\\n", {{ flag: "a" }});
+    }},
+  }},
   subscriptions: [
     {{ source: "/changes", name: "archive", receiver: {{ kind: "copy", target: "/archive" }}, start: "beginning" }},
+    {{ source: "/changes", name: "ledger", receiver: {{ kind: "call", function: "ledger" }}, start: "beginning",
+      filter: {{ types: ["cart.changed"] }} }},
   ],
 }});
 """
@@ -90,7 +100,8 @@ def test_a_javascript_application_is_read_with_the_checks_a_python_one_gets(tmp_
     assert cart.language == "node" and cart.script == str(tmp_path / "app.mjs")
     assert isinstance(cart.filter, Filter) and cart.filter.key == "payload.cart" and cart.filter.where == "payload.qty > 0"
     assert (cart.max_attempts, cart.effects, app.actors["audit"].singleton) == (3, "atomic", True)
-    assert [s.name for s in app.subscriptions.values()] == ["archive"]
+    assert [s.name for s in app.subscriptions.values()] == ["archive", "ledger"]
+    assert sorted(app.receivers) == ["ledger"]
 
     def refused(text: str) -> str:
         with pytest.raises(errors.YokeError) as caught:
@@ -104,12 +115,17 @@ def test_a_javascript_application_is_read_with_the_checks_a_python_one_gets(tmp_
     assert "Error: broken" in refused('throw new Error("broken");\nexport default {};\n')
     assert "not defineApp" in refused("export default 42;\n")
     assert "no handle" in refused(APP.format(sdk=SDK).replace("handle: async (ctx, request)", "hndle: async (ctx, request)"))
-    assert "call and processor receivers run Python" in refused(
-        APP.format(sdk=SDK).replace('{ kind: "copy", target: "/archive" }', '{ kind: "call", function: "f" }')
+    assert "names one of defineApp's receivers, not 'nowhere'" in refused(
+        APP.format(sdk=SDK).replace('function: "ledger"', 'function: "nowhere"')
+    )
+    assert "processors are Python's" in refused(
+        APP.format(sdk=SDK).replace('{ kind: "copy", target: "/archive" }', '{ kind: "processor", name: "p" }')
     )
 
 
-async def test_a_javascript_application_runs(tmp_path: Path) -> None:
+async def test_a_javascript_application_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = tmp_path / "ledger.txt"
+    monkeypatch.setenv("SHOP_LEDGER_FILE", str(ledger))  # hosts get the environment but YOKE_*
     app = load(str(write(tmp_path, APP.format(sdk=SDK))))
     # Two hosts: the portal's loop holds one.
     async with yoke.open(f"sqlite:///{tmp_path}/y.db", app=app, data_dir=str(tmp_path), host_processes=2) as y:
@@ -127,6 +143,10 @@ async def test_a_javascript_application_runs(tmp_path: Path) -> None:
         await y.stream("/changes").wait_until_processed("archive", last, timeout_s=30)
         copied = [e.payload for e in await y.stream("/archive").read() if e.type == "cart.changed"]
         assert copied[-1] == {"cart": "c1", "items": {"tea": 2, "jam": 1}}
+        # The call subscription's TypeScript receiver got each change once.
+        await y.stream("/changes").wait_until_processed("ledger", last, timeout_s=30)
+        offsets = [line.split()[0] for line in ledger.read_text().splitlines()]
+        assert len(offsets) == 2 and len(set(offsets)) == 2
         # An actor calls a method of the TypeScript portal.
         await y.stream("/").append({"type": "price.asked", "payload": {"sku": "tea"}})
         await y.wait_idle(timeout_s=30)

@@ -78,8 +78,8 @@ class PortalDef:
     start_fn: Handler | None = None
     # Methods actors call with ctx.portals.call(portal, method, params).
     methods: dict[str, Handler] = field(default_factory=dict)
-    # "python", or the host whose ``script`` defines it (node_portals.py):
-    # then ``handler`` and ``methods`` forward to that host (node_portals.py).
+    # "python", or the host whose ``script`` defines it (node_calls.py):
+    # then ``handler`` and ``methods`` forward to that host (node_calls.py).
     language: str = "python"
     script: str | None = None
 
@@ -131,6 +131,10 @@ class App:
     portals: dict[str, PortalDef] = field(default_factory=dict)
     # Subscription receivers: call(name) functions and processor(name) folds.
     receivers: dict[str, Handler] = field(default_factory=dict)
+    # The host pools running this application's code in this process, by
+    # language (filled by its executor): where the portals and receivers of
+    # a JavaScript application (node_calls.py) send their calls.
+    hosts: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     processors: dict[str, Any] = field(default_factory=dict)
     # module:attribute that names this App (set by load_app; hosts import it).
     spec: str | None = None
@@ -333,7 +337,7 @@ class App:
 
     def add_portal(self, portal: PortalDef) -> PortalDef:
         """Register a portal made elsewhere (a JavaScript application's,
-        node_portals.py), with the checks ``portal`` makes."""
+        node_calls.py), with the checks ``portal`` makes."""
         check_portal_name(portal.name)
         if portal.name in self.portals:
             raise errors.InvalidInput(f"portal {portal.name!r} is already registered", field="name")

@@ -50,21 +50,23 @@ class Executor:
         for name, d in app.actors.items():
             if d.language != "python" or (d.isolation or settings.isolation) == "process":
                 by_language.setdefault(d.language, []).append(name)
-        # Portals written for a host (node_portals.py) run in its pool too.
+        # Portals and receivers written for a host (node_calls.py) run in its pool too.
         node_portals = {p.name: p.script for p in app.portals.values() if p.language == "node" and p.script}
-        if node_portals:
+        node_receivers = {n: f.script for n, f in app.receivers.items() if getattr(f, "language", None) == "node"}
+        if node_portals or node_receivers:
             by_language.setdefault("node", [])
         self.pools: dict[str, HostPool] = {}
         for language, names in by_language.items():
             if language == "python":
                 launch = python_launch(app_spec(app))
             else:
-                launch = node_launch({n: app.actors[n].script for n in names}, settings.host_memory_mb, node_portals)
+                launch = node_launch({n: app.actors[n].script for n in names}, settings.host_memory_mb, node_portals,
+                                     node_receivers)
             self.pools[language] = HostPool(
                 launch, size=settings.host_processes, runs_per_host=settings.host_runs,
                 memory_limit_bytes=settings.host_memory_mb * 2**20,
             )
-        kernel.hosts.update(self.pools)  # node_portals.py finds the Node pool there
+        app.hosts.update(self.pools)  # node_calls.py finds the Node pool there
         self.scheduler = Scheduler(
             kernel, app, self.worker_id,
             max_in_flight=settings.max_in_flight, sweep_s=settings.scheduler_sweep_s,
@@ -157,8 +159,8 @@ class Executor:
         self._disconnect = []
         await self.scheduler.stop(timeout_s)
         for language, pool in self.pools.items():
-            if self._kernel.hosts.get(language) is pool:
-                del self._kernel.hosts[language]
+            if self.app.hosts.get(language) is pool:
+                del self.app.hosts[language]
             await pool.close()
         for task in self._tasks:
             task.cancel()

@@ -27,8 +27,8 @@ that a test moves).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from ..clock import SYSTEM, Clock, wall_ms
 from ..signals import Signals
@@ -83,9 +83,6 @@ class ActorKernel:
     state_home: Guard
     settings: ActorSettings
     clock: Clock = SYSTEM
-    # This process's host pools by language, filled by the executor as it is
-    # built: a portal written for another language's host reaches it here.
-    hosts: dict[str, Any] = field(default_factory=dict)
 
     def now_ms(self) -> int:
         """The clock's wall time in milliseconds, as the store keeps it."""

@@ -35,7 +35,10 @@ def python_launch(app_spec: str) -> Launch:
                   {"app": app_spec, "sys_path": list(sys.path)})
 
 
-def node_launch(scripts: dict[str, str], memory_limit_mb: int = 0, portals: dict[str, str] | None = None) -> Launch:
+def node_launch(
+    scripts: dict[str, str], memory_limit_mb: int = 0, portals: dict[str, str] | None = None,
+    receivers: dict[str, str] | None = None,
+) -> Launch:
     """``scripts``: actor name -> its JavaScript module. The memory limit
     is V8's heap limit (``--max-old-space-size``): RLIMIT_AS does not suit
     V8, which reserves far more address space than it uses."""
@@ -50,4 +53,4 @@ def node_launch(scripts: dict[str, str], memory_limit_mb: int = 0, portals: dict
     # Source maps on: a stack from compiled TypeScript names the .ts lines.
     flags = ["--enable-source-maps", *([f"--max-old-space-size={memory_limit_mb}"] if memory_limit_mb > 0 else [])]
     command = (sys.executable, "-I", "-S", "-c", EXEC_WITH_PARENT_DEATH, node, *flags, str(NODE_HOST))
-    return Launch("node", command, {"actors": scripts, "portals": portals or {}})
+    return Launch("node", command, {"actors": scripts, "portals": portals or {}, "receivers": receivers or {}})

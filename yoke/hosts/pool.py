@@ -423,6 +423,27 @@ class HostPool:
                 host.kill(host.killed_because or "a portal call on the host timed out or was cancelled")
                 self._forget(host)
 
+    async def receive(self, host: Host, receiver: str, batch: dict[str, Any]) -> None:
+        """Run a subscription receiver's ``receivers[name](batch)`` in
+        ``host`` (from acquire()), then give the host back; a thrown error
+        fails the batch with its message (HandlerFailed)."""
+        finished = False
+        try:
+            try:
+                await host.call("receiver.call", {"receiver": receiver, "batch": batch})
+            except HostError as exc:
+                if exc.code == p.HANDLER_FAILED:
+                    finished = True
+                    raise HandlerFailed(exc.message, exc.data.get("traceback", "")) from None
+                raise HostFailure(f"the host refused the receiver call: {exc.message}") from None
+            finished = True
+        finally:
+            if finished and host.dead is None:
+                self._release(host)
+            else:
+                host.kill(host.killed_because or "a receiver call on the host timed out or was cancelled")
+                self._forget(host)
+
     def warm(self) -> None:
         """Start hosts in the background up to the pool's size, so runs do
         not wait for a start (a run's timeout does not include one anyway)."""

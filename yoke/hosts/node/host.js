@@ -33,6 +33,7 @@ class Refused extends Error {
 const socket = new net.Socket({ fd: Number(nodeProcess.argv[2]), readable: true, writable: true });
 const actors = new Map(); // name -> process(ctx, event)
 const portals = new Map(); // name -> {handle, methods} of defineApp({ portals })
+const receivers = new Map(); // name -> receive(batch) of defineApp({ receivers })
 const waiting = new Map(); // id of an op we sent -> {resolve, reject}
 const updates = new Map(); // instance id -> the tail of its state updates in this host
 let nextId = 0;
@@ -158,8 +159,16 @@ async function init(params) {
     }
     portals.set(name, portal);
   }
+  // Subscription receivers of an application's module (defineApp({ receivers })).
+  for (const [name, script] of Object.entries(params.receivers ?? {})) {
+    const receiver = (await load(script)).default?.receivers?.[name];
+    if (typeof receiver !== "function") {
+      throw new Refused(APP_FAILED, `${script} defines no receiver ${JSON.stringify(name)} function`);
+    }
+    receivers.set(name, receiver);
+  }
   return { protocol: PROTOCOL_VERSION, language: "node", pid: nodeProcess.pid, actors: [...actors.keys()].sort(),
-    portals: [...portals.keys()].sort(), node: nodeProcess.version };
+    portals: [...portals.keys()].sort(), receivers: [...receivers.keys()].sort(), node: nodeProcess.version };
 }
 
 // A portal's handle(ctx, request) ("request"), one of its methods
@@ -201,6 +210,22 @@ async function portalCall(params) {
   }
 }
 
+// A subscription receiver: returning acknowledges the batch, throwing fails it.
+async function receiverCall(params) {
+  const receiver = receivers.get(params.receiver);
+  if (receiver === undefined) {
+    throw new Refused(INVALID_PARAMS, `no receiver named ${JSON.stringify(params.receiver)} in this host`);
+  }
+  try {
+    await receiver(params.batch);
+  } catch (err) {
+    const type = err?.name ?? typeof err;
+    throw new Refused(HANDLER_FAILED, `${type}: ${err?.message ?? String(err)}`,
+      { type, traceback: String(err?.stack ?? err) });
+  }
+  return null;
+}
+
 async function run(params) {
   const handler = actors.get(params.actor);
   if (handler === undefined) {
@@ -226,6 +251,7 @@ async function handle(message) {
     if (method === "host.init") answer(id, await init(params ?? {}));
     else if (method === "actor.process") answer(id, await run(params ?? {}));
     else if (method === "portal.call") answer(id, await portalCall(params ?? {}));
+    else if (method === "receiver.call") answer(id, await receiverCall(params ?? {}));
     else fail(id, METHOD_NOT_FOUND, `unknown method ${JSON.stringify(method)}`);
   } catch (err) {
     if (err instanceof Refused) fail(id, err.code, err.message, err.data);

@@ -240,7 +240,9 @@ export interface SubscriptionDefinition {
   receiver:
     | { kind: "copy"; target: string }
     | { kind: "webhook"; url: string; secret_env: string }
-    | { kind: "webhook"; url: string; secret_setting: string };
+    | { kind: "webhook"; url: string; secret_setting: string }
+    /** One of defineApp's `receivers`, called with each batch. */
+    | { kind: "call"; function: string };
   tenant?: string;
   filter?: Filter;
   transform?: string;
@@ -295,7 +297,20 @@ export interface AppDefinition {
   version?: string;
   actors: Record<string, ActorDefinition>;
   portals?: Record<string, PortalDefinition>;
+  /** Functions `call` subscriptions deliver to: returning acknowledges the
+   * batch, throwing fails it (retried on the subscription's ladder). */
+  receivers?: Record<string, (batch: ReceivedBatch) => Promise<void>>;
   subscriptions?: SubscriptionDefinition[];
+}
+
+/** What a call subscription's receiver gets. */
+export interface ReceivedBatch {
+  events: YokeEvent[];
+  path: string;
+  name: string;
+  stream_id: string;
+  attempt: number;
+  delivery_id: string;
 }
 
 /** The application: the module's default export (`yoke serve --app dist/app.js`). */

@@ -1,22 +1,25 @@
-"""Portals written in JavaScript (``defineApp({portals})``, applications.py):
-their ``handle``, methods and ``start`` loop forward to the Node host.
+"""Calls into a JavaScript application's Node host (``defineApp``,
+applications.py): its portals' ``handle``, methods and ``start`` loop, and
+its subscription receivers.
 
 The ``PortalDef`` a JavaScript portal gets has Python functions for its
 handler, methods and loop, so the portal route (portals.py
 ``handle_request``), actors' ``ctx.portals.call`` (ops.py ``call_method``)
-and the executor's loops (portals.py ``run_loop``) use it as any portal.
-Each call takes a host of this process's Node pool (the
-executor's, ``ActorKernel.hosts``), runs there with the caller's op
-handler (the portal's ``ctx`` ops come back to it), and gives it back.
+and the executor's loops (portals.py ``run_loop``) use it as any portal;
+a receiver is a Python function the deliveries call with each batch, as a
+Python one. Each call takes a host of this process's Node pool (the
+executor's, ``App.hosts``), runs there (a portal with the caller's op
+handler: its ``ctx`` ops come back to it), and gives it back.
 """
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from .app import PortalDef
+from .app import App, PortalDef
 
 if TYPE_CHECKING:
     from .context import PortalContext
@@ -46,9 +49,25 @@ def node_portal_def(name: str, script: str, tenant: str, methods: list[str], *, 
                      language="node", script=script)
 
 
+def node_receiver(app: App, name: str) -> Callable[[dict[str, Any]], Awaitable[None]]:
+    """A ``call`` receiver of ``app``'s Node host: the module's
+    ``receivers[name](batch)``; returning acknowledges the batch, throwing
+    fails it (the subscription's retry ladder)."""
+
+    async def receive(batch: dict[str, Any]) -> None:
+        pool = app.hosts.get("node")
+        if pool is None:
+            raise errors.Unavailable(f"receiver {name!r} runs on Node, and this process runs no executor to host it")
+        host = await pool.acquire()
+        await pool.receive(host, name, batch)
+
+    receive.language, receive.script = "node", app.spec  # type: ignore[attr-defined] - the executor's pool loads it
+    return receive
+
+
 async def _call(ctx: PortalContext, portal: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
     ops = ctx.ops
-    pool = ops.kernel.hosts.get("node")  # type: ignore[attr-defined]
+    pool = ops.app.hosts.get("node") if ops.app is not None else None  # type: ignore[attr-defined]
     if pool is None:
         raise errors.Unavailable(f"portal {portal!r} runs on Node, and this process runs no executor to host it")
     caller = pool.calling_host()
