@@ -22,7 +22,6 @@ import time
 import traceback
 from typing import Any
 
-from .. import errors
 from . import wire as p
 
 
