@@ -60,7 +60,7 @@ process.stdout.write("\\n{MARK}" + JSON.stringify({{
     tenant: portal?.tenant ?? "default", methods: Object.keys(portal?.methods ?? {{}}),
     has_handle: typeof portal?.handle === "function", has_start: typeof portal?.start === "function",
   }}])),
-}}) + "\\n");
+}}) + "\\n", () => process.exit(0));  // timers or servers the module started must not keep it alive
 """
 
 ACTOR_OPTIONS = {"filter", "concurrency", "max_attempts", "timeout_s", "singleton", "retry_base_s", "retry_max_s",
@@ -166,7 +166,8 @@ def receiver_of(spec: Any, app: App) -> Any:
 
 
 def main() -> None:
-    print(orjson.dumps(load(sys.argv[1]).definitions()).decode())
+    definitions = orjson.dumps(load(sys.argv[1]).definitions()).decode()
+    print(f"\n{MARK}{definitions}")  # after MARK: what the application printed on import comes before
 
 
 if __name__ == "__main__":

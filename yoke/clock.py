@@ -69,8 +69,10 @@ SYSTEM: Clock = SystemClock()
 
 def wall_ms(clock: Clock) -> int:
     """``clock``'s wall time in whole milliseconds: how times are stored
-    (created_at, leases, expiries, schedules)."""
-    return int(clock.wall() * 1000)
+    (created_at, leases, expiries, schedules). A microsecond is added before
+    truncating: a due time of ``x`` ms set as ``x / 1000`` s (a test's clock
+    moved to it) must read back as ``x``, not ``x - 1`` (float error)."""
+    return int(clock.wall() * 1000 + 0.001)
 
 
 def backoff_s(attempt: int, base_s: float, max_s: float, *identity: object) -> float:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ async def py(ctx, event):  # noqa: ANN001, ANN201
     print("charging", event.payload["order"], "for 4200 cents")
     print(f"attempt {ctx.attempt} on stderr", file=sys.stderr)
     logging.getLogger("shop").warning("a logged warning")
+    await asyncio.to_thread(print, "printed by a worker thread")
     if event.payload.get("fail"):
         raise RuntimeError("card declined")
 

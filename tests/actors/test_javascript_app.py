@@ -23,6 +23,7 @@ import {{ defineApp }} from "{sdk}";
 import {{ writeFile }} from "node:fs/promises";
 
 console.log("importing the shop");  // before the manifest: not in its way
+setInterval(() => {{}}, 60_000);  // keeps Node alive: reading the manifest must not wait for it
 
 export default defineApp({{
   name: "shop",
@@ -128,6 +129,7 @@ async def test_a_javascript_application_runs(tmp_path: Path, monkeypatch: pytest
     app = load(str(write(tmp_path, APP.format(sdk=SDK))))
     # Two hosts: the portal's loop holds one.
     async with yoke.open(f"sqlite:///{tmp_path}/y.db", app=app, data_dir=str(tmp_path), host_processes=2) as y:
+        assert y.executor.pools["node"].size == 3  # one more for the portal's loop
         carts = y.stream("/carts/c1")
         await carts.append({"type": "item.added", "payload": {"cart": "c1", "sku": "tea", "qty": 2}})
         await carts.append({"type": "item.added", "payload": {"cart": "c1", "sku": "tea", "qty": 0}})  # where: no

@@ -205,6 +205,8 @@ DEFINED = '''
 from pathlib import Path
 from yoke import App, Filter
 
+print("loading the application")  # on stdout, before --reload's definitions: not in their way
+
 app = App()
 
 

@@ -35,7 +35,7 @@ import pytest
 
 START = dt.datetime(2031, 5, 1, tzinfo=dt.timezone.utc)
 
-@pytest.mark.yoke_app("nudges:app", start=START)
+@pytest.mark.yoke_app(app="nudges:app", start=START)
 async def test_a_nudge_three_days_after_sign_up(yoke_env):
     await yoke_env.y.stream("/").append({"type": "signed.up", "payload": {"user": "ann"}})
     await yoke_env.advance(days=2)

@@ -171,3 +171,14 @@ async def test_runs_are_deterministic_and_auto_advance_agrees_with_explicit_adva
     explicit = await history(auto=False)
     assert explicit == await history(auto=False)
     assert explicit == await history(auto=True)
+
+
+def test_a_due_time_set_on_the_clock_reads_back_as_its_milliseconds() -> None:
+    """Float seconds of a ms due time must not read back 1 ms early (advance
+    would loop on a due that stays just ahead)."""
+    from yoke.clock import VirtualClock, wall_ms
+
+    for due_ms in (2_147_483_648_002, 1_893_456_000_001, 1_099_511_627_777, 5):
+        clock = VirtualClock(0)
+        clock.set(due_ms / 1000)
+        assert wall_ms(clock) == due_ms

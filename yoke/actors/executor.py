@@ -62,8 +62,11 @@ class Executor:
             else:
                 launch = node_launch({n: app.actors[n].script for n in names}, settings.host_memory_mb, node_portals,
                                      node_receivers)
+            # A portal's start loop holds a host for good: one more for each,
+            # so the loops never starve the runs.
+            loops = sum(1 for p in app.portals.values() if p.language == language and p.start_fn is not None)
             self.pools[language] = HostPool(
-                launch, size=settings.host_processes, runs_per_host=settings.host_runs,
+                launch, size=settings.host_processes + loops, runs_per_host=settings.host_runs,
                 memory_limit_bytes=settings.host_memory_mb * 2**20,
             )
         app.hosts.update(self.pools)  # node_calls.py finds the Node pool there

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from ..clock import SYSTEM, Clock
+from ..clock import SYSTEM, Clock, wall_ms
 from ..lifecycle import GLOBAL
 from ..routing.filters import Filter
 from ..routing.index import Route, RoutingIndex
@@ -213,7 +213,7 @@ class Fanout:
                     )
             status = await actors.fanout_commit(
                 tenant, path, through, new_through, version, items, self._worker_id,
-                int(self._clock.wall() * 1000),
+                wall_ms(self._clock),
             )
             if status == "stale":
                 self._indexes.pop(tenant, None)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from .. import errors
-from ..clock import SYSTEM, Clock
+from ..clock import SYSTEM, Clock, wall_ms
 from ..events import new_event_id
 from ..store.actors import QueueItem, Schedule
 from ..store.faults import log_retried
@@ -98,7 +98,7 @@ class Timers:
         return fired
 
     def _now_ms(self) -> int:
-        return int(self._clock.wall() * 1000)
+        return wall_ms(self._clock)
 
     async def _fire(self, s: Schedule) -> bool:
         now = self._now_ms()

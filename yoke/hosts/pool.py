@@ -143,6 +143,7 @@ class Host:
         self.killed_because: str | None = None
         self.generation = 0  # the pool's generation (code version) it was started in
         self.initialized = False  # host.init answered
+        self.looping = False  # it runs a portal's start loop (which holds it)
         self.op_tasks: set[asyncio.Task[None]] = set()
         self.reading = asyncio.create_task(self._read(), name=f"yoke-host-{proc.pid}")
 
@@ -397,6 +398,8 @@ class HostPool:
         ``calling_host``; it is neither given back nor killed here)."""
         run = next(self.runs)
         host.runs[run] = ops
+        if kind == "start":
+            host.looping = True  # recycle() ends it: the loop starts again on the new code
         finished = False
         try:
             params = {"run": run, "portal": portal, "tenant": ops.tenant, "kind": kind, **payload,
@@ -447,7 +450,12 @@ class HostPool:
     def warm(self) -> None:
         """Start hosts in the background up to the pool's size, so runs do
         not wait for a start (a run's timeout does not include one anyway)."""
-        if self.closing or time.monotonic() < self.no_start_until:
+        if self.closing:
+            return
+        if time.monotonic() < self.no_start_until:
+            if not self.hosts and not self.starting:  # none left to hand out: waiting runs fail now
+                self._fail_waiters(HostFailure(f"{self.start_failure} (the next start is in"
+                                               f" {self.no_start_until - time.monotonic():.1f}s)"))
             return
         for _ in range(self.size - len(self.hosts) - self.starting):
             self.starting += 1
@@ -473,15 +481,18 @@ class HostPool:
                         self.failed_starts, delay, exc)
             # Runs waiting for a host fail rather than wait for one that
             # cannot start (the next run tries again).
-            while self.waiters:
-                waiter = self.waiters.popleft()
-                if not waiter.done():
-                    waiter.set_exception(HostFailure(str(exc)))
+            self._fail_waiters(HostFailure(str(exc)))
             return
         finally:
             self.starting -= 1
         for _ in range(self.runs_per_host):
             self._release(host)
+
+    def _fail_waiters(self, failure: HostFailure) -> None:
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(failure)
 
     def release(self, host: Host) -> None:
         """Give back a host from acquire() that ran nothing."""
@@ -509,6 +520,8 @@ class HostPool:
         for host in list(self.hosts):
             if self.idle.count(host) == self.runs_per_host:  # none of its slots taken
                 self._retire(host)
+            elif host.looping:  # a portal's loop never ends by itself: it restarts on the new code
+                host.kill("the code changed: the portal loop on it starts again on the new code")
         self.idle = [h for h in self.idle if h.generation == self.generation]
         self.warm()
 

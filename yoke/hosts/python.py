@@ -116,6 +116,7 @@ class RunOutputStream(io.TextIOBase):
         self._connection = connection
         self._stream = stream
         self._pending: dict[int | None, str] = {}
+        self._loop = asyncio.get_running_loop()  # a worker thread's print goes through it
 
     def writable(self) -> bool:
         return True
@@ -146,9 +147,15 @@ class RunOutputStream(io.TextIOBase):
             self._send(run, text)
 
     def _send(self, run: int | None, text: str) -> None:
-        self._connection.send(p.notification(p.RUN_OUTPUT, {
-            "run": run, "stream": self._stream, "text": text[: p.OUTPUT_MESSAGE_CHARS],
-        }))
+        message = p.notification(p.RUN_OUTPUT, {"run": run, "stream": self._stream, "text": text[: p.OUTPUT_MESSAGE_CHARS]})
+        try:
+            on_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:  # a worker thread (asyncio.to_thread, an executor)
+            on_loop = False
+        if on_loop:
+            self._connection.send(message)
+        else:
+            self._loop.call_soon_threadsafe(self._connection.send, message)
 
 
 class Host:

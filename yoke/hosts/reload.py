@@ -30,6 +30,8 @@ import orjson
 log = logging.getLogger("yoke.hosts.reload")
 
 POLL_S = 0.5
+LOAD_TIMEOUT_S = 60.0  # loading a changed application to read its definitions
+MARK = "@@yoke-manifest@@"  # yoke.applications prints the definitions after it
 VERSION_PREFIX = "code:"
 
 
@@ -79,8 +81,8 @@ class CodeWatch:
     (``App.definitions``). A change is loaded in a process of its own first:
     one that does not load is not applied at all; one that changes the
     definitions (a filter, an actor added or removed, a portal, a
-    subscription) has its code applied and its definitions refused, loudly,
-    until a restart. ``inprocess``: actors that run in the kernel's event
+    subscription) has its code applied (hosts import the files as they are)
+    and its definitions refused, loudly, until a restart. ``inprocess``: actors that run in the kernel's event
     loop, which keep the code they started with (said at each change)."""
 
     def __init__(
@@ -102,7 +104,12 @@ class CodeWatch:
     async def run(self, on_change: Callable[[str], None]) -> None:
         while True:
             await asyncio.sleep(POLL_S)
-            await self.check(on_change)
+            try:
+                await self.check(on_change)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the watch goes on: the next change is looked at again
+                log.exception("--reload: looking at the changed code failed")
 
     async def check(self, on_change: Callable[[str], None]) -> None:
         files = self._files()  # a new file in the package counts
@@ -143,11 +150,20 @@ async def load_definitions(app_spec: str) -> dict[str, Any] | str:
         sys.executable, "-m", "yoke.applications", app_spec,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )
-    out, err = await proc.communicate()
+    try:
+        async with asyncio.timeout(LOAD_TIMEOUT_S):
+            out, err = await proc.communicate()
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return f"loading it took over {LOAD_TIMEOUT_S:.0f}s"
     if proc.returncode != 0:
         lines = err.decode(errors="replace").strip().splitlines()
         return lines[-1] if lines else f"exit status {proc.returncode}"
-    return orjson.loads(out)
+    _, mark, definitions = out.decode(errors="replace").rpartition(MARK)
+    if not mark:
+        return "it printed no definitions"
+    return orjson.loads(definitions)
 
 
 def describe_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:

@@ -299,7 +299,7 @@ async def env(
     seconds). ``auto_advance``: on for the whole environment (``until`` moves
     the clock). ``settings``: overrides, as ``yoke.open`` takes them."""
     if isinstance(app, str):
-        app = load(app)
+        app = await asyncio.to_thread(load, app)  # a JavaScript app is read by running node
     clock = VirtualClock(_start_time(start))
     async with scratch_database(postgres) as url, open_runtime(url, app=app, clock=clock, **settings) as runtime:
         environment = Environment(runtime, clock, tenant)

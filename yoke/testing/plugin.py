@@ -47,8 +47,8 @@ def yoke_env_options(request: pytest.FixtureRequest) -> dict[str, Any]:
     app: Any = None
     marker = request.node.get_closest_marker("yoke_app")
     if marker is not None:
-        app = marker.args[0] if marker.args else None
         options = dict(marker.kwargs)
+        app = marker.args[0] if marker.args else options.pop("app", None)
     if app is None:
         try:
             app = request.getfixturevalue("yoke_app")

@@ -67,7 +67,8 @@ for (const [level, stream] of [["log", "stdout"], ["info", "stdout"], ["debug", 
   console[level] = (...args) => {
     const text = (level === "trace" ? format(...args) + "\n" + new Error().stack : format(...args)) + "\n";
     send({ jsonrpc: "2.0", method: "run.output",
-      params: { run: currentRun.getStore() ?? null, stream, text: text.slice(0, MAX_OUTPUT_CHARS) } });
+      // Well formed: a cut (or printed) half of a surrogate pair is no JSON the kernel reads.
+      params: { run: currentRun.getStore() ?? null, stream, text: text.slice(0, MAX_OUTPUT_CHARS).toWellFormed() } });
   };
 }
 
@@ -145,27 +146,22 @@ async function init(params) {
     // a script of one actor exports it.
     const handler = [module.default?.actors?.[name]?.process, module.process, module.default, module.default?.process]
       .find((f) => typeof f === "function");
-    if (handler === undefined) {
-      throw new Refused(APP_FAILED, `${script} exports no process(ctx, event) function`);
-    }
-    actors.set(name, handler);
+    // Missing (a script without it, or code reloaded without that actor):
+    // its runs fail with the reason; the host serves the others.
+    actors.set(name, handler ?? `${script} exports no process(ctx, event) function for ${name}`);
   }
   // Portals of an application's module (defineApp({ portals })).
   for (const [name, script] of Object.entries(params.portals ?? {})) {
     const module = await load(script);
     const portal = module.default?.portals?.[name];
-    if (typeof portal?.handle !== "function") {
-      throw new Refused(APP_FAILED, `${script} defines no portal ${JSON.stringify(name)} with a handle(ctx, request) function`);
-    }
-    portals.set(name, portal);
+    portals.set(name, typeof portal?.handle === "function" ? portal
+      : `${script} defines no portal ${JSON.stringify(name)} with a handle(ctx, request) function`);
   }
   // Subscription receivers of an application's module (defineApp({ receivers })).
   for (const [name, script] of Object.entries(params.receivers ?? {})) {
     const receiver = (await load(script)).default?.receivers?.[name];
-    if (typeof receiver !== "function") {
-      throw new Refused(APP_FAILED, `${script} defines no receiver ${JSON.stringify(name)} function`);
-    }
-    receivers.set(name, receiver);
+    receivers.set(name, typeof receiver === "function" ? receiver
+      : `${script} defines no receiver ${JSON.stringify(name)} function`);
   }
   return { protocol: PROTOCOL_VERSION, language: "node", pid: nodeProcess.pid, actors: [...actors.keys()].sort(),
     portals: [...portals.keys()].sort(), receivers: [...receivers.keys()].sort(), node: nodeProcess.version };
@@ -179,6 +175,7 @@ async function portalCall(params) {
   if (portal === undefined) {
     throw new Refused(INVALID_PARAMS, `no portal named ${JSON.stringify(params.portal)} in this host`);
   }
+  if (typeof portal === "string") throw new Refused(HANDLER_FAILED, portal, { type: "Error", traceback: portal });
   const ctx = new PortalContext((method, p) => op(params.run, method, p), {
     tenant: params.tenant, portal: params.portal, clock: params.clock,
   });
@@ -216,6 +213,7 @@ async function receiverCall(params) {
   if (receiver === undefined) {
     throw new Refused(INVALID_PARAMS, `no receiver named ${JSON.stringify(params.receiver)} in this host`);
   }
+  if (typeof receiver === "string") throw new Refused(HANDLER_FAILED, receiver, { type: "Error", traceback: receiver });
   try {
     await receiver(params.batch);
   } catch (err) {
@@ -231,6 +229,7 @@ async function run(params) {
   if (handler === undefined) {
     throw new Refused(INVALID_PARAMS, `no actor named ${JSON.stringify(params.actor)} in this host`);
   }
+  if (typeof handler === "string") throw new Refused(HANDLER_FAILED, handler, { type: "Error", traceback: handler });
   const ctx = new Context((method, p) => op(params.run, method, p), lockFor(params.instance.instance_id), {
     tenant: params.tenant, instance: params.instance, event: params.event, attempt: params.attempt,
     queueRow: params.queue_row, clock: params.clock,
