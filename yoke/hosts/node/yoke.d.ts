@@ -286,8 +286,8 @@ export interface PortalDefinition {
   handle(ctx: PortalContext, request: PortalRequest): Promise<PortalAnswer>;
   methods?: Record<string, (ctx: PortalContext, params: any) => Promise<unknown>>;
   /** A loop started with the executor (a poller, a listener), restarted with
-   * backoff when it ends or throws, stopped at shutdown; it holds one of the
-   * Node hosts while it runs. */
+   * backoff when it ends or throws, stopped at shutdown; it runs in a Node
+   * host of its own (the pool has one more for each loop). */
   start?(ctx: PortalContext): Promise<void>;
 }
 
