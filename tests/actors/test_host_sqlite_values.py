@@ -80,4 +80,6 @@ async def test_a_failing_op_or_an_unencodable_value_is_a_yoke_error_in_the_handl
         js = await instances.find("bad_js", "b")
         assert py is not None and js is not None
         assert (await instances.state(py.instance_id))[0] == {"error": "invalid_input"}
-        assert (await instances.state(js.instance_id))[0] == {"op": "invalid_input", "params": "invalid_input"}
+        assert (await instances.state(js.instance_id))[0] == {
+            "op": "invalid_input", "params": "invalid_input", "surrogate": "invalid_input",
+        }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -108,7 +109,13 @@ def encode(message: dict[str, Any]) -> bytes:
 
 
 def decode(line: bytes) -> dict[str, Any]:
-    message = orjson.loads(line)
+    try:
+        message = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        # JSON.stringify writes a string's lone surrogate as an escape that
+        # orjson refuses: read it (the op is then refused as not JSON, with
+        # a YokeError) rather than take the host for broken.
+        message = json.loads(line)
     if not isinstance(message, dict):
         raise ValueError("a message is a JSON object")
     return message

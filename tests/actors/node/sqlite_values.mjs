@@ -31,6 +31,11 @@ export async function process(ctx, event) {
     } catch (err) {
       codes.params = err.code;
     }
+    try {
+      await ctx.state.set({ half: "\ud83d" }); // a lone surrogate: JSON.stringify escapes it
+    } catch (err) {
+      codes.surrogate = err.code;
+    }
     await ctx.state.set(codes);
     return;
   }
