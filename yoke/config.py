@@ -165,6 +165,12 @@ class Settings:
     # max, +-20% jitter) for every actor, and per actor as a JSON object
     # ({"billing": {"max_attempts": 2, "retry_base_s": 0.01}}); an argument
     # given to the actor's decorator wins over both.
+    # The SQL catalogue (docs/advanced/sql.md): whether this process keeps
+    # the mirror of the instances it runs current, and each query's limits
+    # (a query may ask for less).
+    sql_mirror: bool = True
+    sql_max_rows: int = 10_000
+    sql_timeout_s: float = 10.0
     actor_max_attempts: int = 5
     actor_retry_base_s: float = 1.0
     actor_retry_max_s: float = 300.0

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from . import errors, metrics
@@ -21,7 +21,9 @@ from .actors.executor import Executor
 from .actors.instances import Instances
 from .actors.kernel import ActorKernel, ActorSettings
 from .failures import Failures, FailureServices
+from .actors.sql_mirror import SqlMirror
 from .actors.state import StateDatabases, make_storage
+from .catalogue import SqlCatalogue
 from .actors.state_home import Guard as StateHomeGuard
 from .clock import SYSTEM, Clock, wall_ms
 from .config import Settings
@@ -31,6 +33,7 @@ from .sampling import Sampler
 from .signals import Signals
 from .routing.evaluation import Evaluations
 from .store import Store, StreamInfo, connect_store
+from .store.catalogue import QueryResult
 from .streams.append import AppendService
 from .streams.connections import Connections
 from .streams.ephemeral import EphemeralBuffers
@@ -85,6 +88,7 @@ class Runtime:
         # What starting did to the subscriptions the app declares (app.subscription).
         self.subscriptions_reconciled: list[Reconciled] = []
         self._state_dbs: StateDatabases | None = None
+        self._sql_mirror: SqlMirror | None = None  # started with the state databases
         self._store: Store = connect_store(settings, clock)
         # Where the instances' state lives: claimed by an executor at start,
         # checked before a read of an instance's state (actors/state_home.py).
@@ -130,6 +134,9 @@ class Runtime:
             http=lambda: None if self.deliveries is None else self.deliveries.http,
             max_event_bytes=settings.max_event_bytes, subscription_timeout_s=settings.subscription_timeout_s,
             clock=clock,
+        )
+        self.sql_catalogue = SqlCatalogue(
+            open_store, self.failures, max_rows=settings.sql_max_rows, timeout_s=settings.sql_timeout_s
         )
         self._disconnect: list[Any] = []
         self._tasks: list[asyncio.Task[Any]] = []
@@ -231,8 +238,12 @@ class Runtime:
             await self.deliveries.stop()
             self.deliveries = None
         if self._state_dbs is not None:
-            await self._state_dbs.close()
+            await self._state_dbs.close()  # (what a closing connection noted is stashed)
             self._state_dbs = None
+        if self._sql_mirror is not None:
+            await asyncio.sleep(0)  # the closed databases' notices arrive
+            await self._sql_mirror.stop()
+            self._sql_mirror = None
         self.appends.closing = True
         self.appends.stop_blocking()
         await self.appends.drain()
@@ -303,7 +314,28 @@ class Runtime:
                 clock=self.clock,
             )
             self._state_dbs = StateDatabases(storage, clock=self.clock)
+            if self.settings.sql_mirror:
+                self._sql_mirror = SqlMirror(self._state_dbs, lambda: self.store.catalogue)
+                self._sql_mirror.start()
         return self._state_dbs
+
+    async def sql(
+        self, tenant: str, query: str, params: Sequence[Any] | None = None, *,
+        max_rows: int | None = None, timeout_s: float | None = None,
+    ) -> QueryResult:
+        """One read-only SQL query in ``tenant`` over every actor instance's
+        tables (``actor.table``), their state (``actor.yoke_state``) and
+        Yoke's records (``yoke.instances``, ``yoke.streams``, ...):
+        docs/advanced/sql.md."""
+        if not self._started:
+            raise errors.RuntimeClosed("the runtime is not open")
+        return await self.sql_catalogue.query(tenant, query, params, max_rows=max_rows, timeout_s=timeout_s)
+
+    async def sql_settled(self) -> None:
+        """Until the changes of finished runs are in the SQL catalogue
+        (tests; a query sees them within about a second anyway)."""
+        if self._sql_mirror is not None:
+            await self._sql_mirror.settled()
 
     async def _reconcile_subscriptions(self, app: App) -> list[Reconciled]:
         """The subscriptions ``app`` declares, brought in line before any delivers."""

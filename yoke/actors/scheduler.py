@@ -266,6 +266,16 @@ class Scheduler:
         instances[key] = info
 
     async def run_row(self, row: QueueRow, loop: _ClaimLoop) -> None:
+        # The run's changes reach the SQL catalogue when it ends, together
+        # (actors/sql_mirror.py).
+        databases = self.kernel.state_databases()
+        databases.hold(row.tenant, row.instance_id)
+        try:
+            await self._run_row(row, loop)
+        finally:
+            databases.release(row.tenant, row.instance_id)
+
+    async def _run_row(self, row: QueueRow, loop: _ClaimLoop) -> None:
         definition = self._app.actors[row.actor]
         clock = self.kernel.clock
         started = clock.wall()

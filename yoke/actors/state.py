@@ -42,7 +42,9 @@ from ..clock import SYSTEM, Clock, wall_ms
 from ..events import MAX_DEPTH, json_text
 from ..files import private_dir, private_file
 from ..store.actors import ActorStore
+from ..store.catalogue import InstanceRows, QueryResult
 from . import crash_points
+from .state_capture import SEQ_TABLE, Capture
 
 T = TypeVar("T")
 log = logging.getLogger("yoke.actors.state")
@@ -202,6 +204,9 @@ class InstanceDatabase:
         self._in_run = False
         self._run_wrote = False
         self._applied_done: list[int] = []  # markers whose store transaction committed
+        # The rows its operations change, for the SQL catalogue's mirror
+        # (None: not mirrored from here, as a copy opened only to read).
+        self.capture: Capture | None = None
 
     async def _run(
         self, fn: Callable[[sqlite3.Connection], T], *, write: bool | None | Callable[[T], bool]
@@ -232,7 +237,14 @@ class InstanceDatabase:
                         f"the database of instance {self.instance_id} was closed: it moved to another worker"
                     )
                 if self._conn is None:
-                    self._conn = self._owner.storage.open(self.tenant, self.instance_id)
+                    conn = self._owner.storage.open(self.tenant, self.instance_id)
+                    if self.capture is not None:
+                        try:
+                            self.capture.attach(conn)
+                        except BaseException:  # never a connection whose changes go unnoted
+                            conn.close()
+                            raise
+                    self._conn = conn
                     self._owner.take_slot(self)
                 before = self._conn.total_changes
                 result = fn(self._conn)
@@ -260,7 +272,23 @@ class InstanceDatabase:
                 raise
             if after is not None:
                 await after()
+            if self.capture is not None and (self.capture.noted or self.capture.opened):
+                self._owner.changed(self)
             return result
+
+    async def mirror_changes(self, *, whole: bool) -> InstanceRows | None:
+        """What the SQL catalogue's mirror lacks of this database (None:
+        nothing). ``whole``: every table, opening the database if need be;
+        otherwise a database whose connection closed sends what it stashed."""
+        capture = self.capture
+        if capture is None:
+            return None
+        if self.closed or (self._conn is None and not whole):
+            return capture.collect(None, whole=False)
+        try:
+            return await self._run(lambda conn: capture.collect(conn, whole=whole), write=False)
+        except DatabaseClosed:
+            return capture.collect(None, whole=False)
 
     # --- ctx.state ---------------------------------------------------------
 
@@ -565,6 +593,13 @@ class InstanceDatabase:
     def _close_conn(self) -> None:
         """Under ``_conn_guard``."""
         if self._conn is not None:
+            if self.capture is not None:
+                try:
+                    self.capture.close(self._conn)
+                except Exception:  # its notes are lost: its counter says so at the next open
+                    log.exception("instance %s: reading its changed rows failed", self.instance_id)
+                if self.capture.pending:
+                    self._owner.changed(self)
             self._conn.close()
             self._conn = None
         self._owner.give_slot(self)
@@ -599,13 +634,6 @@ def _no_transaction_control(action: int, *_: Any) -> int:
     return sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_TRANSACTION else sqlite3.SQLITE_OK
 
 
-@dataclass(frozen=True)
-class QueryResult:
-    columns: list[str]
-    rows: list[list[Any]]
-    truncated: bool  # more rows than max_rows
-
-
 # The progress handler (the deadline check) runs every this many SQLite VM steps.
 PROGRESS_STEPS = 10_000
 # What a read-only query may do: read tables, call functions, recurse (CTEs),
@@ -636,8 +664,10 @@ def _check_sql(sql: str) -> None:
     if not isinstance(sql, str) or not sql.strip():
         raise errors.InvalidInput("sql must be a non-empty string", field="sql")
     lowered = sql.lower()
-    if STATE_TABLE in lowered or APPLIED_TABLE in lowered:
-        raise errors.InvalidInput(f"{STATE_TABLE} and {APPLIED_TABLE} are reserved for the kernel", field="sql")
+    if STATE_TABLE in lowered or APPLIED_TABLE in lowered or SEQ_TABLE in lowered or "_yoke_capture" in lowered:
+        raise errors.InvalidInput(
+            f"{STATE_TABLE}, {APPLIED_TABLE} and {SEQ_TABLE} are reserved for the kernel", field="sql"
+        )
 
 
 def default_max_connections() -> int:
@@ -673,6 +703,45 @@ class StateDatabases:
         self._recent: OrderedDict[tuple[str, str], InstanceDatabase] = OrderedDict()
         self._trimming: asyncio.Task[None] | None = None
         self._op_ended: asyncio.Future[None] | None = None  # what operations waiting for room wait on
+        # The SQL catalogue's mirror: who hears of databases with changed
+        # rows, and the instances whose run is under way (their changes
+        # wait for its end: a query sees a run whole or not at all).
+        self._listener: Callable[[InstanceDatabase], None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._held: dict[tuple[str, str], int] = {}
+
+    # --- the SQL catalogue's mirror (actors/sql_mirror.py) -------------------
+
+    def mirror_to(self, listener: Callable[[InstanceDatabase], None]) -> None:
+        """The databases this process owns note their changed rows;
+        ``listener`` hears (on the event loop) of each with some to send."""
+        assert not self._open, "the mirror starts before any database opens"
+        self._listener = listener
+        self._loop = asyncio.get_running_loop()
+
+    def changed(self, db: InstanceDatabase) -> None:
+        """``db`` has changes to send (called on any thread)."""
+        if self._listener is not None and self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._listener, db)
+
+    def hold(self, tenant: str, instance_id: str) -> None:
+        """A run of the instance began: its changes wait for its end."""
+        key = (tenant, instance_id)
+        self._held[key] = self._held.get(key, 0) + 1
+
+    def release(self, tenant: str, instance_id: str) -> None:
+        key = (tenant, instance_id)
+        left = self._held.get(key, 1) - 1
+        if left > 0:
+            self._held[key] = left
+            return
+        self._held.pop(key, None)
+        db = self._open.get(key)
+        if db is not None and db.capture is not None and db.capture.pending and self._listener is not None:
+            self._listener(db)
+
+    def held(self, db: InstanceDatabase) -> bool:
+        return (db.tenant, db.instance_id) in self._held
 
     def take_slot(self, db: InstanceDatabase) -> None:
         """``db`` holds (or is about to open) a connection: it counts. A
@@ -750,6 +819,8 @@ class StateDatabases:
         db = self._open.get(key)
         if db is None:
             db = self._open[key] = InstanceDatabase(self, tenant, instance_id)
+            if self._listener is not None:
+                db.capture = Capture(instance_id)
         return db
 
     def forget_all(self) -> None:

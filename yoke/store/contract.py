@@ -38,6 +38,7 @@ from .results import (
 
 if TYPE_CHECKING:
     from .actors import ActorStore
+    from .catalogue import CatalogueStore
     from .durable_streams import Guard, GuardOutcome, ProtocolStore
     from .outbox import OutboxStore
     from .subscriptions import SubscriptionStore
@@ -50,6 +51,7 @@ class Store(Protocol):
     subscriptions: SubscriptionStore  # subscriptions, fences, checkpoints (store/subscriptions.py)
     protocol: ProtocolStore  # the Durable Streams settings and producers (store/durable_streams.py)
     outbox: OutboxStore  # input records' delivery outbox (store/outbox.py)
+    catalogue: CatalogueStore  # the SQL catalogue's mirror and queries (store/catalogue.py)
 
     # Whether ephemeral events travel between processes (PostgreSQL): then
     # ``commit`` relays them and ``on_ephemeral`` receives other processes'.

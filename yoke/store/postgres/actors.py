@@ -50,6 +50,7 @@ from ..rows import (
     schedule_from_row,
 )
 
+from .catalogue import forget_instance
 from .listener import QUEUE_CHANNEL
 
 if TYPE_CHECKING:
@@ -155,6 +156,7 @@ class PgActorStore:
                 return None
             for table in ("actor_queue", "actor_schedules", "actor_sqlite"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND instance_id=$2", tenant, instance_id)
+            await forget_instance(conn, tenant, instance_id)
             if row["filter"] is not None:
                 await conn.execute(
                     "INSERT INTO routing_versions VALUES ($1, 1) ON CONFLICT (tenant_id)"

@@ -42,6 +42,7 @@ from ..results import (
 )
 from ..schema import check_startable
 from .actors import PgActorStore
+from .catalogue import PgCatalogue
 from .appends import APPEND, APPEND_IN_LIFETIME, APPEND_RELAY, PgAppends, append_args, commit_result
 from .connection import COMMAND_TIMEOUT_S, CONNECT_TIMEOUT_S, PgDb, connect, connect_failed
 from .consumers import PgConsumers
@@ -156,6 +157,7 @@ class PostgresStore(ConcernParts):
         self.subscriptions = PgSubscriptionStore(db, appends)
         self.protocol = PgProtocolStore(db, appends)
         self.outbox = PgOutboxStore(db, appends)
+        self.catalogue = PgCatalogue(db)
         self._relay_channel: str | None = None  # secret: migration 0008
         self._barrier_prefix = os.urandom(6).hex()
         self._barriers = itertools.count()

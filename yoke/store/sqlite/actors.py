@@ -50,6 +50,8 @@ from ..rows import (
     schedule_from_row,
 )
 
+from .catalogue import forget_instance
+
 if TYPE_CHECKING:
     from .appends import SqliteAppends
     from .connection import SqliteDb
@@ -165,6 +167,7 @@ class SqliteActorStore:
                 info = instance_from_row(row)
                 for table in ("actor_queue", "actor_schedules", "actor_sqlite"):
                     conn.execute(f"DELETE FROM {table} WHERE tenant_id=? AND instance_id=?", (tenant, instance_id))
+                forget_instance(conn, tenant, info.actor, instance_id)
                 if info.filter is not None:
                     conn.execute(
                         "INSERT INTO routing_versions VALUES (?, 1) ON CONFLICT (tenant_id)"

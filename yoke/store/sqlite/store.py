@@ -28,6 +28,7 @@ from ..results import (
     WakeupCallback,
 )
 from .actors import SqliteActorStore
+from .catalogue import SqliteCatalogue
 from .appends import SqliteAppends
 from .connection import SqliteDb, path_from_url
 from .consumers import SqliteConsumers
@@ -60,6 +61,7 @@ class SqliteStore(ConcernParts):
         self.subscriptions = SqliteSubscriptionStore(db, appends)
         self.protocol = SqliteProtocolStore(db, appends)
         self.outbox = SqliteOutboxStore(db, appends)
+        self.catalogue = SqliteCatalogue(db)
 
     async def start(
         self, on_wakeup: WakeupCallback, on_resync: Callable[[], None],
@@ -73,6 +75,7 @@ class SqliteStore(ConcernParts):
 
     async def close(self) -> None:
         await self.db.close()
+        self.catalogue.close()
 
     async def ephemeral_barrier(self, timeout_s: float) -> bool:
         return True

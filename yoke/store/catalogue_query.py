@@ -1,0 +1,213 @@
+"""Checks a catalogue query and finds what to rewrite in it
+(docs/advanced/sql.md), the same way for both drivers.
+
+A query is one read-only statement in the dialect of the database it runs
+on (SQLite's, or PostgreSQL's). It names actor tables as ``actor.table``
+and Yoke's records as ``yoke.table``; every other name it reads must be a
+common table expression of its own. The driver replaces each named table
+with what holds its rows (the mirror, Yoke's tables), by position in the
+text, so the rest of the query runs exactly as written.
+
+Refused, each with its own error code and nothing run: more than one
+statement, anything but a query (writes, DDL, ``ATTACH``, ``PRAGMA``,
+``SET``, locking reads, ``SELECT INTO``), functions that reach outside the
+query (files, the network, settings, other SQL), and a read of
+``yoke.events`` that does not name the stream's path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sqlglot
+import sqlglot.errors
+import sqlglot.expressions as exp
+
+from .. import errors
+from .catalogue import YOKE_SCHEMA
+
+# Yoke's records a query can name as yoke.<name>.
+YOKE_RELATIONS = ("instances", "streams", "queue", "schedules", "subscriptions", "failures", "events")
+
+# Statement kinds that change something or leave the query.
+_REFUSED_NODES = tuple(
+    cls for cls in (
+        getattr(exp, name, None) for name in (
+            "Insert", "Update", "Delete", "Merge", "Create", "Drop", "Alter", "Command", "Pragma",
+            "Transaction", "Commit", "Rollback", "Set", "Attach", "Detach", "Use", "Copy", "Into",
+            "Lock", "LoadData", "Grant", "Revoke", "Analyze", "Kill", "TruncateTable", "Refresh",
+        )
+    ) if cls is not None
+)
+# Functions that read files or the network, change or read settings, run
+# other SQL, sleep, or load code (lower case; the prefixes end in '_').
+_REFUSED_FUNCTIONS = frozenset({
+    "load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "sqlite_offset",
+    "set_config", "current_setting", "dblink", "query_to_xml", "query_to_xml_and_xmlschema",
+    "query_to_xmlschema", "table_to_xml", "table_to_xml_and_xmlschema", "table_to_xmlschema",
+    "cursor_to_xml", "cursor_to_xmlschema", "schema_to_xml", "schema_to_xml_and_xmlschema",
+    "schema_to_xmlschema", "database_to_xml", "database_to_xml_and_xmlschema", "database_to_xmlschema",
+    "ts_stat", "ts_rewrite", "nextval", "setval", "currval", "lastval", "txid_current",
+    "has_table_privilege", "has_schema_privilege", "has_database_privilege", "to_regclass",
+    "to_regproc", "to_regprocedure", "to_regtype", "to_regnamespace", "to_regrole", "version",
+})
+_REFUSED_PREFIXES = ("pg_", "lo_", "dblink_", "sqlite_", "yoke_", "gen_random", "inet_", "row_security")
+
+
+@dataclass(frozen=True, slots=True)
+class TableRef:
+    """A named table in the text: ``text[start:end]`` is its name."""
+
+    start: int
+    end: int
+    schema: str
+    name: str
+    aliased: bool  # the query gave it an alias (otherwise the driver names it ``name``)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    sql: str
+    tables: list[TableRef]
+    # Spans to cut (a column's ``actor.`` in ``actor.table.column``).
+    cuts: list[tuple[int, int]] = field(default_factory=list)
+    # ``?`` placeholders by position (PostgreSQL numbers them).
+    placeholders: list[int] = field(default_factory=list)
+
+    @property
+    def relations(self) -> set[tuple[str, str]]:
+        return {(t.schema, t.name) for t in self.tables}
+
+    def render(self, replace: dict[tuple[str, str], str], placeholder: str | None = None) -> str:
+        """The query with each named table replaced by ``replace[(schema,
+        name)]`` (aliased as the table's name unless the query aliased it)
+        and, given ``placeholder`` (a format with ``{n}``), each ``?`` by it."""
+        edits: list[tuple[int, int, str]] = []
+        for t in self.tables:
+            text = replace[(t.schema, t.name)]
+            edits.append((t.start, t.end, text if t.aliased else f"{text} AS {_quote(t.name)}"))
+        edits += [(a, b, "") for a, b in self.cuts]
+        if placeholder is not None:
+            edits += [(p, p + 1, placeholder.format(n=i)) for i, p in enumerate(self.placeholders, 1)]
+        out, at = [], 0
+        for start, end, text in sorted(edits):
+            out.append(self.sql[at:start])
+            out.append(text)
+            at = end
+        out.append(self.sql[at:])
+        return "".join(out)
+
+
+def plan(sql: object, dialect: str) -> Plan:
+    """Check ``sql`` and find its named tables (``dialect``: 'sqlite' or 'postgres')."""
+    if not isinstance(sql, str) or not sql.strip():
+        raise errors.InvalidInput("query must be a non-empty string", field="query")
+    if "\x00" in sql:
+        raise errors.InvalidInput("query must not contain NUL", field="query")
+    try:
+        statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError) as exc:
+        raise SqlRefused("sql_syntax", f"the query does not parse: {_first_line(exc)}") from None
+    if len(statements) != 1:
+        raise SqlRefused("sql_one_statement", "send exactly one statement")
+    tree = statements[0]
+    if not isinstance(tree, exp.Query):
+        raise SqlRefused("sql_read_only", f"only queries are allowed, not {tree.key.upper()}")
+    for node in tree.walk():
+        if isinstance(node, _REFUSED_NODES):
+            raise SqlRefused("sql_read_only", f"only queries are allowed: {node.key.upper()} is not")
+        if isinstance(node, exp.Func):
+            name = _function_name(node)
+            if name and (name in _REFUSED_FUNCTIONS or name.startswith(_REFUSED_PREFIXES)):
+                raise SqlRefused("sql_function_refused", f"the function {name}() is not allowed in a query")
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    tables: list[TableRef] = []
+    for table in tree.find_all(exp.Table):
+        if not isinstance(table.this, exp.Identifier):
+            continue  # a table function (its name was checked above)
+        db, name = table.args.get("db"), table.this
+        if table.args.get("catalog") is not None:
+            raise SqlRefused("sql_unknown_table", f"no table {table.sql(dialect=dialect)}: name tables as ACTOR.TABLE or yoke.TABLE")
+        if db is None:
+            if name.name.lower() in ctes:
+                continue
+            raise SqlRefused(
+                "sql_unknown_table",
+                f"no table {name.name!r}: name tables as ACTOR.TABLE (an actor's) or yoke.TABLE (Yoke's records)",
+            )
+        schema = db.name
+        if schema.lower() == YOKE_SCHEMA:
+            schema = YOKE_SCHEMA
+            if name.name.lower() not in YOKE_RELATIONS:
+                raise SqlRefused(
+                    "sql_unknown_table", f"no table yoke.{name.name}: Yoke's are {', '.join(YOKE_RELATIONS)}"
+                )
+            if name.name.lower() == "events":
+                _check_events_bounded(table)
+        start, end = db.meta.get("start"), name.meta.get("end")
+        if start is None or end is None:  # (sqlglot keeps positions for parsed names)
+            raise SqlRefused("sql_syntax", f"cannot place {table.sql(dialect=dialect)} in the query")
+        end += 1  # (positions include the quotes; end is the last character's)
+        aliased = table.args.get("alias") is not None
+        rel = name.name.lower() if schema == YOKE_SCHEMA else name.name
+        tables.append(TableRef(start, end, schema, rel, aliased))
+    cuts = []
+    for column in tree.find_all(exp.Column):
+        db = column.args.get("db")
+        if db is not None and column.args.get("table") is not None:
+            start, table_start = db.meta.get("start"), column.args["table"].meta.get("start")
+            if start is not None and table_start is not None:
+                cuts.append((start, table_start))
+    placeholders: list[int] = []
+    if dialect == "postgres":  # ? becomes $n there (asyncpg numbers its parameters)
+        tokens = sqlglot.Dialect.get_or_raise(dialect).tokenize(sql)
+        placeholders = [t.start for t in tokens if t.token_type == sqlglot.TokenType.PLACEHOLDER and t.text == "?"]
+        if placeholders and any(t.token_type == sqlglot.TokenType.PARAMETER for t in tokens):
+            raise SqlRefused("sql_syntax", "use either ? or $1, $2, ... for parameters, not both")
+    return Plan(sql, tables, cuts, placeholders)
+
+
+class SqlRefused(errors.InvalidInput):
+    """A catalogue query refused before it ran; ``code`` says why."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message, field="query")
+        self.code = code
+
+
+def _function_name(node: exp.Func) -> str:
+    if isinstance(node, exp.Anonymous):
+        return str(node.this).lower()
+    return ""  # sqlglot's own function types are SQL's standard ones
+
+
+def _check_events_bounded(table: exp.Table) -> None:
+    """yoke.events is read one stream at a time: the SELECT that reads it
+    compares ``path`` with a value (= or IN) in its WHERE or the join's ON."""
+    select = table.find_ancestor(exp.Select)
+    alias = table.alias_or_name.lower()
+    conditions = []
+    if select is not None:
+        if select.args.get("where") is not None:
+            conditions.append(select.args["where"])
+        for join in select.args.get("joins") or []:
+            if join.args.get("on") is not None:
+                conditions.append(join.args["on"])
+    for condition in conditions:
+        for node in condition.find_all(exp.EQ, exp.In):
+            for side in (node.this, node.args.get("expression")):
+                if isinstance(side, exp.Column) and side.name.lower() == "path" and side.table.lower() in ("", alias):
+                    return
+    raise SqlRefused(
+        "sql_events_unbounded",
+        "yoke.events is read one stream at a time: compare its path with a value (WHERE path = ...)",
+    )
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text.replace("\x1b[4m", "").replace("\x1b[0m", "")
