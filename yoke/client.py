@@ -298,6 +298,23 @@ class Client:
         """``{"schedules": [...]}``: the instance's timers and cron schedules."""
         return self.request("GET", instance_url(instance_id, "schedules"))
 
+    def sql(
+        self, query: str, params: list[Any] | None = None, max_rows: int | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
+        """A read-only query across every instance's tables and Yoke's records:
+        ``{columns, rows, truncated}`` (docs/advanced/sql.md)."""
+        body: dict[str, Any] = {"query": query, "params": params or []}
+        if max_rows is not None:
+            body["max_rows"] = max_rows
+        if timeout_s is not None:
+            body["timeout_s"] = timeout_s
+        return self.request("POST", "/v1/sql", json=body)
+
+    def sql_tables(self) -> Any:
+        """What a query can name: ``{tables: [{schema, name, columns}]}``."""
+        return self.request("GET", "/v1/sql/tables")
+
     def instance_sql(
         self, instance_id: str, sql: str, params: list[Any] | None = None, max_rows: int | None = None
     ) -> Any:

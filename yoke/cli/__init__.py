@@ -29,6 +29,7 @@ from .common import Group
 from .demo import demo
 from .failures import failures
 from .server import migrate, serve, worker
+from .sql import sql
 from .streams import append, read, stream, streams, tail
 from .subscriptions import subscriptions
 from .tokens import tokens
@@ -36,7 +37,7 @@ from .tokens import tokens
 SECTIONS = [
     ("Start here", [demo, serve]),
     ("Streams (over HTTP)", [append, read, tail, streams, stream]),
-    ("Subscriptions and actors (over HTTP)", [subscriptions, instances, dlq, failures]),
+    ("Subscriptions and actors (over HTTP)", [subscriptions, instances, dlq, failures, sql]),
     ("Operations (on the database)", [worker, migrate, tokens, backup, restore]),
 ]
 

@@ -945,6 +945,39 @@ class SqlQuery(BaseModel):
     timeout_s: float | None = Field(default=None, gt=0, le=30, description="Default 2 seconds")
 
 
+class CatalogueQuery(BaseModel):
+    model_config = closed_config(
+        {"query": 'SELECT status, count(*), sum(total) FROM "order".orders GROUP BY status'},
+        {"query": 'SELECT * FROM "order".items WHERE key = ?', "params": ["A-1"], "max_rows": 100},
+    )
+    query: str = Field(min_length=1, description=(
+        "One read-only statement in the database's SQL (SQLite's, or PostgreSQL's): actor tables as"
+        " ACTOR.TABLE, their state as ACTOR.yoke_state, Yoke's records as yoke.instances, yoke.streams,"
+        " yoke.queue, yoke.schedules, yoke.subscriptions, yoke.failures, yoke.events"
+    ))
+    params: list[Json] | None = Field(default=None, description="Values for the ? placeholders")
+    max_rows: int | None = Field(default=None, ge=1, le=100_000, description="Default: the sql_max_rows setting")
+    timeout_s: float | None = Field(default=None, gt=0, le=300, description="Default: the sql_timeout_s setting")
+
+
+class CatalogueColumn(BaseModel):
+    name: str
+    declared: str = Field(description="The declared SQLite type ('/' between types that differ between instances)")
+
+
+class CatalogueTable(BaseModel):
+    schema_: str = Field(alias="schema", description="The actor's name, or yoke")
+    name: str
+    columns: list[CatalogueColumn] = Field(description="An actor table's columns (empty for Yoke's records)")
+
+
+class CatalogueTables(BaseModel):
+    model_config = config({"tables": [{"schema": "order", "name": "items", "columns": [
+        {"name": "instance_id", "declared": "TEXT"}, {"name": "key", "declared": "TEXT"},
+        {"name": "sku", "declared": "TEXT"}, {"name": "qty", "declared": "INTEGER"}]}]})
+    tables: list[CatalogueTable]
+
+
 class SqlResult(BaseModel):
     model_config = config({"columns": ["name", "total"], "rows": [["A-1", 42]], "truncated": False})
     columns: list[str]

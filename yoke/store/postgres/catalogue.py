@@ -49,8 +49,11 @@ YOKE_VIEWS: dict[str, str] = {
     ),
     "queue": (
         "SELECT qid, instance_id, group_key, status, attempts, path, seq AS \"offset\", priority, available_at,"
-        " lease_until, worker_id, enqueued_at, started_at, last_error, event"
-        " FROM actor_queue WHERE tenant_id = ?T"
+        " lease_until, worker_id, enqueued_at, started_at, last_error,"
+        # (a stream that pins its data handling keeps its events to its own surface)
+        " CASE WHEN EXISTS (SELECT 1 FROM streams p WHERE p.tenant_id = q.tenant_id AND p.path = q.path"
+        " AND p.data_handling IS NOT NULL) THEN NULL ELSE event END AS event"
+        " FROM actor_queue q WHERE tenant_id = ?T"
     ),
     "schedules": (
         "SELECT instance_id, name, due_at, cron, stream, event, created_at"
@@ -69,7 +72,7 @@ YOKE_VIEWS: dict[str, str] = {
         "SELECT s.path, e.seq AS \"offset\", e.id, e.at, e.type, e.payload, e.metadata, e.source, e.correlation,"
         " e.priority, e.group_id, e.idempotency_key, e.size"
         " FROM streams s JOIN events e ON e.tenant_id = s.tenant_id AND e.sid = s.sid"
-        " WHERE s.tenant_id = ?T"
+        " WHERE s.tenant_id = ?T AND s.data_handling IS NULL"
     ),
     "failures": (
         "SELECT * FROM jsonb_to_recordset(?F::jsonb) AS f(id text, kind text, receiver text, path text,"

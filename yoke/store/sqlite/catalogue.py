@@ -53,8 +53,11 @@ YOKE_VIEWS: dict[str, str] = {
     ),
     "queue": (
         "SELECT qid, instance_id, group_key, status, attempts, path, seq AS \"offset\", priority, available_at,"
-        " lease_until, worker_id, enqueued_at, started_at, last_error, event"
-        " FROM main.actor_queue WHERE tenant_id = ?T"
+        " lease_until, worker_id, enqueued_at, started_at, last_error,"
+        # (a stream that pins its data handling keeps its events to its own surface)
+        " CASE WHEN EXISTS (SELECT 1 FROM main.streams p WHERE p.tenant_id = q.tenant_id AND p.path = q.path"
+        " AND p.data_handling IS NOT NULL) THEN NULL ELSE event END AS event"
+        " FROM main.actor_queue q WHERE tenant_id = ?T"
     ),
     "schedules": (
         "SELECT instance_id, name, due_at, cron, stream, event, created_at"
@@ -73,11 +76,11 @@ YOKE_VIEWS: dict[str, str] = {
         " r.priority, r.group_id, r.idempotency_key, r.size"
         " FROM main.streams s JOIN main.event_blocks b ON b.tenant_id = s.tenant_id AND b.sid = s.sid"
         " JOIN main.event_rows r ON r.row_id BETWEEN b.first_rowid AND b.first_rowid + b.last_seq - b.first_seq"
-        " WHERE s.tenant_id = ?T"
+        " WHERE s.tenant_id = ?T AND s.data_handling IS NULL"
     ),
 }
 YOKE_TABLES = {
-    "instances": ("actor_instances",), "streams": ("streams",), "queue": ("actor_queue",),
+    "instances": ("actor_instances",), "streams": ("streams",), "queue": ("actor_queue", "streams"),
     "schedules": ("actor_schedules",), "subscriptions": ("subscriptions", "streams"),
     "events": ("streams", "event_blocks", "event_rows"),
 }
