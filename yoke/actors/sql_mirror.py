@@ -35,8 +35,8 @@ class SqlMirror:
         self._whole: set[tuple[str, str]] = set()  # to send whole next
         self._sent: dict[tuple[str, str], int] = {}  # the version this process last sent
         self._wake = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._sending = False
+        self._turns: list[asyncio.Future[None]] = []  # settled() callers, answered after the next turn
         self._task: asyncio.Task[None] | None = None
         self.failures = 0  # sends that failed in a row
 
@@ -55,24 +55,31 @@ class SqlMirror:
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
         self._task = None
+        for turn in self._turns:
+            if not turn.done():
+                turn.set_result(None)
 
     def _changed(self, db: InstanceDatabase) -> None:
         self._dirty[(db.tenant, db.instance_id)] = db
-        self._idle.clear()
         self._wake.set()
 
     async def settled(self) -> None:
-        """Until nothing is waiting to be sent but runs under way (tests,
-        ``yoke.testing``)."""
-        while self._dirty and any(not self._databases.held(db) for db in self._dirty.values()):
+        """Until everything noted so far is sent, but for runs under way
+        (tests, ``yoke.testing``)."""
+        await asyncio.sleep(0)  # notices from this loop's operations arrive
+        while self._sending or any(not self._databases.held(db) for db in self._dirty.values()):
+            if self._task is None or self._task.done():
+                return
+            turn = asyncio.get_running_loop().create_future()
+            self._turns.append(turn)
             self._wake.set()
-            await self._idle.wait()
-            await asyncio.sleep(0)
+            await turn
 
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            self._sending = True
             try:
                 await self.flush()
                 self.failures = 0
@@ -84,8 +91,11 @@ class SqlMirror:
                 await asyncio.sleep(RETRY_S[min(self.failures, len(RETRY_S)) - 1])
                 self._wake.set()
             finally:
-                if not self._wake.is_set():
-                    self._idle.set()
+                self._sending = False
+                turns, self._turns = self._turns, []
+                for turn in turns:
+                    if not turn.done():
+                        turn.set_result(None)
 
     async def flush(self) -> None:
         """Send every instance with changes that is not in a run."""

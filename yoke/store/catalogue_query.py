@@ -195,13 +195,21 @@ def _check_events_bounded(table: exp.Table) -> None:
                 conditions.append(join.args["on"])
     for condition in conditions:
         for node in condition.find_all(exp.EQ, exp.In):
-            for side in (node.this, node.args.get("expression")):
-                if isinstance(side, exp.Column) and side.name.lower() == "path" and side.table.lower() in ("", alias):
+            if isinstance(node, exp.In):
+                pairs = [(node.this, value) for value in node.expressions or [node.args.get("query")]]
+            else:
+                pairs = [(node.this, node.expression), (node.expression, node.this)]
+            for column, value in pairs:
+                if _path_of(column, alias) and value is not None and not value.find(exp.Column):
                     return
     raise SqlRefused(
         "sql_events_unbounded",
         "yoke.events is read one stream at a time: compare its path with a value (WHERE path = ...)",
     )
+
+
+def _path_of(node: exp.Expression, alias: str) -> bool:
+    return isinstance(node, exp.Column) and node.name.lower() == "path" and node.table.lower() in ("", alias)
 
 
 def _quote(name: str) -> str:

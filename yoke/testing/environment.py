@@ -234,6 +234,13 @@ class Environment:
         result = await instances.query((await self.instance(actor, key)).instance_id, sql, params, max_rows=10_000)
         return [dict(zip(result.columns, row, strict=True)) for row in result.rows]
 
+    async def sql(self, query: str, params: Any = ()) -> list[dict[str, Any]]:
+        """A read-only query across every instance (``y.sql``), once the
+        changes of finished runs are in the catalogue: its rows as dicts."""
+        await self.y.sql_settled()
+        result = await self.y.sql(self.tenant, query, list(params), max_rows=100_000)
+        return [dict(zip(result.columns, row, strict=True)) for row in result.rows]
+
     async def dead_letters(self, actor: str, key: str) -> list[QueueRow]:
         """That instance's dead-lettered queue rows."""
         return await self.y.instances(self.tenant).dead((await self.instance(actor, key)).instance_id)

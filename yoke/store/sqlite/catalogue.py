@@ -183,11 +183,13 @@ class SqliteCatalogue:
             views: dict[tuple[str, str], str] = {}
             allowed: set[str] = set()
             bases: set[str] = set()  # the tables the views read
+            tables_made: set[str] = set()  # temporary tables (yoke.failures), not views
             try:
                 for i, (schema, name) in enumerate(sorted(checked.relations)):
                     view = f"yoke_query_{i}"
                     if schema == YOKE_SCHEMA and name == "failures":
                         _failures_table(conn, view, failures or [])
+                        tables_made.add(view)
                     else:
                         body, base = _relation(tenant, schema, name, tables, physical)
                         bases.update(base)
@@ -215,8 +217,8 @@ class SqliteCatalogue:
                 raise SqlRefused("sql_error", f"sqlite: {exc}") from None
             finally:
                 for view in allowed:
-                    conn.execute(f"DROP VIEW IF EXISTS temp.{quote(view)}")
-                    conn.execute(f"DROP TABLE IF EXISTS temp.{quote(view)}")
+                    kind = "TABLE" if view in tables_made else "VIEW"
+                    conn.execute(f"DROP {kind} IF EXISTS temp.{quote(view)}")
 
         return await self._db.read(run)
 
@@ -274,12 +276,13 @@ def _failures_table(conn: sqlite3.Connection, name: str, failures: list[dict[str
 def _authorizer(allowed: set[str], bases: set[str]) -> Any:
     """Reads of the query's own views (and through them) and nothing else;
     no function that reaches outside the query."""
-    def check(action: int, arg1: str | None, arg2: str | None, _db: str | None, by: str | None) -> int:
+    def check(action: int, arg1: str | None, arg2: str | None, db: str | None, by: str | None) -> int:
         if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_RECURSIVE):
             return sqlite3.SQLITE_OK
         if action == sqlite3.SQLITE_READ:
-            # A read of no column (count(*)) names no view: the views' own tables.
-            ok = by in allowed or arg1 in allowed or (not arg2 and arg1 in bases)
+            # A read of no column (count(*)) names no view: the views' own
+            # tables. A common table expression is in no database.
+            ok = db is None or by in allowed or arg1 in allowed or (not arg2 and arg1 in bases)
             return sqlite3.SQLITE_OK if ok else sqlite3.SQLITE_DENY
         if action == sqlite3.SQLITE_FUNCTION:
             name = (arg2 or "").lower()

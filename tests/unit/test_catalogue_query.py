@@ -1,0 +1,58 @@
+"""Checking a catalogue query and placing its tables (store/catalogue_query.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from yoke.store.catalogue_query import SqlRefused, plan
+
+REPLACE = {("order", "lines"): "(L)", ("yoke", "instances"): "(I)", ("yoke", "events"): "(E)"}
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_tables_are_replaced_in_place_and_keep_their_names(dialect: str) -> None:
+    checked = plan('SELECT lines.sku, i.key FROM "order".lines JOIN yoke.instances i USING (instance_id)', dialect)
+    assert checked.render(REPLACE) == 'SELECT lines.sku, i.key FROM (L) AS "lines" JOIN (I) i USING (instance_id)'
+
+
+def test_a_three_part_column_loses_its_schema() -> None:
+    checked = plan('SELECT "order".lines.sku FROM "order".lines', "sqlite")
+    assert checked.render(REPLACE) == 'SELECT lines.sku FROM (L) AS "lines"'
+
+
+def test_question_marks_are_numbered_for_postgres() -> None:
+    checked = plan('SELECT * FROM "order".lines WHERE key = ? AND sku = ?', "postgres")
+    assert checked.render(REPLACE, "${n}") == 'SELECT * FROM (L) AS "lines" WHERE key = $1 AND sku = $2'
+    with pytest.raises(SqlRefused):
+        plan('SELECT * FROM "order".lines WHERE key = ? AND sku = $2', "postgres")
+
+
+def test_ctes_are_the_query_s_own_tables() -> None:
+    checked = plan('WITH t AS (SELECT * FROM "order".lines) SELECT * FROM t', "sqlite")
+    assert checked.relations == {("order", "lines")}
+
+
+@pytest.mark.parametrize(("sql", "code"), [
+    ("", "invalid_input"),
+    ("SELECT 1; SELECT 2", "sql_one_statement"),
+    ("INSERT INTO x.y VALUES (1)", "sql_read_only"),
+    ("WITH d AS (DELETE FROM x.y RETURNING *) SELECT * FROM d", "sql_read_only"),
+    ("SELECT * FROM lines", "sql_unknown_table"),
+    ("SELECT * FROM a.b.c", "sql_unknown_table"),
+    ("SELECT * FROM yoke.tokens", "sql_unknown_table"),
+    ("SELECT * FROM yoke.events", "sql_events_unbounded"),
+    ("SELECT * FROM yoke.events e JOIN yoke.streams s ON s.path = e.path", "sql_events_unbounded"),
+    ("SELECT pg_sleep(10)", "sql_function_refused"),
+    ("SELECT current_setting('yoke.tenant')", "sql_function_refused"),
+    ("SELECT * FROM pg_ls_dir('.')", "sql_function_refused"),
+    ("SELECT (", "sql_syntax"),
+])
+def test_refusals(sql: str, code: str) -> None:
+    with pytest.raises(Exception) as caught:
+        plan(sql, "postgres")
+    assert getattr(caught.value, "code", None) == code
+
+
+def test_events_of_a_named_stream() -> None:
+    assert plan("SELECT * FROM yoke.events WHERE path = '/a' AND \"offset\" > 3", "sqlite").relations == {("yoke", "events")}
+    assert plan("SELECT * FROM yoke.events e WHERE e.path IN ('/a', '/b')", "sqlite").relations == {("yoke", "events")}
