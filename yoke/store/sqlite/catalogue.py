@@ -111,6 +111,7 @@ class SqliteCatalogue:
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         # Per tenant: (catalogue version, its tables, the physical tables).
+        self._physical = PhysicalTables()  # the writer thread's
         self._cached: dict[str, tuple[int, dict[tuple[str, str], tuple[ColumnUnion, ...]], dict[tuple[str, str], str]]] = {}
 
     # --- the mirror ------------------------------------------------------------
@@ -118,10 +119,14 @@ class SqliteCatalogue:
     async def mirror(self, tenant: str, changes: Sequence[InstanceRows]) -> set[str]:
         def run() -> set[str]:
             again: set[str] = set()
-            with self._db.transaction() as conn:
-                for change in changes:
-                    if not _apply(conn, tenant, change):
-                        again.add(change.instance_id)
+            try:
+                with self._db.transaction() as conn:
+                    for change in changes:
+                        if not _apply(conn, tenant, change, self._physical):
+                            again.add(change.instance_id)
+            except BaseException:
+                self._physical.known.clear()  # tables or columns made here were rolled back
+                raise
             return again
 
         return await self._db.write(run, streams_unchanged=True)
@@ -297,7 +302,7 @@ def _authorizer(allowed: set[str], bases: set[str]) -> Any:
 # --- the mirror's writes (the writer thread, in one transaction) ---------------
 
 
-def _apply(conn: sqlite3.Connection, tenant: str, change: InstanceRows) -> bool:
+def _apply(conn: sqlite3.Connection, tenant: str, change: InstanceRows, physical: PhysicalTables) -> bool:
     """One instance's change; False when it needs a whole resend."""
     found = conn.execute(
         "SELECT actor, key FROM actor_instances WHERE tenant_id = ? AND instance_id = ?",
@@ -337,7 +342,7 @@ def _apply(conn: sqlite3.Connection, tenant: str, change: InstanceRows) -> bool:
             (tenant,),
         )
     for table, rows in change.tables.items():
-        phys = _physical_table(conn, actor, table, rows.columns)
+        phys = physical.holding(conn, actor, table, rows.columns)
         if rows.whole:
             conn.execute(f"DELETE FROM {quote(phys)} WHERE tenant_id = ? AND instance_id = ?", (tenant, change.instance_id))
         elif rows.deletes:
@@ -366,24 +371,39 @@ def _physical_name(conn: sqlite3.Connection, actor: str, table: str) -> str | No
     return None if row is None else row[0]
 
 
-def _physical_table(conn: sqlite3.Connection, actor: str, table: str, columns: Sequence[str]) -> str:
-    """The mirror's table for ``actor.table``, made or widened to hold ``columns``."""
-    name = _physical_name(conn, actor, table)
-    if name is None:
-        number = conn.execute("SELECT count(*) + 1 FROM sql_row_tables").fetchone()[0]
-        name = f"sql_rows_{number}"
-        conn.execute(
-            f"CREATE TABLE {quote(name)} (tenant_id TEXT NOT NULL, instance_id TEXT NOT NULL,"
-            " rid INTEGER NOT NULL, key TEXT NOT NULL)"
-        )
-        conn.execute(f"CREATE UNIQUE INDEX {quote(name + '_rows')} ON {quote(name)} (tenant_id, instance_id, rid)")
-        conn.execute(f"CREATE INDEX {quote(name + '_keys')} ON {quote(name)} (tenant_id, key)")
-        conn.execute("INSERT INTO sql_row_tables (actor, tbl, physical) VALUES (?, ?, ?)", (actor, table, name))
-    have = {r[1].lower() for r in conn.execute(f"PRAGMA table_info({quote(name)})")}
-    for column in columns:
-        if physical_column(column) not in have:
-            conn.execute(f"ALTER TABLE {quote(name)} ADD COLUMN {quote(physical_column(column))}")
-            have.add(physical_column(column))
+class PhysicalTables:
+    """The mirror's tables of rows and their columns, as the writer made
+    them (cleared when a transaction that may have made some rolls back)."""
+
+    def __init__(self) -> None:
+        self.known: dict[tuple[str, str], tuple[str, set[str]]] = {}
+
+    def holding(self, conn: sqlite3.Connection, actor: str, table: str, columns: Sequence[str]) -> str:
+        """The table of ``actor.table``'s rows, made or widened to hold ``columns``."""
+        known = self.known.get((actor, table))
+        if known is None:
+            name = _physical_name(conn, actor, table)
+            if name is None:
+                name = _make_table(conn, actor, table)
+            known = self.known[(actor, table)] = (name, {r[1].lower() for r in conn.execute(f"PRAGMA table_info({quote(name)})")})
+        name, have = known
+        for column in columns:
+            if physical_column(column) not in have:
+                conn.execute(f"ALTER TABLE {quote(name)} ADD COLUMN {quote(physical_column(column))}")
+                have.add(physical_column(column))
+        return name
+
+
+def _make_table(conn: sqlite3.Connection, actor: str, table: str) -> str:
+    number = conn.execute("SELECT count(*) + 1 FROM sql_row_tables").fetchone()[0]
+    name = f"sql_rows_{number}"
+    conn.execute(
+        f"CREATE TABLE {quote(name)} (tenant_id TEXT NOT NULL, instance_id TEXT NOT NULL,"
+        " rid INTEGER NOT NULL, key TEXT NOT NULL)"
+    )
+    conn.execute(f"CREATE UNIQUE INDEX {quote(name + '_rows')} ON {quote(name)} (tenant_id, instance_id, rid)")
+    conn.execute(f"CREATE INDEX {quote(name + '_keys')} ON {quote(name)} (tenant_id, key)")
+    conn.execute("INSERT INTO sql_row_tables (actor, tbl, physical) VALUES (?, ?, ?)", (actor, table, name))
     return name
 
 
