@@ -33,7 +33,7 @@ from .sampling import Sampler
 from .signals import Signals
 from .routing.evaluation import Evaluations
 from .store import Store, StreamInfo, connect_store
-from .store.catalogue import QueryResult
+from .store.catalogue import CatalogueTable, QueryResult
 from .streams.append import AppendService
 from .streams.connections import Connections
 from .streams.ephemeral import EphemeralBuffers
@@ -330,6 +330,13 @@ class Runtime:
         if not self._started:
             raise errors.RuntimeClosed("the runtime is not open")
         return await self.sql_catalogue.query(tenant, query, params, max_rows=max_rows, timeout_s=timeout_s)
+
+    async def sql_tables(self, tenant: str) -> list[CatalogueTable]:
+        """What a ``sql`` query in ``tenant`` can name: each actor's tables
+        with their columns, and Yoke's records."""
+        if not self._started:
+            raise errors.RuntimeClosed("the runtime is not open")
+        return await self.sql_catalogue.tables(tenant)
 
     async def sql_settled(self) -> None:
         """Until the changes of finished runs are in the SQL catalogue

@@ -26,13 +26,12 @@ export class ApiError extends Error {
   }
 }
 
-export async function api(method, url, body, options = {}) {
-  const headers = { Accept: 'application/json' };
+async function send(method, url, body, options, accept) {
+  const headers = { Accept: accept };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   if (method !== 'GET' && session && session.csrf) headers['X-Yoke-CSRF'] = session.csrf;
-  let response;
   try {
-    response = await fetch(url, {
+    return await fetch(url, {
       method, headers, credentials: 'same-origin', signal: options.signal,
       body: body === undefined ? undefined : JSON.stringify(body),
     });
@@ -40,21 +39,37 @@ export async function api(method, url, body, options = {}) {
     if (err.name === 'AbortError') throw err;
     throw new ApiError(0, 'unreachable', `the server did not answer (${err.message})`);
   }
-  if (response.status === 204) return null;
-  const text = await response.text();
-  let data = null;
+}
+
+function parsed(text) {
   try {
-    data = text ? JSON.parse(text) : null;
+    return text ? JSON.parse(text) : null;
   } catch {
-    data = null;
+    return null;
   }
-  if (!response.ok) {
-    const error = (data && data.error) || {};
-    if (response.status === 401 && !options.quiet) onSignedOut();
-    throw new ApiError(response.status, error.code || `http_${response.status}`,
-      error.message || response.statusText, error);
-  }
+}
+
+function refusal(response, data, options) {
+  const error = (data && data.error) || {};
+  if (response.status === 401 && !options.quiet) onSignedOut();
+  return new ApiError(response.status, error.code || `http_${response.status}`,
+    error.message || response.statusText, error);
+}
+
+export async function api(method, url, body, options = {}) {
+  const response = await send(method, url, body, options, 'application/json');
+  if (response.status === 204) return null;
+  const data = parsed(await response.text());
+  if (!response.ok) throw refusal(response, data, options);
   return data;
+}
+
+// An answer that is not JSON (CSV, say), as a Blob with the response's
+// headers; a refusal is still JSON, thrown as an ApiError.
+export async function apiBlob(method, url, body, accept, options = {}) {
+  const response = await send(method, url, body, options, accept);
+  if (!response.ok) throw refusal(response, parsed(await response.text()), options);
+  return { blob: await response.blob(), headers: response.headers };
 }
 
 export const get = (url, options) => api('GET', url, undefined, options);

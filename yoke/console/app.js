@@ -13,9 +13,10 @@ import * as subscription from './pages/subscription.js';
 import * as tokens from './pages/tokens.js';
 import * as failures from './pages/failures.js';
 import * as failure from './pages/failure.js';
+import * as sql from './pages/sql.js';
 
 const PAGES = {
-  '': overview, streams, stream, event, actors, instance, subscriptions, subscription, failures, failure, tokens,
+  '': overview, streams, stream, event, actors, instance, subscriptions, subscription, failures, failure, sql, tokens,
 };
 const main = document.getElementById('main');
 let cleanup = null;

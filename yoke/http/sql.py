@@ -53,7 +53,7 @@ async def query(request: Request, principal: Principal = READ) -> Response:
     summary="The tables a query can name: actors' tables with their columns, and Yoke's",
 )
 async def tables(request: Request, principal: Principal = READ) -> Response:
-    listed = await runtime_of(request).sql_catalogue.tables(principal.tenant)
+    listed = await runtime_of(request).sql_tables(principal.tenant)
     return json_response({"tables": [
         {"schema": t.schema, "name": t.name, "columns": [{"name": c.name, "declared": c.declared} for c in t.columns]}
         for t in listed
