@@ -106,7 +106,7 @@ def plan(sql: object, dialect: str) -> Plan:
         raise errors.InvalidInput("query must not contain NUL", field="query")
     try:
         statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
-    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError) as exc:
+    except (sqlglot.errors.SqlglotError, RecursionError, ValueError) as exc:
         raise SqlRefused("sql_syntax", f"the query does not parse: {_first_line(exc)}") from None
     if len(statements) != 1:
         raise SqlRefused("sql_one_statement", "send exactly one statement")
