@@ -30,6 +30,9 @@ def test_question_marks_are_numbered_for_postgres() -> None:
 def test_ctes_are_the_query_s_own_tables() -> None:
     checked = plan('WITH t AS (SELECT * FROM "order".lines) SELECT * FROM t', "sqlite")
     assert checked.relations == {("order", "lines")}
+    recursive = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3) SELECT * FROM n"
+    assert plan(recursive, "postgres").relations == set()
+    assert plan("WITH a AS (SELECT 1 x), b AS (SELECT * FROM a) SELECT * FROM b x", "sqlite").relations == set()
 
 
 @pytest.mark.parametrize(("sql", "code"), [
@@ -46,6 +49,13 @@ def test_ctes_are_the_query_s_own_tables() -> None:
     ("SELECT current_setting('yoke.tenant')", "sql_function_refused"),
     ("SELECT * FROM pg_ls_dir('.')", "sql_function_refused"),
     ("SELECT (", "sql_syntax"),
+    # A CTE's name is the CTE only where SQL's scoping sees it.
+    ("WITH yoke_tenants AS (SELECT * FROM yoke_tenants) SELECT * FROM yoke_tenants", "sql_unknown_table"),
+    ("SELECT (SELECT count(*) FROM tokens), (WITH tokens AS (SELECT 1) SELECT 1)", "sql_unknown_table"),
+    ("SELECT * FROM (WITH t AS (SELECT 1 x) SELECT * FROM t) s, t", "sql_unknown_table"),
+    ("SELECT * FROM yoke.events WHERE path = '/a' OR 1 = 1", "sql_events_unbounded"),
+    ("SELECT * FROM yoke.events WHERE NOT path = '/a'", "sql_events_unbounded"),
+    ("SELECT version()", "sql_function_refused"),
 ])
 def test_refusals(sql: str, code: str) -> None:
     with pytest.raises(Exception) as caught:

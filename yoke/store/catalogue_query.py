@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import sqlglot
 import sqlglot.errors
 import sqlglot.expressions as exp
+from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from .. import errors
 from .catalogue import YOKE_SCHEMA
@@ -50,8 +51,9 @@ _REFUSED_FUNCTIONS = frozenset({
     "ts_stat", "ts_rewrite", "nextval", "setval", "currval", "lastval", "txid_current",
     "has_table_privilege", "has_schema_privilege", "has_database_privilege", "to_regclass",
     "to_regproc", "to_regprocedure", "to_regtype", "to_regnamespace", "to_regrole", "version",
+    "current_version", "sleep",
 })
-_REFUSED_PREFIXES = ("pg_", "lo_", "dblink_", "sqlite_", "yoke_", "gen_random", "inet_", "row_security")
+_REFUSED_PREFIXES = ("pg_", "lo_", "dblink_", "sqlite_", "yoke_", "gen_random", "inet_", "row_security", "read_")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +122,7 @@ def plan(sql: object, dialect: str) -> Plan:
             name = _function_name(node)
             if name and (name in _REFUSED_FUNCTIONS or name.startswith(_REFUSED_PREFIXES)):
                 raise SqlRefused("sql_function_refused", f"the function {name}() is not allowed in a query")
-    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    ctes = _cte_references(tree)
     tables: list[TableRef] = []
     for table in tree.find_all(exp.Table):
         if not isinstance(table.this, exp.Identifier):
@@ -129,7 +131,7 @@ def plan(sql: object, dialect: str) -> Plan:
         if table.args.get("catalog") is not None:
             raise SqlRefused("sql_unknown_table", f"no table {table.sql(dialect=dialect)}: name tables as ACTOR.TABLE or yoke.TABLE")
         if db is None:
-            if name.name.lower() in ctes:
+            if id(table) in ctes:
                 continue
             raise SqlRefused(
                 "sql_unknown_table",
@@ -178,34 +180,61 @@ class SqlRefused(errors.InvalidInput):
 def _function_name(node: exp.Func) -> str:
     if isinstance(node, exp.Anonymous):
         return str(node.this).lower()
-    return ""  # sqlglot's own function types are SQL's standard ones
+    return node.sql_name().lower()  # sqlglot's own type for it (VERSION() is CURRENT_VERSION)
+
+
+def _cte_references(tree: exp.Expression) -> set[int]:
+    """The table names that read a common table expression of the query
+    where they stand (by SQL's scoping: a CTE is seen by the query it
+    heads and the CTEs after it, by itself only when recursive). The same
+    name elsewhere is the database's table, and refused."""
+    try:
+        scopes = traverse_scope(tree)
+    except Exception as exc:  # (sqlglot could not follow the query's scopes)
+        raise SqlRefused("sql_syntax", f"the query's names cannot be resolved: {_first_line(exc)}") from None
+    return {
+        id(table) for scope in scopes for table in scope.tables
+        if isinstance(scope.sources.get(table.alias_or_name), Scope)
+    }
 
 
 def _check_events_bounded(table: exp.Table) -> None:
     """yoke.events is read one stream at a time: the SELECT that reads it
-    compares ``path`` with a value (= or IN) in its WHERE or the join's ON."""
+    compares ``path`` with a value (= or IN a list) in a condition its
+    WHERE or the join's ON must meet (one of the ANDed terms, not under an
+    OR or a NOT)."""
     select = table.find_ancestor(exp.Select)
     alias = table.alias_or_name.lower()
     conditions = []
     if select is not None:
         if select.args.get("where") is not None:
-            conditions.append(select.args["where"])
+            conditions.append(select.args["where"].this)
         for join in select.args.get("joins") or []:
             if join.args.get("on") is not None:
                 conditions.append(join.args["on"])
     for condition in conditions:
-        for node in condition.find_all(exp.EQ, exp.In):
-            if isinstance(node, exp.In):
-                pairs = [(node.this, value) for value in node.expressions or [node.args.get("query")]]
+        for term in _conjuncts(condition):
+            if isinstance(term, exp.In):
+                pairs = [(term.this, value) for value in term.expressions] if term.expressions else []
+            elif isinstance(term, exp.EQ):
+                pairs = [(term.this, term.expression), (term.expression, term.this)]
             else:
-                pairs = [(node.this, node.expression), (node.expression, node.this)]
+                continue
             for column, value in pairs:
-                if _path_of(column, alias) and value is not None and not value.find(exp.Column):
+                if _path_of(column, alias) and value is not None and not value.find(exp.Column, exp.Select):
                     return
     raise SqlRefused(
         "sql_events_unbounded",
         "yoke.events is read one stream at a time: compare its path with a value (WHERE path = ...)",
     )
+
+
+def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
+    while isinstance(condition, exp.Paren):
+        condition = condition.this
+    if isinstance(condition, exp.And):
+        return _conjuncts(condition.this) + _conjuncts(condition.expression)
+    return [condition]
 
 
 def _path_of(node: exp.Expression, alias: str) -> bool:

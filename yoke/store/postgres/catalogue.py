@@ -277,6 +277,9 @@ class PgCatalogue:
                 statement = await conn.prepare(text, timeout=timeout_s + 5)
                 cursor = await statement.cursor(*values, timeout=timeout_s + 5)
                 rows = await cursor.fetch(max_rows + 1, timeout=timeout_s + 5)
+            except (asyncpg.DataError, TypeError, ValueError, OverflowError) as exc:
+                # a parameter the query's types refuse
+                raise errors.InvalidInput(f"params: {exc}", field="params") from None
             except asyncpg.QueryCanceledError:
                 raise SqlRefused("sql_timeout", f"the query ran out of time ({timeout_s:g} s)") from None
             except (asyncpg.ReadOnlySQLTransactionError, asyncpg.InsufficientPrivilegeError) as exc:
@@ -285,8 +288,6 @@ class PgCatalogue:
                 if isinstance(exc, asyncpg.PostgresConnectionError):
                     raise
                 raise SqlRefused("sql_error", f"postgres: {exc}") from None
-            except (TypeError, ValueError, OverflowError) as exc:  # a parameter the query's types refuse
-                raise errors.InvalidInput(f"params: {exc}", field="params") from None
             columns = [a.name for a in statement.get_attributes()]
         return QueryResult(columns, [[_plain(v) for v in r] for r in rows[:max_rows]], len(rows) > max_rows)
 
