@@ -27,11 +27,9 @@ import resource
 import secrets
 import sqlite3
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -42,7 +40,7 @@ from ..clock import SYSTEM, Clock, wall_ms
 from ..events import MAX_DEPTH, json_text
 from ..files import private_dir, private_file
 from ..store.actors import ActorStore
-from ..store.catalogue import InstanceRows, QueryResult
+from ..store.catalogue import InstanceRows, QueryResult, bounded_sqlite_query
 from . import crash_points
 from .state_capture import SEQ_TABLE, Capture
 
@@ -374,20 +372,9 @@ class InstanceDatabase:
             raise errors.InvalidInput("sql must be a non-empty string", field="sql")
 
         def run(conn: sqlite3.Connection) -> QueryResult:
-            # The real clock, not the runtime's: it bounds real work (a
-            # statement running on a thread of this process).
-            deadline = time.monotonic() + timeout_s
-            conn.set_authorizer(_read_only_authorizer)
-            conn.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
-            try:
-                cur = conn.execute(sql, params)
-                rows = cur.fetchmany(max_rows + 1)
-                columns = [d[0] for d in cur.description or ()]
-                cur.close()
-            finally:
-                conn.set_authorizer(None)
-                conn.set_progress_handler(None, 0)
-            return QueryResult(columns, [list(r) for r in rows[:max_rows]], len(rows) > max_rows)
+            return bounded_sqlite_query(
+                conn, sql, params, _read_only_authorizer, max_rows=max_rows, timeout_s=timeout_s
+            )
 
         try:
             return await self._run(run, write=False)
@@ -634,8 +621,6 @@ def _no_transaction_control(action: int, *_: Any) -> int:
     return sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_TRANSACTION else sqlite3.SQLITE_OK
 
 
-# The progress handler (the deadline check) runs every this many SQLite VM steps.
-PROGRESS_STEPS = 10_000
 # What a read-only query may do: read tables, call functions, recurse (CTEs),
 # and run pragmas that only describe the schema (whatever their argument) or
 # read a value (without one: nothing set).

@@ -11,7 +11,9 @@ type from the types the instances declared.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -84,6 +86,32 @@ class QueryResult:
     columns: list[str]
     rows: list[list[Any]]
     truncated: bool  # more rows than max_rows
+
+
+# A bounded query's progress handler checks its deadline every this many SQLite VM steps.
+PROGRESS_STEPS = 10_000
+
+
+def bounded_sqlite_query(
+    conn: sqlite3.Connection, sql: str, params: Any, authorizer: Callable[..., int], *,
+    max_rows: int, timeout_s: float,
+) -> QueryResult:
+    """One statement on a SQLite connection (an instance's database, or the
+    catalogue's) under ``authorizer``, at most ``max_rows`` rows and
+    ``timeout_s`` seconds: past it SQLite raises "interrupted". The real
+    clock, not the runtime's: it bounds real work on this thread."""
+    deadline = time.monotonic() + timeout_s
+    conn.set_authorizer(authorizer)
+    conn.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
+    try:
+        cur = conn.execute(sql, params)
+        rows = cur.fetchmany(max_rows + 1)
+        columns = [d[0] for d in cur.description or ()]
+        cur.close()
+    finally:
+        conn.set_authorizer(None)
+        conn.set_progress_handler(None, 0)
+    return QueryResult(columns, [list(r) for r in rows[:max_rows]], len(rows) > max_rows)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +29,7 @@ from ..catalogue import (
     ColumnUnion,
     InstanceRows,
     QueryResult,
+    bounded_sqlite_query,
     catalogue_tables,
     union_columns,
 )
@@ -37,8 +37,6 @@ from ..catalogue_query import _REFUSED_FUNCTIONS, _REFUSED_PREFIXES, SqlRefused,
 
 if TYPE_CHECKING:
     from .connection import SqliteDb
-
-PROGRESS_STEPS = 10_000  # VM steps between deadline checks
 
 # Yoke's records, each for one tenant (?T: the tenant, as a literal).
 YOKE_VIEWS: dict[str, str] = {
@@ -202,18 +200,11 @@ class SqliteCatalogue:
                     views[(schema, name)] = f"temp.{quote(view)}"
                     allowed.add(view)
                 text = checked.render(views)
-                deadline = time.monotonic() + timeout_s
-                conn.set_authorizer(_authorizer(allowed, bases))
-                conn.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
-                try:
-                    cur = conn.execute(text, list(params))
-                    rows = cur.fetchmany(max_rows + 1)
-                    columns = [d[0] for d in cur.description or ()]
-                    cur.close()
-                finally:
-                    conn.set_authorizer(None)
-                    conn.set_progress_handler(None, 0)
-                return QueryResult(columns, [list(r) for r in rows[:max_rows]], len(rows) > max_rows)
+                return bounded_sqlite_query(
+                    conn, text, list(params), _authorizer(allowed, bases), max_rows=max_rows, timeout_s=timeout_s
+                )
+            except (OverflowError, ValueError) as exc:  # a parameter SQLite cannot take
+                raise errors.InvalidInput(f"params: {exc}", field="params") from None
             except sqlite3.Error as exc:
                 if "interrupted" in str(exc):
                     raise SqlRefused("sql_timeout", f"the query ran out of time ({timeout_s:g} s)") from None
