@@ -10,6 +10,7 @@ inbox, for ``yoke.failures``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -57,13 +58,14 @@ class SqlCatalogue:
         for value in values:
             if not (value is None or isinstance(value, (str, int, float, bytes))):
                 raise errors.InvalidInput("params must be strings, numbers or null", field="params")
-        checked = plan(query, self._store().catalogue.dialect)
+        # Checked once, off the event loop (parsing grows with the text).
+        checked = await asyncio.to_thread(plan, query, self._store().catalogue.dialect)
         failures = None
         if ("yoke", "failures") in checked.relations:
             found = await self._failures(tenant).select(Selection(), FAILURES_SEEN)
             failures = [f.to_dict() for f in found]
         return await self._store().catalogue.query(
-            tenant, query, list(values), max_rows=rows, timeout_s=float(seconds), failures=failures
+            tenant, checked, list(values), max_rows=rows, timeout_s=float(seconds), failures=failures
         )
 
     async def tables(self, tenant: str) -> list[CatalogueTable]:

@@ -11,7 +11,7 @@ from tests.conftest import now_ms
 from tests.store.conftest import append
 from yoke.store.actors import InstanceInfo, new_instance_id
 from yoke.store.catalogue import Column, InstanceRows, TableRows
-from yoke.store.catalogue_query import SqlRefused
+from yoke.store.catalogue_query import SqlRefused, plan
 
 pytestmark = pytest.mark.asyncio
 ITEMS = (Column("sku", "TEXT"), Column("qty", "INTEGER"), Column("price", "REAL"))
@@ -30,8 +30,12 @@ def whole(iid: str, version: int, rows: dict[int, tuple], shape=ITEMS) -> Instan
 
 
 async def rows(store, tenant, sql, params=()) -> list[list]:
-    result = await store.catalogue.query(tenant, sql, list(params), max_rows=1000, timeout_s=5)
+    result = await query(store, tenant, sql, list(params), max_rows=1000, timeout_s=5)
     return result.rows
+
+
+async def query(store, tenant, sql, params, **limits):
+    return await store.catalogue.query(tenant, plan(sql, store.catalogue.dialect), params, **limits)
 
 
 async def test_whole_then_incremental_changes(store, tenant) -> None:
@@ -51,6 +55,7 @@ async def test_an_older_version_never_replaces_a_newer_one(store, tenant) -> Non
     await store.catalogue.mirror(tenant, [whole(a.instance_id, 20, {1: ("new", 1, 1.0)})])
     stale = InstanceRows(a.instance_id, 19, {"items": TableRows(("sku", "qty", "price"), {1: ("old", 1, 1.0)})})
     assert await store.catalogue.mirror(tenant, [stale]) == set()
+    assert await store.catalogue.mirror(tenant, [whole(a.instance_id, 19, {1: ("old", 1, 1.0)})]) == set()
     assert await rows(store, tenant, "SELECT sku FROM cart.items") == [["new"]]
 
 
@@ -67,8 +72,8 @@ async def test_columns_are_the_union_of_the_instances_and_missing_ones_read_null
         whole(a.instance_id, 1, {1: ("tea", 2, 1.5)}),
         whole(b.instance_id, 1, {1: ("cup", 1)}, shape=(Column("sku", "TEXT"), Column("qty", "INTEGER"))),
     ])
-    result = await store.catalogue.query(
-        tenant, "SELECT * FROM cart.items ORDER BY key", [], max_rows=10, timeout_s=5
+    result = await query(
+        store, tenant, "SELECT * FROM cart.items ORDER BY key", [], max_rows=10, timeout_s=5
     )
     assert result.columns == ["instance_id", "key", "sku", "qty", "price"]
     assert [r[1:] for r in result.rows] == [["a", "tea", 2, 1.5], ["b", "cup", 1, None]]
@@ -132,8 +137,8 @@ async def test_yoke_records(store, tenant) -> None:
     assert await rows(store, tenant, "SELECT count(*) FROM yoke.subscriptions") == [[0]]
     failures = [{"id": "f1", "kind": "dead_letter", "receiver": "actor", "path": "/orders", "offset": 2,
                  "failed_at": 5, "attempt_count": 3, "error": "boom", "actor": "cart", "instance_id": a.instance_id}]
-    result = await store.catalogue.query(
-        tenant, "SELECT kind, error, attempt_count FROM yoke.failures", [], max_rows=10, timeout_s=5, failures=failures
+    result = await query(
+        store, tenant, "SELECT kind, error, attempt_count FROM yoke.failures", [], max_rows=10, timeout_s=5, failures=failures
     )
     assert result.rows == [["dead_letter", "boom", 3]]
 
@@ -171,12 +176,12 @@ async def test_refusals_change_nothing(store, tenant, backend) -> None:
 async def test_row_and_time_limits(store, tenant, backend) -> None:
     a = await instance(store, tenant)
     await store.catalogue.mirror(tenant, [whole(a.instance_id, 1, {i: (f"s{i}", i, 1.0) for i in range(1, 6)})])
-    result = await store.catalogue.query(tenant, "SELECT sku FROM cart.items ORDER BY qty", [], max_rows=3, timeout_s=5)
+    result = await query(store, tenant, "SELECT sku FROM cart.items ORDER BY qty", [], max_rows=3, timeout_s=5)
     assert result.rows == [["s1"], ["s2"], ["s3"]] and result.truncated
     endless = (
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000000)"
         " SELECT count(*) FROM n"
     )
     with pytest.raises(SqlRefused) as caught:
-        await store.catalogue.query(tenant, endless, [], max_rows=3, timeout_s=0.2)
+        await query(store, tenant, endless, [], max_rows=3, timeout_s=0.2)
     assert caught.value.code == "sql_timeout"

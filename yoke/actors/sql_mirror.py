@@ -25,6 +25,7 @@ from .state import InstanceDatabase, StateDatabases
 log = logging.getLogger("yoke.actors.sql_mirror")
 
 RETRY_S = (0.1, 0.5, 2.0, 5.0)  # after failed sends, one after another
+MAX_REMEMBERED = 100_000  # instances whose last sent version this process remembers
 
 
 class SqlMirror:
@@ -67,12 +68,18 @@ class SqlMirror:
         """Until everything noted so far is sent, but for runs under way
         (tests, ``yoke.testing``)."""
         await asyncio.sleep(0)  # notices from this loop's operations arrive
-        while self._sending or any(not self._databases.held(db) for db in self._dirty.values()):
-            if self._task is None or self._task.done():
+        while self._task is not None and not self._task.done():
+            # Ready: an instance not in a run, or one whose earlier run's end left rows stashed.
+            ready = any(
+                not self._databases.held(db) or (db.capture is not None and db.capture.stash is not None)
+                for db in self._dirty.values()
+            )
+            if not ready and not self._sending:
                 return
             turn = asyncio.get_running_loop().create_future()
             self._turns.append(turn)
-            self._wake.set()
+            if ready:
+                self._wake.set()
             await turn
 
     async def _run(self) -> None:
@@ -98,8 +105,8 @@ class SqlMirror:
                         turn.set_result(None)
 
     async def flush(self) -> None:
-        """Send every instance with changes that is not in a run."""
-        ready = [(k, db) for k, db in self._dirty.items() if not self._databases.held(db)]
+        """Send what every instance with changes has ready."""
+        ready = list(self._dirty.items())  # (one in a run sends what an earlier run's end stashed)
         if not ready:
             return
         for key, _ in ready:
@@ -137,13 +144,16 @@ class SqlMirror:
                 elif not whole:
                     capture.mirror_current()
             try:
-                rows = await db.mirror_changes(whole=whole)
+                rows, complete = await db.mirror_changes(whole=whole, unless=lambda db=db: self._databases.held(db))
             except Exception:
                 log.warning("reading instance %s's changed rows failed", db.instance_id, exc_info=True)
                 self._whole.add(key)  # its notes may be lost: whole next time
                 self._dirty[key] = db
+                asyncio.get_running_loop().call_later(RETRY_S[0], self._wake.set)
                 continue
-            self._whole.discard(key)
+            self._whole.discard(key)  # (a whole send put off is the capture's own to do now)
+            if not complete:  # a run is under way: the rest when it ends (release)
+                self._dirty[key] = db
             if rows is not None:
                 changes.append((db, rows))
         if not changes:
@@ -164,3 +174,5 @@ class SqlMirror:
                 self._wake.set()
             else:
                 self._sent[key] = rows.version
+                if len(self._sent) > MAX_REMEMBERED:  # the oldest go (a miss costs one lookup)
+                    del self._sent[next(iter(self._sent))]

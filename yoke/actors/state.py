@@ -207,7 +207,8 @@ class InstanceDatabase:
         self.capture: Capture | None = None
 
     async def _run(
-        self, fn: Callable[[sqlite3.Connection], T], *, write: bool | None | Callable[[T], bool]
+        self, fn: Callable[[sqlite3.Connection], T], *, write: bool | None | Callable[[T], bool],
+        notify: bool = True,
     ) -> T:
         """Run ``fn`` on the connection. ``write``: True persists afterwards,
         False never, None when rows changed, a callable decides from the result."""
@@ -215,15 +216,17 @@ class InstanceDatabase:
             await self._owner.room_for(self)
         self._owner.used(self)
         try:
-            return await self._locked_run(fn, write)
+            return await self._locked_run(fn, write, notify)
         finally:
             self._owner.ended()
 
     async def _locked_run(
-        self, fn: Callable[[sqlite3.Connection], T], write: bool | None | Callable[[T], bool]
+        self, fn: Callable[[sqlite3.Connection], T], write: bool | None | Callable[[T], bool], notify: bool
     ) -> T:
         async with self._lock:
             loop = asyncio.get_running_loop()
+
+            wrote = [False]  # the operation wrote (rows, or the schema alone)
 
             def work() -> tuple[T, Callable[[], Any] | None]:
                 with self._conn_guard:
@@ -253,10 +256,14 @@ class InstanceDatabase:
                 )
                 if changed and self._in_run:  # persisted by the run's commit
                     self._run_wrote, changed = True, False
+                    wrote[0] = True
                 after = (
                     self._owner.storage.persist(self.tenant, self.instance_id, self._conn)
                     if changed else None
                 )
+                wrote[0] = wrote[0] or changed
+                if wrote[0] and self.capture is not None:
+                    self.capture.wrote = True  # (a schema change notes no row: collect looks)
                 return result, after
 
             done = loop.run_in_executor(self._owner.pool, work)
@@ -270,23 +277,37 @@ class InstanceDatabase:
                 raise
             if after is not None:
                 await after()
-            if self.capture is not None and (self.capture.noted or self.capture.opened):
-                self._owner.changed(self)
+            if notify and self.capture is not None and (wrote[0] or self.capture.noted or self.capture.opened):
+                self._owner.changed(self)  # (a schema change alone notes no row)
             return result
 
-    async def mirror_changes(self, *, whole: bool) -> InstanceRows | None:
+    async def mirror_changes(
+        self, *, whole: bool, unless: Callable[[], bool]
+    ) -> tuple[InstanceRows | None, bool]:
         """What the SQL catalogue's mirror lacks of this database (None:
-        nothing). ``whole``: every table, opening the database if need be;
-        otherwise a database whose connection closed sends what it stashed."""
+        nothing), and whether that is all of it. ``whole``: every table,
+        opening the database if need be. A database whose connection closed
+        sends what it stashed. When ``unless()`` holds once the operation
+        has the database (a run is under way: a query must not see part of
+        it), only what was stashed at an earlier run's end: the rest after."""
         capture = self.capture
         if capture is None:
-            return None
-        if self.closed or (self._conn is None and not whole):
-            return capture.collect(None, whole=False)
+            return None, True
+        whole = whole or capture.resend_whole
+        if self.closed or (self._conn is None and not whole) or not (whole or capture.noted or capture.wrote):
+            return capture.collect(None, whole=False), True
+
+        def collect(conn: sqlite3.Connection) -> tuple[InstanceRows | None, bool]:
+            if unless():
+                stashed = capture.collect(None, whole=False)
+                capture.resend_whole = capture.resend_whole or (whole and not (stashed is not None and stashed.whole))
+                return stashed, False
+            return capture.collect(conn, whole=whole), True
+
         try:
-            return await self._run(lambda conn: capture.collect(conn, whole=whole), write=False)
+            return await self._run(collect, write=False, notify=False)  # (the mirror's own reading)
         except DatabaseClosed:
-            return capture.collect(None, whole=False)
+            return capture.collect(None, whole=False), True
 
     # --- ctx.state ---------------------------------------------------------
 
@@ -546,6 +567,8 @@ class InstanceDatabase:
         """Drop the open copy: the next operation loads the durable one (an
         atomic run committed here whose store transaction failed)."""
         def drop(conn: sqlite3.Connection) -> None:
+            if self.capture is not None:  # what it noted was never stored: the stored copy is sent whole
+                self.capture.discard()
             self._close_conn()
 
         if self._conn is not None and not self.closed:  # closed: nothing to reload
@@ -710,20 +733,38 @@ class StateDatabases:
             self._loop.call_soon_threadsafe(self._listener, db)
 
     def hold(self, tenant: str, instance_id: str) -> None:
-        """A run of the instance began: its changes wait for its end."""
+        """A run of the instance began: nothing it changes is read for the
+        mirror until it ends."""
         key = (tenant, instance_id)
         self._held[key] = self._held.get(key, 0) + 1
 
-    def release(self, tenant: str, instance_id: str) -> None:
+    async def release(self, tenant: str, instance_id: str) -> None:
+        """A run of the instance ended. The last one under way reads what
+        the runs changed at once, before another run can begin (a busy
+        instance would otherwise never be idle when the mirror looks), and
+        keeps it for the mirror's next send."""
         key = (tenant, instance_id)
-        left = self._held.get(key, 1) - 1
-        if left > 0:
-            self._held[key] = left
-            return
-        self._held.pop(key, None)
         db = self._open.get(key)
-        if db is not None and db.capture is not None and db.capture.pending and self._listener is not None:
-            self._listener(db)
+        capture = None if db is None else db.capture
+        try:
+            if (
+                db is not None and capture is not None and self._held.get(key, 1) == 1 and not db.closed
+                and db._conn is not None and (capture.noted or capture.wrote or capture.resend_whole)  # noqa: SLF001
+            ):
+                try:
+                    rows, _ = await db.mirror_changes(whole=False, unless=lambda: self._held.get(key, 1) > 1)
+                    if rows is not None:
+                        capture.stash = rows if capture.stash is None else capture.stash.merge(rows)
+                except Exception:  # (the mirror reads them later, from the database)
+                    log.warning("instance %s: reading its changed rows failed", instance_id, exc_info=True)
+        finally:
+            left = self._held.get(key, 1) - 1
+            if left > 0:
+                self._held[key] = left
+            else:
+                self._held.pop(key, None)
+        if left <= 0 and capture is not None and capture.pending and self._listener is not None:
+            self._listener(db)  # type: ignore[arg-type]
 
     def held(self, db: InstanceDatabase) -> bool:
         return (db.tenant, db.instance_id) in self._held

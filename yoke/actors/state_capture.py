@@ -48,6 +48,9 @@ class Capture:
         self.opened = False  # a connection opened since the mirror last looked
         self.stash: InstanceRows | None = None  # collected from a connection that closed
         self._current: dict[str, tuple[Column, ...]] | None = None  # the connection's tables now
+        self._remade: set[str] = set()  # tables whose triggers were missing: made anew (or renamed)
+        self.resend_whole = False  # what was noted no longer holds (a reload): send the database whole
+        self.wrote = False  # an operation wrote since the last collect (maybe the schema alone)
 
     @property
     def pending(self) -> bool:
@@ -56,12 +59,23 @@ class Capture:
     def attach(self, conn: sqlite3.Connection) -> None:
         """A connection opened: note its changes from now on."""
         conn.create_function(_NOTE, 2, self._note)
+        # A REPLACE's deletes of the rows it replaces fire the delete
+        # triggers only so (otherwise the replaced row stays in the mirror).
+        conn.execute("PRAGMA recursive_triggers = ON")
         conn.execute(SEQ_SCHEMA)
         conn.execute(f"INSERT OR IGNORE INTO {SEQ_TABLE} VALUES (1, 0)")
         self._schema_version = None  # a new connection has no triggers yet
         self._shapes_now(conn)
+        self._remade.clear()  # (all of them, new on this connection: the version check covers it)
         self.version_at_open = _version(conn)
         self.opened = True
+
+    def discard(self) -> None:
+        """What was noted no longer holds (the connection's copy is dropped
+        for the stored one): the next send is the database whole."""
+        self.noted.clear()
+        self.stash = None
+        self.resend_whole = True
 
     def mirror_current(self) -> None:
         """The mirror holds the database as it was at open: its tables as
@@ -89,10 +103,9 @@ class Capture:
                 columns = tuple(c for c in columns if c.name != "id")
             elif name == STATE_RELATION or any(c.name.lower() in ("rowid", "oid", "_rowid_") for c in columns):
                 continue  # shadows the state's name, or hides the row id: not mirrored
-            rowid = not without_rowid
             shapes[_relation(name)] = columns
-            self._rowid[_relation(name)] = rowid
-            _triggers(conn, name, rowid)
+            self._rowid[_relation(name)] = not without_rowid
+        self._remade |= {_relation(t) for t in _sync_triggers(conn, {_table(r): self._rowid[r] for r in shapes})}
         self._schema_version = version
         self._current = shapes
         return shapes
@@ -107,8 +120,12 @@ class Capture:
             self.stash = stash
             return None
         shapes = self._shapes_now(conn)
+        self.wrote = False
+        # The first send from this process is whole: what the mirror holds
+        # is unknown here (a crash elsewhere may have left it behind).
+        whole = whole or self.resend_whole or self.shapes is None
         before = self.shapes
-        reshaped = {t for t, cols in shapes.items() if before is None or before.get(t) != cols}
+        reshaped = {t for t, cols in shapes.items() if before is None or before.get(t) != cols} | self._remade
         if before is not None and set(before) - set(shapes):
             reshaped.add("")  # a table went: the new shapes say which
         noted, self.noted = self.noted, {}
@@ -127,6 +144,8 @@ class Capture:
                 found = dict(_rows(conn, relation, names, sorted(r for r in rids if r is not None)))
                 out.tables[relation] = TableRows(names, found, {r for r in rids if r not in found and r is not None})
         self.shapes = dict(shapes)
+        self._remade.clear()
+        self.resend_whole = False
         return out if stash is None else stash.merge(out)
 
     def close(self, conn: sqlite3.Connection) -> None:
@@ -152,17 +171,43 @@ def _table(relation: str) -> str:
     return STATE_TABLE if relation == STATE_RELATION else relation
 
 
+_TRIGGER = "_yoke_capture:"  # + event + ":" + the table's name (the one its body notes)
+_EVENTS = ("insert", "update", "delete")
+
+
+def _sync_triggers(conn: sqlite3.Connection, tables: dict[str, bool]) -> set[str]:
+    """Triggers on each of ``tables`` (name -> has row ids); returns the
+    tables that had none (new, made anew, or renamed to this name). A
+    trigger moves with a renamed table, its body still noting the old name:
+    it goes, and the table gets its own."""
+    have: dict[str, set[str]] = {}
+    for name, table in conn.execute(
+        "SELECT name, tbl_name FROM temp.sqlite_master WHERE type = 'trigger' AND name LIKE ?", (_TRIGGER + "%",)
+    ):
+        event, _, noted = name[len(_TRIGGER):].partition(":")
+        if noted != table or table not in tables:
+            conn.execute(f"DROP TRIGGER IF EXISTS temp.{quote(name)}")
+        else:
+            have.setdefault(table, set()).add(event)
+    made = set()
+    for table, rowid in tables.items():
+        if have.get(table) != set(_EVENTS):
+            _triggers(conn, table, rowid)
+            made.add(table)
+    return made
+
+
 def _triggers(conn: sqlite3.Connection, table: str, rowid: bool) -> None:
     q = quote(table)
     literal = "'" + table.replace("'", "''") + "'"
     bump = f"UPDATE {SEQ_TABLE} SET seq = seq + 1 WHERE id = 1;"  # (a trigger names no schema)
     new, old = ("NEW.rowid", "OLD.rowid") if rowid else ("NULL", "NULL")
-    for event, notes in (
-        ("INSERT", [new]), ("DELETE", [old]), ("UPDATE", [old] if old == new else [old, new]),
-    ):
-        name = quote(f"_yoke_capture:{table}:{event.lower()}")
+    for event, notes in (("insert", [new]), ("delete", [old]), ("update", [old] if old == new else [old, new])):
+        name = quote(f"{_TRIGGER}{event}:{table}")
         calls = " ".join(f"SELECT {_NOTE}({literal}, {n});" for n in notes)
-        conn.execute(f"CREATE TEMP TRIGGER IF NOT EXISTS {name} AFTER {event} ON main.{q} BEGIN {calls} {bump} END")
+        conn.execute(
+            f"CREATE TEMP TRIGGER IF NOT EXISTS {name} AFTER {event.upper()} ON main.{q} BEGIN {calls} {bump} END"
+        )
 
 
 def _all_rows(conn: sqlite3.Connection, relation: str, names: tuple[str, ...], rowid: bool) -> Any:

@@ -15,7 +15,12 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .. import errors
+
+if TYPE_CHECKING:
+    from .catalogue_query import Plan
 
 # Yoke's own records, as ``yoke.<name>``; each driver defines their columns.
 YOKE_SCHEMA = "yoke"
@@ -88,8 +93,46 @@ class QueryResult:
     truncated: bool  # more rows than max_rows
 
 
-# A bounded query's progress handler checks its deadline every this many SQLite VM steps.
-PROGRESS_STEPS = 10_000
+# A bounded query's progress handler checks its deadline every this many
+# SQLite VM steps (a step may be one costly function call: keep it small).
+PROGRESS_STEPS = 1_000
+# What one query may answer at most, in bytes of its values (about).
+MAX_RESULT_BYTES = 64 * 1024 * 1024
+FETCH_ROWS = 100  # rows fetched at a time, so the bytes are counted as they come
+
+
+class ResultTooLarge(errors.InvalidInput):
+    """The rows so far passed MAX_RESULT_BYTES."""
+
+    code = "sql_result_too_large"
+
+
+class Rows:
+    """The rows a query answers, fetched in chunks: up to ``max_rows`` (and
+    whether there were more), ``ResultTooLarge`` past MAX_RESULT_BYTES."""
+
+    def __init__(self, max_rows: int) -> None:
+        self.max_rows = max_rows
+        self.rows: list[list[Any]] = []
+        self._bytes = 0
+
+    def wanted(self) -> int:
+        """How many to fetch next (0: enough)."""
+        return max(min(FETCH_ROWS, self.max_rows + 1 - len(self.rows)), 0)
+
+    def add(self, chunk: Sequence[Sequence[Any]]) -> bool:
+        """Take a fetched chunk; whether to fetch on."""
+        for row in chunk:
+            self._bytes += sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in row)
+            self.rows.append(list(row))
+        if self._bytes > MAX_RESULT_BYTES:
+            raise ResultTooLarge(
+                f"the rows passed {MAX_RESULT_BYTES // 1024 // 1024} MiB: ask for fewer rows or columns", field="query"
+            )
+        return bool(chunk) and self.wanted() > 0
+
+    def result(self, columns: list[str]) -> QueryResult:
+        return QueryResult(columns, self.rows[: self.max_rows], len(self.rows) > self.max_rows)
 
 
 def bounded_sqlite_query(
@@ -97,21 +140,26 @@ def bounded_sqlite_query(
     max_rows: int, timeout_s: float,
 ) -> QueryResult:
     """One statement on a SQLite connection (an instance's database, or the
-    catalogue's) under ``authorizer``, at most ``max_rows`` rows and
-    ``timeout_s`` seconds: past it SQLite raises "interrupted". The real
-    clock, not the runtime's: it bounds real work on this thread."""
+    catalogue's) under ``authorizer``, at most ``max_rows`` rows,
+    MAX_RESULT_BYTES and ``timeout_s`` seconds: past it SQLite raises
+    "interrupted". The real clock, not the runtime's: it bounds real work
+    on this thread."""
     deadline = time.monotonic() + timeout_s
     conn.set_authorizer(authorizer)
     conn.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
     try:
         cur = conn.execute(sql, params)
-        rows = cur.fetchmany(max_rows + 1)
-        columns = [d[0] for d in cur.description or ()]
-        cur.close()
+        try:
+            rows = Rows(max_rows)
+            while rows.add(cur.fetchmany(rows.wanted())):
+                pass
+            columns = [d[0] for d in cur.description or ()]
+        finally:
+            cur.close()
     finally:
         conn.set_authorizer(None)
         conn.set_progress_handler(None, 0)
-    return QueryResult(columns, [list(r) for r in rows[:max_rows]], len(rows) > max_rows)
+    return rows.result(columns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,9 +176,8 @@ class CatalogueStore(Protocol):
 
     async def mirror(self, tenant: str, changes: Sequence[InstanceRows]) -> set[str]:
         """Apply the instances' changes in one transaction. Each applies
-        only if newer than what the mirror holds (by ``version``; a whole
-        resend applies whenever its version differs) and while the instance
-        exists. Returns the instances that need a whole resend (the mirror
+        only if newer than what the mirror holds (by ``version``, whole or
+        not) and while the instance exists. Returns the instances that need a whole resend (the mirror
         holds nothing of them yet, and this was not one)."""
 
     async def mirrored(self, tenant: str, instance_ids: Sequence[str]) -> dict[str, int]:
@@ -141,13 +188,14 @@ class CatalogueStore(Protocol):
         ``yoke_state``) and Yoke's records."""
 
     async def query(
-        self, tenant: str, sql: str, params: Sequence[Any], *, max_rows: int, timeout_s: float,
+        self, tenant: str, plan: Plan, params: Sequence[Any], *, max_rows: int, timeout_s: float,
         failures: list[dict[str, Any]] | None = None,
     ) -> QueryResult:
-        """One read-only query over the catalogue (``catalogue_query.plan``
-        checks and rewrites it), at most ``max_rows`` rows and ``timeout_s``
-        seconds. ``failures``: the rows of ``yoke.failures`` (the inbox is
-        above the store), given when the query reads it."""
+        """One read-only query over the catalogue, checked already
+        (``catalogue_query.plan`` in this store's ``dialect``): at most
+        ``max_rows`` rows, ``MAX_RESULT_BYTES`` and ``timeout_s`` seconds.
+        ``failures``: the rows of ``yoke.failures`` (the inbox is above the
+        store), given when the query reads it."""
 
 
 # --- column types ---------------------------------------------------------

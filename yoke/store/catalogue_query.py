@@ -27,6 +27,7 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 from .. import errors
 from .catalogue import YOKE_SCHEMA
 
+MAX_QUERY_CHARS = 32_768
 # Yoke's records a query can name as yoke.<name>.
 YOKE_RELATIONS = ("instances", "streams", "queue", "schedules", "subscriptions", "failures", "events")
 
@@ -73,8 +74,9 @@ class Plan:
     tables: list[TableRef]
     # Spans to cut (a column's ``actor.`` in ``actor.table.column``).
     cuts: list[tuple[int, int]] = field(default_factory=list)
-    # ``?`` placeholders by position (PostgreSQL numbers them).
+    # ``?`` marks by position (PostgreSQL numbers them as parameters).
     placeholders: list[int] = field(default_factory=list)
+    numbered: bool = False  # the query numbers its parameters ($1): a ? there is jsonb's operator
 
     @property
     def relations(self) -> set[tuple[str, str]]:
@@ -101,9 +103,13 @@ class Plan:
 
 
 def plan(sql: object, dialect: str) -> Plan:
-    """Check ``sql`` and find its named tables (``dialect``: 'sqlite' or 'postgres')."""
+    """Check ``sql`` and find its named tables (``dialect``: 'sqlite' or
+    'postgres'). CPU work that grows with the text (MAX_QUERY_CHARS keeps
+    it to a fraction of a second): run it off the event loop."""
     if not isinstance(sql, str) or not sql.strip():
         raise errors.InvalidInput("query must be a non-empty string", field="query")
+    if len(sql) > MAX_QUERY_CHARS:
+        raise SqlRefused("sql_too_long", f"a query has at most {MAX_QUERY_CHARS} characters")
     if "\x00" in sql:
         raise errors.InvalidInput("query must not contain NUL", field="query")
     try:
@@ -161,12 +167,12 @@ def plan(sql: object, dialect: str) -> Plan:
             if start is not None and table_start is not None:
                 cuts.append((start, table_start))
     placeholders: list[int] = []
+    numbered = False
     if dialect == "postgres":  # ? becomes $n there (asyncpg numbers its parameters)
         tokens = sqlglot.Dialect.get_or_raise(dialect).tokenize(sql)
         placeholders = [t.start for t in tokens if t.token_type == sqlglot.TokenType.PLACEHOLDER and t.text == "?"]
-        if placeholders and any(t.token_type == sqlglot.TokenType.PARAMETER for t in tokens):
-            raise SqlRefused("sql_syntax", "use either ? or $1, $2, ... for parameters, not both")
-    return Plan(sql, tables, cuts, placeholders)
+        numbered = any(t.token_type == sqlglot.TokenType.PARAMETER for t in tokens)
+    return Plan(sql, tables, cuts, placeholders, numbered)
 
 
 class SqlRefused(errors.InvalidInput):
@@ -179,7 +185,7 @@ class SqlRefused(errors.InvalidInput):
 
 def _function_name(node: exp.Func) -> str:
     if isinstance(node, exp.Anonymous):
-        return str(node.this).lower()
+        return node.name.lower()  # (the name itself: "quoted" names call the same function)
     return node.sql_name().lower()  # sqlglot's own type for it (VERSION() is CURRENT_VERSION)
 
 
@@ -200,22 +206,20 @@ def _cte_references(tree: exp.Expression) -> set[int]:
 
 def _check_events_bounded(table: exp.Table) -> None:
     """yoke.events is read one stream at a time: the SELECT that reads it
-    compares ``path`` with a value (= or IN a list) in a condition its
-    WHERE or the join's ON must meet (one of the ANDed terms, not under an
-    OR or a NOT)."""
+    compares ``path`` with a value (= or IN a list of values) in its WHERE,
+    as one of the ANDed terms (not under an OR or a NOT)."""
     select = table.find_ancestor(exp.Select)
     alias = table.alias_or_name.lower()
-    conditions = []
-    if select is not None:
-        if select.args.get("where") is not None:
-            conditions.append(select.args["where"].this)
-        for join in select.args.get("joins") or []:
-            if join.args.get("on") is not None:
-                conditions.append(join.args["on"])
+    conditions = []  # (the ON of an outer join keeps the other side's rows: only WHERE counts)
+    if select is not None and select.args.get("where") is not None:
+        conditions.append(select.args["where"].this)
     for condition in conditions:
         for term in _conjuncts(condition):
-            if isinstance(term, exp.In):
-                pairs = [(term.this, value) for value in term.expressions] if term.expressions else []
+            if isinstance(term, exp.In):  # every value in the list a value: IN ('/a', path) bounds nothing
+                values = term.expressions
+                if not values or any(v.find(exp.Column, exp.Select) for v in values):
+                    continue
+                pairs = [(term.this, values[0])]
             elif isinstance(term, exp.EQ):
                 pairs = [(term.this, term.expression), (term.expression, term.this)]
             else:

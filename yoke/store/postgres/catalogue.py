@@ -27,15 +27,18 @@ from ..catalogue import (
     ColumnUnion,
     InstanceRows,
     QueryResult,
+    Rows,
     catalogue_tables,
     column_affinity,
     union_columns,
 )
-from ..catalogue_query import SqlRefused, plan
+from ..catalogue_query import Plan, SqlRefused
 from .connection import quoted
 
 if TYPE_CHECKING:
     from .connection import PgDb
+
+SQL_QUERY_CONNECTIONS = 2  # catalogue queries at once, each on a connection of its own (more wait)
 
 YOKE_VIEWS: dict[str, str] = {
     "instances": (
@@ -136,7 +139,10 @@ class PgCatalogue:
             live = {
                 r["instance_id"]: (r["actor"], r["key"])
                 for r in await conn.fetch(
-                    "SELECT instance_id, actor, key FROM actor_instances WHERE tenant_id = $1 AND instance_id = ANY($2::text[])",
+                    # (locked against a removal until this commits: rows
+                    # written after it would stay for good)
+                    "SELECT instance_id, actor, key FROM actor_instances WHERE tenant_id = $1"
+                    " AND instance_id = ANY($2::text[]) ORDER BY instance_id FOR KEY SHARE",
                     tenant, ids,
                 )
             }
@@ -155,8 +161,8 @@ class PgCatalogue:
                 if before is None and not change.whole:
                     again.add(iid)
                     continue
-                if before is not None and (before[0] == change.version if change.whole else before[0] >= change.version):
-                    continue
+                if before is not None and before[0] >= change.version:
+                    continue  # the mirror has this or newer (a late send of an older copy, whole or not)
                 old_shapes: dict[str, Any] = {} if before is None else before[1]
                 shapes = old_shapes if change.shapes is None else {
                     t: [[c.name, c.declared] for c in cols] for t, cols in change.shapes.items()
@@ -252,15 +258,14 @@ class PgCatalogue:
     # --- queries ---------------------------------------------------------------
 
     async def query(
-        self, tenant: str, sql: str, params: Sequence[Any], *, max_rows: int, timeout_s: float,
+        self, tenant: str, plan: Plan, params: Sequence[Any], *, max_rows: int, timeout_s: float,
         failures: list[dict[str, Any]] | None = None,
     ) -> QueryResult:
-        checked = plan(sql, "postgres")
         values = list(params)
-        async with self._db.tx(tenant) as conn:
+        async with self._db.read_only(tenant) as conn:
             tables = await self._catalogue(conn, tenant)
             replace: dict[tuple[str, str], str] = {}
-            for schema, name in checked.relations:
+            for schema, name in plan.relations:
                 if schema == YOKE_SCHEMA:
                     body = YOKE_VIEWS[name].replace("?T", quoted(tenant))
                     if name == "failures":
@@ -269,14 +274,16 @@ class PgCatalogue:
                 else:
                     body = _relation(tenant, schema, name, tables)
                 replace[(schema, name)] = f"({body})"
-            text = checked.render(replace, "${n}")
-            await conn.execute(
-                f"SET LOCAL transaction_read_only = on; SET LOCAL statement_timeout = {int(timeout_s * 1000)}"
-            )
+            # ? marks are parameters when the query has parameters and numbers
+            # none ($1): otherwise a ? is the jsonb operator.
+            text = plan.render(replace, "${n}" if params and not plan.numbered else None)
+            await conn.execute(f"SET LOCAL statement_timeout = {max(int(timeout_s * 1000), 1)}")
             try:
                 statement = await conn.prepare(text, timeout=timeout_s + 5)
                 cursor = await statement.cursor(*values, timeout=timeout_s + 5)
-                rows = await cursor.fetch(max_rows + 1, timeout=timeout_s + 5)
+                rows = Rows(max_rows)
+                while rows.add(await cursor.fetch(rows.wanted(), timeout=timeout_s + 5)):
+                    pass
             except (asyncpg.DataError, TypeError, ValueError, OverflowError) as exc:
                 # a parameter the query's types refuse
                 raise errors.InvalidInput(f"params: {exc}", field="params") from None
@@ -288,8 +295,8 @@ class PgCatalogue:
                 if isinstance(exc, asyncpg.PostgresConnectionError):
                     raise
                 raise SqlRefused("sql_error", f"postgres: {exc}") from None
-            columns = [a.name for a in statement.get_attributes()]
-        return QueryResult(columns, [[_plain(v) for v in r] for r in rows[:max_rows]], len(rows) > max_rows)
+            result = rows.result([a.name for a in statement.get_attributes()])
+        return QueryResult(result.columns, [[_plain(v) for v in r] for r in result.rows], result.truncated)
 
 
 def _relation(tenant: str, schema: str, name: str, tables: dict[tuple[str, str], tuple[ColumnUnion, ...]]) -> str:

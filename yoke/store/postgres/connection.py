@@ -146,6 +146,11 @@ class PgDb:
         # membership), made when first used: a beat never waits for a pool
         # connection behind the runtime's work.
         self._beats: asyncpg.Pool | None = None
+        # Connections of their own for SQL catalogue queries (store/postgres/
+        # catalogue.py): a long query never holds one the runtime needs, and
+        # each goes back reset (asyncpg's default: settings, advisory locks,
+        # listens), whatever the query did to its session.
+        self._queries: asyncpg.Pool | None = None
         # Server pids of this pool's open connections: their NOTIFYs announce
         # what this process already woke itself for, so the listener skips
         # them. A pid leaves with its connection: PostgreSQL reuses pids, and
@@ -178,6 +183,29 @@ class PgDb:
             server_settings=self._settings, command_timeout=self._command_timeout,
         )
 
+    async def open_queries(self, dsn: str, size: int) -> None:
+        """Make the catalogue queries' pool: no connection until a query needs one."""
+        self._queries = await asyncpg.create_pool(
+            dsn, min_size=0, max_size=size, connect=self._connect, server_settings=self._settings,
+            command_timeout=None,
+        )
+
+    @asynccontextmanager
+    async def read_only(self, tenant: str) -> AsyncIterator[asyncpg.Connection]:
+        """A read-only transaction under ``tenant`` on a catalogue query
+        connection; a lost connection is ``Unavailable``."""
+        assert self._queries is not None, "store not started"
+        async with self._queries.acquire() as conn:
+            try:
+                async with conn.transaction(readonly=True):
+                    await conn.execute(f"SELECT set_config('yoke.tenant', {quoted(tenant)}, true)")
+                    yield conn
+            except Exception as exc:
+                fault = await self.fault(conn, exc)
+                if fault is None:
+                    raise
+                raise fault from exc
+
     async def _note_pid(self, conn: asyncpg.Connection) -> None:
         """Pool init hook: remember a new connection's pid until it closes
         (however it closes: cut, terminated, closed by the pool)."""
@@ -186,10 +214,10 @@ class PgDb:
         conn.add_termination_listener(lambda _conn: self.own_pids.discard(pid))
 
     async def close(self) -> None:
-        for pool in (self._beats, self._pool):
+        for pool in (self._queries, self._beats, self._pool):
             if pool is not None:
                 await pool.close()
-        self._beats = self._pool = None
+        self._queries = self._beats = self._pool = None
 
     @property
     def pool(self) -> asyncpg.Pool:

@@ -42,7 +42,7 @@ from ..results import (
 )
 from ..schema import check_startable
 from .actors import PgActorStore
-from .catalogue import PgCatalogue
+from .catalogue import SQL_QUERY_CONNECTIONS, PgCatalogue
 from .appends import APPEND, APPEND_IN_LIFETIME, APPEND_RELAY, PgAppends, append_args, commit_result
 from .connection import COMMAND_TIMEOUT_S, CONNECT_TIMEOUT_S, PgDb, connect, connect_failed
 from .consumers import PgConsumers
@@ -208,6 +208,7 @@ class PostgresStore(ConcernParts):
         except Exception as exc:
             raise connect_failed(exc) from exc
         await self.db.open_beats(pool_dsn)
+        await self.db.open_queries(pool_dsn, SQL_QUERY_CONNECTIONS)
         try:
             async with self.db.connection() as check:
                 escape = await rls_escape(check)

@@ -16,8 +16,10 @@ rows and no other table can be reached.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -33,12 +35,15 @@ from ..catalogue import (
     catalogue_tables,
     union_columns,
 )
-from ..catalogue_query import _REFUSED_FUNCTIONS, _REFUSED_PREFIXES, SqlRefused, plan
+from ..catalogue_query import _REFUSED_FUNCTIONS, _REFUSED_PREFIXES, Plan, SqlRefused
 
 if TYPE_CHECKING:
     from .connection import SqliteDb
 
 # Yoke's records, each for one tenant (?T: the tenant, as a literal).
+QUERY_THREADS = 2  # catalogue queries at once (more wait)
+MAX_VALUE_BYTES = 16 * 1024 * 1024  # the longest string or blob a query may make
+
 YOKE_VIEWS: dict[str, str] = {
     "instances": (
         "SELECT instance_id, actor, key, config, filter, parent_id, worker_id, created_at"
@@ -109,6 +114,7 @@ class SqliteCatalogue:
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         # Per tenant: (catalogue version, its tables, the physical tables).
+        self._threads = ThreadPoolExecutor(QUERY_THREADS, thread_name_prefix="yoke-sql-query")
         self._physical = PhysicalTables()  # the writer thread's
         self._cached: dict[str, tuple[int, dict[tuple[str, str], tuple[ColumnUnion, ...]], dict[tuple[str, str], str]]] = {}
 
@@ -148,7 +154,8 @@ class SqliteCatalogue:
     # --- the catalogue ---------------------------------------------------------
 
     async def tables(self, tenant: str) -> list[CatalogueTable]:
-        tables, _ = await self._db.read(lambda: self._catalogue(self._connection(), tenant))
+        loop = asyncio.get_running_loop()
+        tables, _ = await loop.run_in_executor(self._threads, lambda: self._catalogue(self._connection(), tenant))
         return catalogue_tables(tables)
 
     def _catalogue(
@@ -173,13 +180,9 @@ class SqliteCatalogue:
     # --- queries ---------------------------------------------------------------
 
     async def query(
-        self, tenant: str, sql: str, params: Sequence[Any], *, max_rows: int, timeout_s: float,
+        self, tenant: str, plan: Plan, params: Sequence[Any], *, max_rows: int, timeout_s: float,
         failures: list[dict[str, Any]] | None = None,
     ) -> QueryResult:
-        checked = plan(sql, "sqlite")
-        if not isinstance(params, (list, tuple)):
-            raise errors.InvalidInput("params must be a list", field="params")
-
         def run() -> QueryResult:
             conn = self._connection()
             tables, physical = self._catalogue(conn, tenant)
@@ -188,7 +191,7 @@ class SqliteCatalogue:
             bases: set[str] = set()  # the tables the views read
             tables_made: set[str] = set()  # temporary tables (yoke.failures), not views
             try:
-                for i, (schema, name) in enumerate(sorted(checked.relations)):
+                for i, (schema, name) in enumerate(sorted(plan.relations)):
                     view = f"yoke_query_{i}"
                     if schema == YOKE_SCHEMA and name == "failures":
                         _failures_table(conn, view, failures or [])
@@ -199,9 +202,9 @@ class SqliteCatalogue:
                         conn.execute(f"CREATE TEMP VIEW {quote(view)} AS {body}")
                     views[(schema, name)] = f"temp.{quote(view)}"
                     allowed.add(view)
-                text = checked.render(views)
                 return bounded_sqlite_query(
-                    conn, text, list(params), _authorizer(allowed, bases), max_rows=max_rows, timeout_s=timeout_s
+                    conn, plan.render(views), list(params), _authorizer(allowed, bases),
+                    max_rows=max_rows, timeout_s=timeout_s,
                 )
             except (OverflowError, ValueError) as exc:  # a parameter SQLite cannot take
                 raise errors.InvalidInput(f"params: {exc}", field="params") from None
@@ -216,7 +219,8 @@ class SqliteCatalogue:
                     kind = "TABLE" if view in tables_made else "VIEW"
                     conn.execute(f"DROP {kind} IF EXISTS temp.{quote(view)}")
 
-        return await self._db.read(run)
+        # Threads of their own: a long query never holds up the store's reads.
+        return await asyncio.get_running_loop().run_in_executor(self._threads, run)
 
     def _connection(self) -> sqlite3.Connection:
         """This reader thread's query connection: read-only, its own (an
@@ -227,12 +231,15 @@ class SqliteCatalogue:
                 f"file:{self._db.path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
             )
             conn.execute("PRAGMA busy_timeout=10000")
+            # No value a query makes may pass this (a string or blob: memory).
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
         return conn
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        await asyncio.to_thread(self._threads.shutdown, wait=True)  # (a query ends by its time limit)
         with self._lock:
             for conn in self._connections:
                 conn.close()
@@ -269,6 +276,10 @@ def _failures_table(conn: sqlite3.Connection, name: str, failures: list[dict[str
     )
 
 
+# The JSON table functions, and the schema SQLite reads to set them up.
+_ALWAYS_READABLE = {"json_each", "json_tree", "sqlite_master"}
+
+
 def _authorizer(allowed: set[str], bases: set[str]) -> Any:
     """Reads of the query's own views (and through them) and nothing else;
     no function that reaches outside the query."""
@@ -277,9 +288,16 @@ def _authorizer(allowed: set[str], bases: set[str]) -> Any:
             return sqlite3.SQLITE_OK
         if action == sqlite3.SQLITE_READ:
             # A read of no column (count(*)) names no view: the views' own
-            # tables. A common table expression is in no database.
-            ok = db is None or by in allowed or arg1 in allowed or (not arg2 and arg1 in bases)
+            # tables. A common table expression is in no database. The JSON
+            # table functions are read as tables.
+            ok = (
+                db is None or by in allowed or arg1 in allowed or (not arg2 and arg1 in bases)
+                or arg1 in _ALWAYS_READABLE
+            )
             return sqlite3.SQLITE_OK if ok else sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_UPDATE and arg1 == "sqlite_master" and by is None:
+            # (how SQLite sets up json_each on first use; the connection is read-only)
+            return sqlite3.SQLITE_OK
         if action == sqlite3.SQLITE_FUNCTION:
             name = (arg2 or "").lower()
             if name in _REFUSED_FUNCTIONS or name.startswith(_REFUSED_PREFIXES):
@@ -308,8 +326,8 @@ def _apply(conn: sqlite3.Connection, tenant: str, change: InstanceRows, physical
     ).fetchone()
     if held is None and not change.whole:
         return False
-    if held is not None and (held[0] == change.version if change.whole else held[0] >= change.version):
-        return True  # the mirror has this or newer
+    if held is not None and held[0] >= change.version:
+        return True  # the mirror has this or newer (a late send of an older copy, whole or not)
     before: dict[str, list[list[str]]] = {} if held is None else orjson.loads(held[1])
     shapes = before if change.shapes is None else {
         t: [[c.name, c.declared] for c in cols] for t, cols in change.shapes.items()

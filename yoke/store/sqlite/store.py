@@ -75,7 +75,7 @@ class SqliteStore(ConcernParts):
 
     async def close(self) -> None:
         await self.db.close()
-        self.catalogue.close()
+        await self.catalogue.close()
 
     async def ephemeral_barrier(self, timeout_s: float) -> bool:
         return True
