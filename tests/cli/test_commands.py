@@ -225,6 +225,10 @@ def test_json_output_of_every_command(cli, server, tmp_path):
     assert [e["type"] for e in js("read", path)["events"]] == ["a.b"]
     assert [s["path"] for s in js("streams", path)] == [path]
     assert js("stream", "info", path)["head"] == 1
+    # sql: one JSON object per row.
+    done = cli("sql", "SELECT path, head FROM yoke.streams WHERE path = ?", "--params", json.dumps([path]), "--json")
+    assert [json.loads(line) for line in done.stdout.splitlines()] == [{"path": path, "head": 1}]
+    covered.add(("sql",))
     assert js("stream", "retention", path, "--max-events", "50")["retention"]["max_events"] == 50
     assert js("stream", "hold", path, "off")["legal_hold"] is False
 
