@@ -273,7 +273,7 @@ class Scheduler:
         try:
             await self._run_row(row, loop)
         finally:
-            await databases.release(row.tenant, row.instance_id)
+            databases.release(row.tenant, row.instance_id)
 
     async def _run_row(self, row: QueueRow, loop: _ClaimLoop) -> None:
         definition = self._app.actors[row.actor]

@@ -68,6 +68,7 @@ class SqlMirror:
         """Until everything noted so far is sent, but for runs under way
         (tests, ``yoke.testing``)."""
         await asyncio.sleep(0)  # notices from this loop's operations arrive
+        await self._databases.reads_done()  # what runs that ended left to read
         while self._task is not None and not self._task.done():
             # Ready: an instance not in a run, or one whose earlier run's end left rows stashed.
             ready = any(
@@ -143,6 +144,14 @@ class SqlMirror:
                     whole = True
                 elif not whole:
                     capture.mirror_current()
+            if self._databases.held(db):  # in a run: what an earlier run's end stashed, the rest after it
+                capture.resend_whole = capture.resend_whole or whole
+                self._whole.discard(key)
+                self._dirty[key] = db
+                stashed = capture.collect(None, whole=False)
+                if stashed is not None:
+                    changes.append((db, stashed))
+                continue
             try:
                 rows, complete = await db.mirror_changes(whole=whole, unless=lambda db=db: self._databases.held(db))
             except Exception:

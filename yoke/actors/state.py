@@ -205,6 +205,7 @@ class InstanceDatabase:
         # The rows its operations change, for the SQL catalogue's mirror
         # (None: not mirrored from here, as a copy opened only to read).
         self.capture: Capture | None = None
+        self.ops = 0  # operations run (but the mirror's reads): what a read at a run's end checks
 
     async def _run(
         self, fn: Callable[[sqlite3.Connection], T], *, write: bool | None | Callable[[T], bool],
@@ -248,6 +249,8 @@ class InstanceDatabase:
                     self._conn = conn
                     self._owner.take_slot(self)
                 before = self._conn.total_changes
+                if notify:
+                    self.ops += 1
                 result = fn(self._conn)
                 # Rows changed (total_changes), or a statement that may change
                 # the file without counting (DDL, COMMIT): persist.
@@ -716,7 +719,9 @@ class StateDatabases:
         # wait for its end: a query sees a run whole or not at all).
         self._listener: Callable[[InstanceDatabase], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
         self._held: dict[tuple[str, str], int] = {}
+        self._reading: set[asyncio.Task[None]] = set()  # reads at runs' ends
 
     # --- the SQL catalogue's mirror (actors/sql_mirror.py) -------------------
 
@@ -726,10 +731,17 @@ class StateDatabases:
         assert not self._open, "the mirror starts before any database opens"
         self._listener = listener
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
 
     def changed(self, db: InstanceDatabase) -> None:
-        """``db`` has changes to send (called on any thread)."""
-        if self._listener is not None and self._loop is not None and not self._loop.is_closed():
+        """``db`` has changes to send (called on any thread). An instance in
+        a run is heard of when the run ends (``release``)."""
+        if self._listener is None or self._loop is None or self._loop.is_closed():
+            return
+        if threading.get_ident() == self._loop_thread:
+            if (db.tenant, db.instance_id) not in self._held:
+                self._listener(db)
+        else:
             self._loop.call_soon_threadsafe(self._listener, db)
 
     def hold(self, tenant: str, instance_id: str) -> None:
@@ -738,33 +750,42 @@ class StateDatabases:
         key = (tenant, instance_id)
         self._held[key] = self._held.get(key, 0) + 1
 
-    async def release(self, tenant: str, instance_id: str) -> None:
-        """A run of the instance ended. The last one under way reads what
-        the runs changed at once, before another run can begin (a busy
+    def release(self, tenant: str, instance_id: str) -> None:
+        """A run of the instance ended. The last one under way has what the
+        runs changed read at once, before another run can write (the read
+        takes the database's lock now, ahead of any later operation; a busy
         instance would otherwise never be idle when the mirror looks), and
-        keeps it for the mirror's next send."""
+        kept for the mirror's next send. The run does not wait for it."""
         key = (tenant, instance_id)
+        left = self._held.get(key, 1) - 1
+        if left > 0:
+            self._held[key] = left
+            return
+        self._held.pop(key, None)
         db = self._open.get(key)
         capture = None if db is None else db.capture
+        if db is None or capture is None:
+            return
+        if not db.closed and db._conn is not None and (capture.noted or capture.wrote or capture.resend_whole):  # noqa: SLF001
+            ops = db.ops
+            task = asyncio.get_running_loop().create_task(self._read_after_run(db, ops))
+            self._reading.add(task)
+            task.add_done_callback(self._reading.discard)
+        elif capture.pending and self._listener is not None:
+            self._listener(db)
+
+    async def _read_after_run(self, db: InstanceDatabase, ops: int) -> None:
+        capture = db.capture
+        assert capture is not None
         try:
-            if (
-                db is not None and capture is not None and self._held.get(key, 1) == 1 and not db.closed
-                and db._conn is not None and (capture.noted or capture.wrote or capture.resend_whole)  # noqa: SLF001
-            ):
-                try:
-                    rows, _ = await db.mirror_changes(whole=False, unless=lambda: self._held.get(key, 1) > 1)
-                    if rows is not None:
-                        capture.stash = rows if capture.stash is None else capture.stash.merge(rows)
-                except Exception:  # (the mirror reads them later, from the database)
-                    log.warning("instance %s: reading its changed rows failed", instance_id, exc_info=True)
-        finally:
-            left = self._held.get(key, 1) - 1
-            if left > 0:
-                self._held[key] = left
-            else:
-                self._held.pop(key, None)
-        if left <= 0 and capture is not None and capture.pending and self._listener is not None:
-            self._listener(db)  # type: ignore[arg-type]
+            # Nothing else ran on it since the run ended: what it reads is the run's end.
+            rows, _ = await db.mirror_changes(whole=False, unless=lambda: db.ops != ops)
+            if rows is not None:
+                capture.stash = rows if capture.stash is None else capture.stash.merge(rows)
+        except Exception:  # (the mirror reads them later, from the database)
+            log.warning("instance %s: reading its changed rows failed", db.instance_id, exc_info=True)
+        if capture.pending and self._listener is not None:
+            self._listener(db)
 
     def held(self, db: InstanceDatabase) -> bool:
         return (db.tenant, db.instance_id) in self._held
@@ -881,7 +902,13 @@ class StateDatabases:
 
         self.pool.submit(drop)
 
+    async def reads_done(self) -> None:
+        """Until the reads started at runs' ends are done."""
+        while self._reading:
+            await asyncio.gather(*list(self._reading), return_exceptions=True)
+
     async def close(self) -> None:
+        await self.reads_done()
         if self._trimming is not None:
             self._trimming.cancel()
             await asyncio.wait([self._trimming])

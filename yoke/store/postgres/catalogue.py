@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .connection import PgDb
 
 SQL_QUERY_CONNECTIONS = 2  # catalogue queries at once, each on a connection of its own (more wait)
+QUERY_WORK_MEM = "64MB"
 
 YOKE_VIEWS: dict[str, str] = {
     "instances": (
@@ -277,7 +278,11 @@ class PgCatalogue:
             # ? marks are parameters when the query has parameters and numbers
             # none ($1): otherwise a ? is the jsonb operator.
             text = plan.render(replace, "${n}" if params and not plan.numbered else None)
-            await conn.execute(f"SET LOCAL statement_timeout = {max(int(timeout_s * 1000), 1)}")
+            # (work_mem: an aggregate over a million rows hashes in memory
+            # instead of sorting on disk; two queries at most at a time)
+            await conn.execute(
+                f"SET LOCAL statement_timeout = {max(int(timeout_s * 1000), 1)}; SET LOCAL work_mem = '{QUERY_WORK_MEM}'"
+            )
             try:
                 statement = await conn.prepare(text, timeout=timeout_s + 5)
                 cursor = await statement.cursor(*values, timeout=timeout_s + 5)

@@ -328,10 +328,14 @@ def _apply(conn: sqlite3.Connection, tenant: str, change: InstanceRows, physical
         return False
     if held is not None and held[0] >= change.version:
         return True  # the mirror has this or newer (a late send of an older copy, whole or not)
-    before: dict[str, list[list[str]]] = {} if held is None else orjson.loads(held[1])
-    shapes = before if change.shapes is None else {
-        t: [[c.name, c.declared] for c in cols] for t, cols in change.shapes.items()
-    }
+    if change.shapes is None and not change.whole:  # rows only: the shapes as held
+        before: dict[str, list[list[str]]] = {}
+        shapes = before
+    else:
+        before = {} if held is None else orjson.loads(held[1])
+        shapes = before if change.shapes is None else {
+            t: [[c.name, c.declared] for c in cols] for t, cols in change.shapes.items()
+        }
     gone = set(before) if change.whole else set(before) - set(shapes)
     for table in gone:
         phys = _physical_name(conn, actor, table)
@@ -367,6 +371,12 @@ def _apply(conn: sqlite3.Connection, tenant: str, change: InstanceRows, physical
                 f" VALUES ({marks})",
                 [(tenant, change.instance_id, rid, key, *values) for rid, values in rows.upserts.items()],
             )
+    if held is not None and change.shapes is None and not change.whole:  # the shapes stay
+        conn.execute(
+            "UPDATE sql_instances SET version = ? WHERE tenant_id = ? AND instance_id = ?",
+            (change.version, tenant, change.instance_id),
+        )
+        return True
     conn.execute(
         "INSERT INTO sql_instances (tenant_id, instance_id, version, shapes) VALUES (?,?,?,?)"
         " ON CONFLICT (tenant_id, instance_id) DO UPDATE SET version = excluded.version, shapes = excluded.shapes",
