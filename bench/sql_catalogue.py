@@ -62,8 +62,18 @@ the store's writes.
 
 ``--profile`` runs cProfile on the event loop thread during the idle
 aggregate and lookups (first backend/storage) and prints the top
-functions; on PostgreSQL it also prints EXPLAIN ANALYZE of both queries as
-PgCatalogue.query renders them.
+functions, then the plans of both queries: on PostgreSQL EXPLAIN ANALYZE of
+the text PgCatalogue.query renders, on SQLite EXPLAIN QUERY PLAN of the
+view the driver makes (and its time on a fresh connection).
+``--profile-cost`` runs cProfile on the event loop during each run of (5)
+(the figures of such a run are not the clean ones).
+
+``--pg-command-timeout-s``: the runtime's ``pg_command_timeout_s`` (15 s by
+default). On PostgreSQL the mirror's first send after the load of (1)
+carries thousands of instances in one transaction, which here took longer
+than 15 s: the statement was dropped and the send retried, ever larger,
+and never got through (reported). The full-size PostgreSQL figures were
+taken with ``--pg-command-timeout-s 600``.
 
 The machine's cores are shared by the database, the load and Yoke (and
 whatever else runs): figures are noisy.
@@ -77,7 +87,8 @@ backend and storage.
     .venv/bin/python bench/sql_catalogue.py [--backend all|sqlite|postgres]
         [--storage all|file,pg_sqlite,s3] [--instances N] [--rows N] [--rate N]
         [--max-backlog N] [--fresh N] [--cost-events N] [--cost-instances N] [--cost-runs N]
-        [--skip-cost | --only-cost] [--trace-mirror] [--profile] [--quick]
+        [--skip-cost | --only-cost] [--pg-command-timeout-s S] [--trace-mirror]
+        [--profile] [--profile-cost] [--quick]
 """
 
 from __future__ import annotations
@@ -797,6 +808,9 @@ async def cost_run(backend: str, storage: str, mirror: bool, args: argparse.Name
             cpu_before = time.process_time()
             threads_before = thread_cpu()
             probe.expect(len(events))
+            prof = cProfile.Profile() if args.profile_cost else None
+            if prof is not None:
+                prof.enable()
             start = time.perf_counter()
             for at in range(0, len(events), args.batch):
                 await stream.append_many(events[at : at + args.batch])
@@ -808,6 +822,13 @@ async def cost_run(backend: str, storage: str, mirror: bool, args: argparse.Name
             if args.trace_mirror and mirror:
                 print(f"  (5) mirror on: the mirror's sends: {TRACE.summary()}", flush=True)
             cpu = time.process_time() - cpu_before
+            if prof is not None:
+                prof.disable()
+                out = io.StringIO()
+                pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(30)
+                print(f"\n=== cProfile of the event loop, (5) mirror {'on' if mirror else 'off'}"
+                      f" (cProfile slows it: the figures of this run are not the clean ones) ===\n"
+                      + out.getvalue(), flush=True)
             split = cpu_split(threads_before, thread_cpu(), len(events))
             pg = (postgres_cpu_s(database)[0] - pg_before) if database else 0.0
             if mirror:  # the updates reached the mirror
@@ -946,6 +967,8 @@ async def main(argv: list[str]) -> None:
                         help="time the mirror's sends, reads and writes (wrappers; adds a little cost)")
     parser.add_argument("--profile", action="store_true",
                         help="cProfile + EXPLAIN of the idle queries (first backend/storage)")
+    parser.add_argument("--profile-cost", action="store_true",
+                        help="cProfile the event loop during each run of (5) (slows them: figures not clean)")
     parser.add_argument("--quick", action="store_true",
                         help="500 instances, 3 aggregates, 50 lookups, 30 freshness samples, 4,000 cost events")
     args = parser.parse_args(argv)

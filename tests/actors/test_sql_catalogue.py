@@ -231,3 +231,26 @@ async def test_row_level_security_keeps_the_mirror_to_its_tenant(fresh_url: str,
                 assert await conn.fetchval(f"SELECT count(*) FROM {table} WHERE tenant_id = 'other'") == 0
     finally:
         await conn.close()
+
+
+async def test_a_large_send_goes_in_bounded_transactions(fresh_url: str, tmp_path, monkeypatch) -> None:
+    """Many instances changed at once are sent in transactions of bounded
+    size (one transaction for thousands ran past the statement time)."""
+    from yoke.actors import sql_mirror
+
+    monkeypatch.setattr(sql_mirror, "SEND_ROWS", 5)
+    async with yoke.open(fresh_url, app=shop(), data_dir=str(tmp_path)) as y:
+        sizes: list[int] = []
+        real = y.store.catalogue.mirror
+
+        async def counted(tenant, changes):
+            sizes.append(len(changes))
+            return await real(tenant, changes)
+
+        y.store.catalogue.mirror = counted
+        await y.stream("/orders", T).append_many(
+            [line(f"K{i}", 1, "tea", 1, 1.0, "open") for i in range(12)]
+        )
+        await settled(y)
+        assert (await y.sql(T, 'SELECT count(DISTINCT key) FROM "order".lines')).rows == [[12]]
+        assert sizes and max(sizes) <= 2  # about 5 rows a transaction: each instance sends 2 tables

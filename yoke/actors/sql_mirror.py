@@ -26,6 +26,7 @@ log = logging.getLogger("yoke.actors.sql_mirror")
 
 RETRY_S = (0.1, 0.5, 2.0, 5.0)  # after failed sends, one after another
 MAX_REMEMBERED = 100_000  # instances whose last sent version this process remembers
+SEND_ROWS = 5_000  # rows a send writes in one transaction, about
 
 
 class SqlMirror:
@@ -152,6 +153,8 @@ class SqlMirror:
                 if stashed is not None:
                     changes.append((db, stashed))
                 continue
+            if whole and capture.stash is not None and capture.stash.whole and not (capture.noted or capture.wrote):
+                whole = False  # read whole at its run's end already
             try:
                 rows, complete = await db.mirror_changes(whole=whole, unless=lambda db=db: self._databases.held(db))
             except Exception:
@@ -165,23 +168,39 @@ class SqlMirror:
                 self._dirty[key] = db
             if rows is not None:
                 changes.append((db, rows))
-        if not changes:
-            return
-        try:
-            again = await catalogue.mirror(tenant, [rows for _, rows in changes])
-        except BaseException:
-            for db, rows in changes:  # back in front of whatever was noted since
-                capture = db.capture
-                assert capture is not None
-                capture.stash = rows if capture.stash is None else rows.merge(capture.stash)
-            raise
-        for db, rows in changes:
-            key = (tenant, db.instance_id)
-            if db.instance_id in again:
-                self._whole.add(key)
-                self._dirty[key] = db
-                self._wake.set()
-            else:
-                self._sent[key] = rows.version
-                if len(self._sent) > MAX_REMEMBERED:  # the oldest go (a miss costs one lookup)
-                    del self._sent[next(iter(self._sent))]
+        chunks = _chunks(changes)
+        for i, chunk in enumerate(chunks):
+            try:
+                again = await catalogue.mirror(tenant, [rows for _, rows in chunk])
+            except BaseException:
+                for db, rows in [c for later in chunks[i:] for c in later]:  # back in front of what came since
+                    capture = db.capture
+                    assert capture is not None
+                    capture.stash = rows if capture.stash is None else rows.merge(capture.stash)
+                raise
+            for db, rows in chunk:
+                key = (tenant, db.instance_id)
+                if db.instance_id in again:
+                    self._whole.add(key)
+                    self._dirty[key] = db
+                    self._wake.set()
+                else:
+                    self._sent[key] = rows.version
+                    if len(self._sent) > MAX_REMEMBERED:  # the oldest go (a miss costs one lookup)
+                        del self._sent[next(iter(self._sent))]
+
+
+def _chunks(changes: list[tuple[InstanceDatabase, InstanceRows]]) -> list[list[tuple[InstanceDatabase, InstanceRows]]]:
+    """The changes in transactions of at most about SEND_ROWS rows (a load of
+    thousands of instances in one transaction ran past the database's
+    statement time, and each retry sent more)."""
+    chunks: list[list[tuple[InstanceDatabase, InstanceRows]]] = [[]]
+    rows = 0
+    for change in changes:
+        size = sum(len(t.upserts) + len(t.deletes) + 1 for t in change[1].tables.values()) + 1
+        if chunks[-1] and rows + size > SEND_ROWS:
+            chunks.append([])
+            rows = 0
+        chunks[-1].append(change)
+        rows += size
+    return [c for c in chunks if c]
