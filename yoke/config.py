@@ -91,6 +91,11 @@ class Settings:
     # serve and worker: log level (debug, info, warning, error) and format (text, json).
     log_level: str = "info"
     log_format: str = "text"
+    # serve and worker: "otlp" installs an OpenTelemetry SDK that exports
+    # Yoke's spans over OTLP/HTTP, configured by the standard OTEL_* variables
+    # (docs/advanced/tracing.md); "off" installs nothing. An application that
+    # opens Yoke itself installs its own provider instead.
+    tracing: str = "off"
     # serve: browser origins allowed on /v1 and /v1/stream (comma-separated,
     # * for any, none for no origin); unset keeps the Durable Streams
     # protocol open to any origin and /v1 to none. Behind a TLS proxy,

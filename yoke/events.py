@@ -144,6 +144,8 @@ class AppendResult:
     offset: int
     id: str
     at: int | None = None  # when it was committed (the original time for a repeat)
+    # An idempotent repeat: the events were there, nothing was appended.
+    duplicate: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,8 @@ the logger's name, as text or as one JSON object per line. uvicorn's loggers
 (``uvicorn.error``, ``uvicorn.access``) propagate to the same handler, so the
 level and the format hold for every line a process writes. A line made while
 an HTTP request is handled carries its request id (``REQUEST_ID``, set by
-``yoke/http/request_ids.py``). ``yoke.open()`` in an application configures
+``yoke/http/request_ids.py``), and one made under a span (tracing on) its
+``trace_id`` and ``span_id``. ``yoke.open()`` in an application configures
 nothing: logging is the application's then.
 """
 
@@ -18,6 +19,8 @@ import time
 from typing import Any
 
 import orjson
+
+from .tracing import log_ids
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 FORMATS = ("text", "json")
@@ -44,6 +47,9 @@ class RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "request_id"):
             record.request_id = REQUEST_ID.get()
+        if not hasattr(record, "trace_id"):
+            # The current span's ids (tracing on, inside a traced request or run).
+            record.trace_id, record.span_id = log_ids() or (None, None)
         return True
 
 
@@ -52,6 +58,8 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         request = f" [req {record.request_id}]" if getattr(record, "request_id", None) else ""
+        if getattr(record, "trace_id", None):
+            request += f" [trace {record.trace_id} span {record.span_id}]"
         line = f"{timestamp(record.created)} {record.levelname} {record.name}{request}: {record.getMessage()}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
@@ -72,6 +80,8 @@ class JsonFormatter(logging.Formatter):
         request_id = getattr(record, "request_id", None)
         if request_id:
             entry["request_id"] = request_id
+        if getattr(record, "trace_id", None):
+            entry["trace_id"], entry["span_id"] = record.trace_id, record.span_id
         if record.name == "uvicorn.access" and isinstance(record.args, tuple) and len(record.args) == 5:
             client, method, path, version, status = record.args
             entry.update(client=client, method=method, path=path, http_version=version, status=status)

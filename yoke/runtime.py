@@ -53,15 +53,20 @@ from .subscriptions.declared import Reconciled, reconcile, webhook_secrets
 from .subscriptions.deliveries import Deliveries, DeliverySettings
 from .subscriptions.management import lag_report, rebuild_stale_catalogues
 from .tokens import Tokens
+from .tracing import Tracing
 
 log = logging.getLogger("yoke.runtime")
 
 
 class Runtime:
     def __init__(
-        self, settings: Settings, app: App | None = None, *, executor: bool = True, clock: Clock = SYSTEM
+        self, settings: Settings, app: App | None = None, *, executor: bool = True, clock: Clock = SYSTEM,
+        tracer_provider: Any = None,
     ) -> None:
         self.settings = settings
+        # Where spans go (tracing.py): this provider, else the global one
+        # once the application installs one; off (free) without either.
+        self.tracing = Tracing(tracer_provider)
         # The actors' retries as this deployment sets them (decorator arguments win).
         self.app = app if app is None else with_retry_settings(app, {
             "max_attempts": settings.actor_max_attempts, "retry_base_s": settings.actor_retry_base_s,
@@ -106,7 +111,8 @@ class Runtime:
             tail_sweep_s=settings.tail_sweep_s, closed=lambda: self.closed, clock=clock,
         )
         self.appends = AppendService(
-            self._store, self.hub, self.buffers, max_group_events=settings.max_group_events, clock=clock
+            self._store, self.hub, self.buffers, max_group_events=settings.max_group_events, clock=clock,
+            tracing=self.tracing,
         )
         # What the actor machinery is built from (actors/kernel.py).
         self.actor_kernel = ActorKernel(
@@ -114,7 +120,7 @@ class Runtime:
             read=lambda tenant, path, after, limit: self.store.read(tenant, path, after, limit),
             stream=self.stream, appended=self.appends.appended, hub=self.hub, signals=self.signals,
             evaluations=self.evaluations, state_databases=self.state_databases, state_home=self.state_home,
-            settings=ActorSettings.from_settings(settings), clock=clock,
+            settings=ActorSettings.from_settings(settings), clock=clock, tracing=self.tracing,
         )
         self.protocol_streams = ProtocolStreams(lambda: self.store.protocol, self.hub, self.stream, clock)
         self.tokens = Tokens(self._store, clock)
@@ -133,7 +139,7 @@ class Runtime:
             receivers=app.receivers if app is not None else {},
             http=lambda: None if self.deliveries is None else self.deliveries.http,
             max_event_bytes=settings.max_event_bytes, subscription_timeout_s=settings.subscription_timeout_s,
-            clock=clock,
+            clock=clock, tracing=self.tracing,
         )
         self.sql_catalogue = SqlCatalogue(
             open_store, self.failures, max_rows=settings.sql_max_rows, timeout_s=settings.sql_timeout_s
@@ -195,7 +201,7 @@ class Runtime:
                 processors=app.processors if app is not None else None,
                 deploy_version=self.settings.deploy_version or (app.version if app is not None else None) or "",
                 code_version=self.code.version if self.code is not None else None,
-                application=self, clock=self.clock,
+                application=self, clock=self.clock, tracing=self.tracing,
             )
             await self.deliveries.start()
             # Subscription catalogues missing, invalid or from another reducer
@@ -415,6 +421,7 @@ async def open(  # noqa: A001
     executor: bool = True,
     settings: Settings | None = None,
     clock: Clock = SYSTEM,
+    tracer_provider: Any = None,
     **overrides: Any,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime on ``url`` (default: ``YOKE_DATABASE_URL`` or
@@ -422,10 +429,12 @@ async def open(  # noqa: A001
     application's actors in this process (fan-out, scheduler, schedules,
     portal loops) unless ``executor=False``. Keyword arguments override
     settings; ``settings`` gives them all at once. ``clock``: where every
-    time the runtime stamps or measures comes from (``clock.py``; tests)."""
+    time the runtime stamps or measures comes from (``clock.py``; tests).
+    ``tracer_provider``: an OpenTelemetry provider for Yoke's spans (default:
+    the global one, once installed; docs/advanced/tracing.md)."""
     if settings is None:
         settings = Settings.from_env(database_url=url, **overrides)
-    runtime = Runtime(settings, app, executor=executor, clock=clock)
+    runtime = Runtime(settings, app, executor=executor, clock=clock, tracer_provider=tracer_provider)
     await runtime.start()
     try:
         yield runtime

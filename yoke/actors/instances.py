@@ -264,7 +264,13 @@ class Instances:
     async def redrive(self, instance_id: str, qids: Sequence[int] | None = None) -> int:
         """Dead rows (all, or those listed) back to pending with attempts reset."""
         await self.get(instance_id)
-        count = await self._store.redrive(self.tenant, instance_id, _qids(qids), self._kernel.now_ms())
+        chosen = _qids(qids)
+        tracing = self._kernel.tracing
+        if not tracing.on:
+            count = await self._store.redrive(self.tenant, instance_id, chosen, self._kernel.now_ms())
+        else:  # the rows' next attempts are children of this span, linked to their events' traces
+            with tracing.replaying(self.tenant, "redrive", instance_id=instance_id) as replayed_in:
+                count = await self._store.redrive(self.tenant, instance_id, chosen, self._kernel.now_ms(), replayed_in)
         self._kernel.signals.queue_changed.emit(self.tenant)
         return count
 

@@ -22,6 +22,7 @@ that a test moves).
 - ``state_databases()``: this process's per-instance SQLite databases
   (opened on first use); ``state_home``: the guard that checks where they
   live before one is read.
+- ``tracing``: where run attempts' spans go (``tracing.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..clock import SYSTEM, Clock, wall_ms
 from ..signals import Signals
+from ..tracing import Tracing
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -83,6 +85,7 @@ class ActorKernel:
     state_home: Guard
     settings: ActorSettings
     clock: Clock = SYSTEM
+    tracing: Tracing = Tracing()  # run attempts' spans (off unless a provider is installed)
 
     def now_ms(self) -> int:
         """The clock's wall time in milliseconds, as the store keeps it."""

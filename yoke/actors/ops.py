@@ -13,6 +13,7 @@ import asyncio
 import datetime as dt
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,11 +25,14 @@ from ..hosts.wire import sql_params_from_wire
 from ..store.actors import Effect, InstanceInfo, Message, Schedule
 from ..streams.append import new_stream_id, refusal_error
 from ..streams.rules import APPEND
+from ..tracing import TRACEPARENT, carrier_of, in_run, op_event
 from .context import CONVERSATION_EVENT, CONVERSATION_STREAM, PortalContext
 from .instances import Instances
 from .journal import EFFECT_OPS, Journal
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
     from .app import App
     from .atomic import AtomicRun
     from .kernel import ActorKernel
@@ -85,9 +89,12 @@ class OpHandler:
 
     def __init__(
         self, kernel: ActorKernel, app: App | None, tenant: str, instance: InstanceInfo | None,
-        journal: Journal | None = None, *, worker_id: str | None = None,
+        journal: Journal | None = None, *, worker_id: str | None = None, span: Span | None = None,
     ) -> None:
         self.kernel = kernel
+        # The run attempt's span (tracing.py): each op is an event on it, and
+        # what the run appends carries its context.
+        self.span = span
         self.app = app
         self.worker_id = worker_id
         self.tenant = tenant
@@ -105,9 +112,23 @@ class OpHandler:
         # each checked again where it is stored: a payload the API takes
         # passes here too.
         p = orjson.loads(json_bytes(params, "params", depth=MAX_DEPTH + PARAMS_WRAPPING))
+        if self.span is None:
+            return await self._call(handler, method, p)
+        started = time.perf_counter()
+        try:
+            with in_run(self.span):
+                answer = await self._call(handler, method, p)
+        except BaseException as exc:
+            op_event(self.span, method, started, error=exc)
+            raise
+        if method != "stream_append":  # which says itself whether the journal answered it
+            op_event(self.span, method, started)
+        return answer
+
+    async def _call(self, handler: Any, method: str, p: dict[str, Any]) -> Any:
         if method in EFFECT_OPS:
             effect = None if self.journal is None else self.journal.effect(method, p)
-            return await handler(self, p, effect)  # type: ignore[call-arg]
+            return await handler(self, p, effect)
         return await handler(self, p)
 
     def _need_instance(self) -> InstanceInfo:
@@ -134,6 +155,7 @@ class OpHandler:
     # --- streams -------------------------------------------------------------
 
     async def _stream_append(self, p: dict[str, Any], effect: Effect | None) -> dict[str, Any]:
+        started = time.perf_counter()
         event = dict(p["event"])
         if self.instance is not None and event.get("source") is None:
             event["source"] = {"actor": self.instance.actor, "instance": self.instance.instance_id}
@@ -148,6 +170,10 @@ class OpHandler:
                     f"stream {path} takes input records with their delivery outbox: an atomic run cannot "
                     "append to it", path=path,
                 )
+            metadata = event.get("metadata")
+            if self.span is not None and (metadata is None or isinstance(metadata, dict)) \
+                    and TRACEPARENT not in (metadata or {}):
+                event["metadata"] = {**(metadata or {}), **carrier_of(self.span)}  # committed with the run
             return self.atomic.append(path, event)
         if effect is not None and self.journal is not None and event.get("idempotency_key") is None \
                 and not event.get("ephemeral"):
@@ -156,6 +182,8 @@ class OpHandler:
             result = (await stream._append([event], trusted=False, kernel_key=True))[0]
         else:
             result = await stream.append(event)
+        # A retry's append the journal answered made no event: the op says so.
+        op_event(self.span, "stream_append", started, replayed=result.duplicate and effect is not None)
         return {"offset": result.offset, "id": result.id}
 
     # --- state and sqlite ----------------------------------------------------

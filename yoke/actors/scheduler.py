@@ -30,6 +30,7 @@ from .atomic import AtomicRun
 from .context import Context
 from .journal import Journal
 from .ops import OpHandler
+from ..tracing import carrier_of, end, in_run
 
 if TYPE_CHECKING:
     from .kernel import ActorKernel
@@ -291,6 +292,14 @@ class Scheduler:
         output: RunOutput | None = None  # what an isolated run printed, kept with its failure
         handed = False  # the host went to process(), which gives it back
         atomic: AtomicRun | None = None
+        tracing = self.kernel.tracing
+        span = None  # the attempt's span, ended with the attempt (tracing.py)
+        if tracing.on:
+            span = tracing.start_attempt(
+                tenant=row.tenant, actor=row.actor, instance_id=row.instance_id, key=None, qid=row.qid,
+                attempt=row.attempts, event=row.event, path=row.path, enqueued_at=row.enqueued_at,
+                available_at=row.available_at, started_ms=int(started * 1000),
+            )
         try:
             # An isolated run waits for a free host first: outside its time.
             host = await pool.acquire() if pool is not None else None
@@ -303,8 +312,10 @@ class Scheduler:
                     raise LookupError(f"instance {row.instance_id} does not exist")
                 ops = OpHandler(
                     self.kernel, self._app, row.tenant, instance, Journal(row.qid, instance.instance_id),
-                    worker_id=self.worker_id,
+                    worker_id=self.worker_id, span=span,
                 )
+                if span is not None and instance.key is not None:
+                    span.set_attribute("yoke.key", instance.key)
                 if definition.effects == "atomic":
                     atomic = ops.atomic = AtomicRun(self.kernel, instance, row)
                 if atomic is not None and await atomic.start():
@@ -313,10 +324,12 @@ class Scheduler:
                     handed = True
                     output = RunOutput(f"{instance.actor} {instance.key or '-'} {instance.instance_id}"
                                        f" row {row.qid} attempt {row.attempts}")
-                    await pool.process(host, ops, instance, event_from_queue(row), row.attempts, output)
+                    await pool.process(host, ops, instance, event_from_queue(row), row.attempts, output,
+                                       trace=None if span is None else carrier_of(span))
                 else:
                     ctx = Context(ops, instance, event_from_queue(row), row.attempts, row.qid)
-                    await definition.handler(ctx, ctx.event)  # type: ignore[misc]
+                    with in_run(span):  # the handler's own spans are children of the attempt's
+                        await definition.handler(ctx, ctx.event)  # type: ignore[misc]
                 if atomic is not None:
                     await atomic.commit()  # the row's completion is part of it
             ok = True
@@ -337,6 +350,10 @@ class Scheduler:
             error = f"{type(exc).__name__}: {exc}"
             tb = traceback.format_exc()
         finally:
+            if span is not None:
+                if not ok and row.attempts >= definition.max_attempts and not error.startswith("worker shut down"):
+                    span.set_attribute("yoke.dead_lettered", True)
+                end(span, None if ok else error or "the run did not finish", stacktrace=tb)
             if host is not None and not handed:  # acquired, but process() was not reached
                 pool.release(host)  # type: ignore[union-attr]
             if atomic is not None:

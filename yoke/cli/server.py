@@ -9,7 +9,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -49,6 +49,11 @@ LOG_FORMAT_OPTION = click.option(
     "--log-format", type=click.Choice(["text", "json"]), default=None,
     help="Log lines as text or one JSON object each, on stderr (default text; YOKE_LOG_FORMAT).",
 )
+TRACING_OPTION = click.option(
+    "--tracing", type=click.Choice(["off", "otlp"]), default=None,
+    help="otlp: export Yoke's spans over OTLP/HTTP, configured by the standard OTEL_* variables"
+         " (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_SAMPLER...); default off (YOKE_TRACING).",
+)
 APP_OPTION_HELP = "module:attr of a Yoke App to run, like examples.orders:app (imported with the current directory on sys.path)."
 
 
@@ -78,6 +83,27 @@ def setup_logging(settings: Settings) -> None:
         logs.setup(settings.log_level, settings.log_format, access_log=settings.access_log)
     except ValueError as exc:  # YOKE_LOG_LEVEL=loud
         fail(f"YOKE_LOG_LEVEL / YOKE_LOG_FORMAT: {exc}")
+
+
+@contextlib.contextmanager
+def tracing_installed(settings: Settings, kind: str) -> Iterator[None]:
+    """``--tracing otlp``: an SDK provider for this process (after a fork:
+    each server process has its own exporter), flushed when it ends."""
+    if settings.tracing in ("", "off"):
+        yield
+        return
+    if settings.tracing != "otlp":
+        fail(f"YOKE_TRACING is off or otlp, not {settings.tracing!r}")
+    from .. import tracing
+
+    try:
+        tracing.install_otlp()
+    except RuntimeError as exc:  # the SDK is not installed
+        fail(str(exc))
+    try:
+        yield
+    finally:
+        tracing.shutdown()
 
 
 def redact(url: str) -> str:
@@ -201,6 +227,7 @@ def describe_app(app: Any) -> str:
 @NO_MIGRATE_OPTION
 @LOG_LEVEL_OPTION
 @LOG_FORMAT_OPTION
+@TRACING_OPTION
 @JSON_OPTION
 def serve(
     database_url: str | None, host: str | None, port: int | None, app_spec: str | None, no_executor: bool,
@@ -208,7 +235,7 @@ def serve(
     workers: int, print_token: bool, rotate_token: bool, proxy_headers: bool | None,
     forwarded_allow_ips: str | None, tls_cert: str | None, tls_key: str | None, cors_origins: str | None,
     isolation: str | None, reload: bool | None, no_migrate: bool | None, log_level: str | None,
-    log_format: str | None, as_json: bool,
+    log_format: str | None, tracing: str | None, as_json: bool,
 ) -> None:
     """Run the HTTP API (embedded SQLite under ./.yoke by default), and with
     --app the application's actors in the same process.
@@ -224,7 +251,7 @@ def serve(
         http_header_timeout_s=header_timeout, http_body_timeout_s=body_timeout, isolation=isolation,
         reload=reload or None, migrate=False if no_migrate else None, log_level=log_level, log_format=log_format,
         proxy_headers=proxy_headers, forwarded_allow_ips=forwarded_allow_ips, tls_cert=tls_cert, tls_key=tls_key,
-        cors_origins=cors_origins,
+        cors_origins=cors_origins, tracing=tracing,
     )
     setup_logging(settings)
     from ..http.addresses import url_host
@@ -299,9 +326,10 @@ def serve(
         from ..errors import YokeError
 
         try:
-            run_server(settings, app=app, executor=not no_executor, on_ready=on_ready if announce else None,
-                       sock=sock, dev=dev, announce=announce, on_stop=on_stop,
-                       sign_in_link=print_token or on_terminal, rotate_token=rotate_token)
+            with tracing_installed(settings, "serve"):
+                run_server(settings, app=app, executor=not no_executor, on_ready=on_ready if announce else None,
+                           sock=sock, dev=dev, announce=announce, on_stop=on_stop,
+                           sign_in_link=print_token or on_terminal, rotate_token=rotate_token)
         except YokeError as exc:  # the runtime did not open: the schema, the roles, the state's home
             fail(f"{redact(settings.database_url)}: {exc.code}: {exc.message}")
 
@@ -411,11 +439,12 @@ class WorkerCommand(SettingsCommand):
 @NO_MIGRATE_OPTION
 @LOG_LEVEL_OPTION
 @LOG_FORMAT_OPTION
+@TRACING_OPTION
 @JSON_OPTION
 def worker(
     database_url: str | None, app_spec: str, metrics_port: int | None, metrics_host: str | None,
     isolation: str | None, reload: bool | None, no_migrate: bool | None, log_level: str | None,
-    log_format: str | None, as_json: bool,
+    log_format: str | None, tracing: str | None, as_json: bool,
 ) -> None:
     """Run the application's actors without HTTP (fan-out, scheduler,
     schedules, portal loops) until SIGTERM/SIGINT, then stop gracefully:
@@ -430,7 +459,7 @@ def worker(
     settings = settings_or_fail(
         "worker", database_url=database_url, isolation=isolation, reload=reload or None,
         migrate=False if no_migrate else None, log_level=log_level, log_format=log_format,
-        metrics_port=metrics_port, metrics_host=metrics_host,
+        metrics_port=metrics_port, metrics_host=metrics_host, tracing=tracing,
     )
     setup_logging(settings)
     sock = None
@@ -443,7 +472,8 @@ def worker(
             fail(listen_failure(exc, settings.metrics_host, settings.metrics_port, "--metrics-port"))
     app = load_app_or_fail(app_spec)
     try:
-        asyncio.run(_work(settings, app, app_spec, as_json, sock))
+        with tracing_installed(settings, "worker"):
+            asyncio.run(_work(settings, app, app_spec, as_json, sock))
     except KeyboardInterrupt:  # a second signal while stopping
         sys.exit(130)
     except YokeError as exc:  # the schema, the roles: the message says what to do

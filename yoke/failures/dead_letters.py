@@ -19,6 +19,7 @@ from ..clock import wall_ms
 from ..events import new_event_id, prepare
 from ..lifecycle import GLOBAL, new_stream_id
 from ..store.actors import QueueRow
+from ..tracing import REPLAYED_IN
 from .model import DEAD_LETTER, DISCARDED, REPLAYED, Attempt, Failure, Selection, corrected, kept, make_id
 
 if TYPE_CHECKING:
@@ -61,14 +62,21 @@ def _audit(event_type: str, failure: Failure, **extra: Any) -> Any:
 
 
 async def replay(
-    services: FailureServices, tenant: str, failure: Failure, qid: int, correction: dict[str, Any] | None
+    services: FailureServices, tenant: str, failure: Failure, qid: int, correction: dict[str, Any] | None,
+    replayed_in: str | None = None,
 ) -> tuple[str, int]:
+    """``replayed_in``: the replay's trace context, kept in the row's event
+    document for its next attempt's span (``tracing.REPLAYED_IN``)."""
     extra: dict[str, Any] = {}
     event_json = None
     if correction is not None:
         document = corrected(failure.event or {}, correction, failure.id, new_event_id())
+        if replayed_in is not None:
+            document[REPLAYED_IN] = replayed_in
         event_json = orjson.dumps(document).decode()
         extra = {"corrected": correction, "event_id": document["id"]}
+    elif replayed_in is not None and failure.event is not None:
+        event_json = orjson.dumps({**failure.event, REPLAYED_IN: replayed_in}).decode()
     done = await _resolve(services, tenant, failure, qid, _audit(REPLAYED, failure, **extra), event_json=event_json)
     services.signals.queue_changed.emit(tenant)
     return done

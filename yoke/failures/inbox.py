@@ -10,6 +10,7 @@ failures``), the console and the metrics use these methods.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -167,16 +168,19 @@ class Failures:
         failure = await self.get(failure_id)  # under the claim: open, or resolved by the one before
         if patch is not None:  # applied to the event as it is now, under the claim
             correction = check_correction(patched(failure.event or {}, patch), services.max_event_bytes)
-        if failure.kind == DEAD_LETTER:
-            qid = parse_id(failure_id)[1][0]
-            path, offset = await dead_letters.replay(services, self.tenant, failure, qid, correction)
-            return Resolution(failure.id, "replayed", path, offset, failure=failure)
-        document = failure.event
-        if document is not None and correction is not None:
-            document = corrected(document, correction, failure.id, new_event_id())
-        offset, delivered = await subscriptions.replay(services, self.tenant, failure, document, correction)
-        assert failure.path is not None
-        return Resolution(failure.id, "replayed", failure.path, offset, delivered, failure=failure)
+        replaying = services.tracing.replaying(self.tenant, "replay", failure=failure.id) if services.tracing.on \
+            else contextlib.nullcontext()
+        with replaying as replayed_in:
+            if failure.kind == DEAD_LETTER:
+                qid = parse_id(failure_id)[1][0]
+                path, offset = await dead_letters.replay(services, self.tenant, failure, qid, correction, replayed_in)
+                return Resolution(failure.id, "replayed", path, offset, failure=failure)
+            document = failure.event
+            if document is not None and correction is not None:
+                document = corrected(document, correction, failure.id, new_event_id())
+            offset, delivered = await subscriptions.replay(services, self.tenant, failure, document, correction)
+            assert failure.path is not None
+            return Resolution(failure.id, "replayed", failure.path, offset, delivered, failure=failure)
 
     async def discard(self, failure_id: str, reason: str) -> Resolution:
         """Give up on the failure, saying why: the dead letter is deleted, a

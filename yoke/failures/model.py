@@ -32,6 +32,7 @@ import orjson
 from .. import errors
 from ..clock import SYSTEM, Clock
 from ..events import check_int, check_text, prepare
+from ..tracing import Tracing
 
 if TYPE_CHECKING:
     import httpx
@@ -61,6 +62,7 @@ class FailureServices:
     max_event_bytes: int
     subscription_timeout_s: float
     clock: Clock = SYSTEM  # the runtime's: what the resolutions stamp
+    tracing: Tracing = Tracing()  # a replay's span, linked to the failure's trace
 
 
 DEAD_LETTER = "dead_letter"

@@ -29,6 +29,7 @@ from ..subscriptions.catalogue import AUDIT, RESUMED
 from ..subscriptions.batch import Batch
 from ..subscriptions.runner import transform_one
 from ..subscriptions.deliveries import control
+from ..tracing import ending
 from .model import DISCARDED, HALTED, REPLAYED, SKIPPED, Attempt, Failure, kept, make_id, parse_id
 
 if TYPE_CHECKING:
@@ -308,16 +309,31 @@ async def deliver_once(services: FailureServices, tenant: str, failure: Failure,
         tenant, row.path, row.name, row.source_stream_id, page.created_at, row.generation,
         row.attempts + 1, [out],
     )
+    span = None
+    if services.tracing.on:
+        span = services.tracing.start_delivery(
+            tenant=tenant, path=row.path, name=row.name, kind=kind, attempt=batch.attempt,
+            generation=row.generation, events=[event], replay=True,
+        )
+    with ending(span):
+        await _send_once(services, failure, c, batch, row.secret)
+    return True
+
+
+async def _send_once(
+    services: FailureServices, failure: Failure, c: dict[str, Any], batch: Batch, secret: str | None
+) -> None:
+    kind = c["kind"]
     timeout = services.subscription_timeout_s
     if kind == "copy":
         await copies.send(batch, c["target"], services.copying)
     elif kind == "webhook":
         http = services.http()
         if http is not None:
-            await webhooks.send(batch, http, c["url"], row.secret, timeout)
+            await webhooks.send(batch, http, c["url"], secret, timeout)
         else:
             async with httpx.AsyncClient(timeout=timeout) as client:
-                await webhooks.send(batch, client, c["url"], row.secret, timeout)
+                await webhooks.send(batch, client, c["url"], secret, timeout)
     else:
         function = services.receivers.get(c["function"])
         if function is None:
@@ -333,4 +349,3 @@ async def deliver_once(services: FailureServices, tenant: str, failure: Failure,
             raise errors.ReplayFailed(
                 f"the receiver failed the replay: {type(exc).__name__}: {exc}"[:2000], id=failure.id
             ) from None
-    return True

@@ -341,12 +341,13 @@ class HostPool:
 
     async def process(
         self, host: Host, ops: RunOps, instance: InstanceInfo, event: Event, attempt: int,
-        output: RunOutput | None = None,
+        output: RunOutput | None = None, *, trace: dict[str, str] | None = None,
     ) -> None:
         """Run ``process(ctx, event)`` in ``host`` (from acquire()), then give
         the host back. Cancelled (the run's timeout or shutdown), or failing
         with the host, the host is killed: it may still be running the handler.
-        ``output`` collects what the run prints."""
+        ``output`` collects what the run prints; ``trace``: the attempt span's
+        W3C context, which the host makes current around the handler."""
         run = next(self.runs)
         host.runs[run] = ops
         if output is not None:
@@ -359,6 +360,8 @@ class HostPool:
                 "queue_row": None if ops.journal is None else ops.journal.qid,
                 "clock": dict(zip(("now", "runs"), ops.clock_reading(), strict=True)),
             }
+            if trace:
+                params["trace"] = trace
             try:
                 await host.call("actor.process", params)
             except HostError as exc:

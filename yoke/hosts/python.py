@@ -237,13 +237,30 @@ class Host:
                         params.get("clock"))
         ctx = Context(ops, instance, event, params["attempt"], params.get("queue_row"))  # type: ignore[arg-type]
         token = CURRENT_RUN.set(params["run"])
+        # The attempt's trace context, current around the handler: its own
+        # spans (with an SDK installed in the app) join the run's trace.
+        attached = _attach_trace(params.get("trace"))
         try:
             await handler(ctx, event)
         finally:
+            if attached is not None:
+                from opentelemetry import context as otel_context
+
+                otel_context.detach(attached)
             CURRENT_RUN.reset(token)
             for stream in (sys.stdout, sys.stderr):
                 if isinstance(stream, RunOutputStream):
                     stream.end_run(params["run"])
+
+
+def _attach_trace(carrier: Any) -> object | None:
+    """Make the W3C context ``carrier`` current (the detach token), if any."""
+    if not isinstance(carrier, dict) or not carrier:
+        return None
+    from opentelemetry import context as otel_context
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    return otel_context.attach(TraceContextTextMapPropagator().extract(carrier))
 
 
 class _Refused(Exception):

@@ -25,6 +25,7 @@ from .guard import RequestGuard
 from .cors import Cors, CorsPolicy
 from .fast_append import HotPath
 from .request_ids import RequestIds
+from .trace_context import TraceContext
 from .responses import http_error_handler, internal_error_handler, validation_error_handler, yoke_error_handler
 from .schemas import complete
 
@@ -106,9 +107,10 @@ def asgi_app(app: FastAPI, cors: CorsPolicy | None = None) -> ASGIApp:
     """What the server runs: request ids around the CORS policy (when one is
     set) around request metrics around the URL guard around the Durable
     Streams protocol around the append hot path around FastAPI (lifespan
-    events pass straight through)."""
+    events pass straight through); the caller's trace context is current
+    inside the request ids (their log lines carry both)."""
     inner: ASGIApp = RequestMetrics(RequestGuard(DurableStreams(HotPath(app, app.state), app.state)))
-    return RequestIds(inner if cors is None else Cors(inner, cors))
+    return RequestIds(TraceContext(inner if cors is None else Cors(inner, cors), app.state))
 
 
 class RequestMetrics:

@@ -332,7 +332,9 @@ class ActorStore(Protocol):
     async def dead_by_instance(self, tenant: str, limit: int) -> list[tuple[str, int]]:
         """(instance_id, dead rows) of the instances with the most dead rows, most first."""
 
-    async def redrive(self, tenant: str, instance_id: str, qids: Sequence[int] | None, now: int) -> int:
+    async def redrive(
+        self, tenant: str, instance_id: str, qids: Sequence[int] | None, now: int, replayed_in: str | None = None
+    ) -> int:
         """Dead rows back to pending with attempts reset (all when qids is None)."""
 
     async def drop_dead(self, tenant: str, instance_id: str, qids: Sequence[int] | None) -> int: ...

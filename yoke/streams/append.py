@@ -36,6 +36,7 @@ from ..lifecycle import new_stream_id  # noqa: F401 - where the rest of Yoke imp
 from ..store.contract import Admitted, CommitResult, Outcome, Store
 from ..store.faults import Backoff, nothing_written
 from ..store.durable_streams import Guard, GuardOutcome
+from ..tracing import Tracing
 from .ephemeral import EphemeralBuffer, EphemeralBuffers
 from .wakeups import WakeupHub
 
@@ -295,7 +296,7 @@ class Appender:
             appended_bytes += total_size(prepared)
             if not request.future.done():
                 mine = outcomes[-1:] if request.last_only else outcomes
-                results = [AppendResult(o.offset, o.id, o.at) for o in mine]  # type: ignore[arg-type]
+                results = [AppendResult(o.offset, o.id, o.at, o.status == "duplicate") for o in mine]  # type: ignore[arg-type]
                 if request.guard is not None and decision is not None:
                     request.future.set_result(GuardedAppend(results, decision, result.head))
                 else:
@@ -322,8 +323,10 @@ class AppendService:
         *,
         max_group_events: int,
         clock: Clock = SYSTEM,
+        tracing: Tracing | None = None,
     ) -> None:
         self.store = store
+        self.tracing = tracing or Tracing()  # a span around each call's commit, when on
         self.clock = clock  # stamps each commit (the events' created_at)
         self.hub = hub
         self.buffers = buffers
@@ -335,6 +338,19 @@ class AppendService:
         self._seen: dict[tuple[str, str], None] = {}  # streams committed to, oldest first (appended())
 
     async def append(
+        self, tenant: str, path: str, events: Sequence[PreparedEvent]
+    ) -> list[AppendResult]:
+        if not self.tracing.on or not events:
+            return await self._append(tenant, path, events)
+        with self.tracing.sending(tenant, path, events) as span:
+            results = await self._append(tenant, path, events)
+            if span is not None:
+                span.set_attribute("yoke.offset", results[0].offset)
+                if all(r.duplicate for r in results):
+                    span.set_attribute("yoke.duplicate", True)
+            return results
+
+    async def _append(
         self, tenant: str, path: str, events: Sequence[PreparedEvent]
     ) -> list[AppendResult]:
         if self.closing:
@@ -411,7 +427,11 @@ class AppendService:
         if self.closing:
             raise errors.RuntimeClosed("the runtime is shutting down")
         started = time.perf_counter()
-        answer = await self._submit(tenant, path, events, guard, last_only=True)
+        if self.tracing.on and events:
+            with self.tracing.sending(tenant, path, events, operation="protocol_append"):
+                answer = await self._submit(tenant, path, events, guard, last_only=True)
+        else:
+            answer = await self._submit(tenant, path, events, guard, last_only=True)
         metrics.APPEND_LATENCY.observe(time.perf_counter() - started)
         return answer
 

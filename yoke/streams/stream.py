@@ -155,7 +155,7 @@ class Stream:
             raise refusal_error(refusal, self.path, prepared)
         self.kernel.hub.wake(self.tenant, self.path)
         self.kernel.inputs.kick()
-        return [AppendResult(o.offset, o.id, o.at) for o in result.outcomes]  # type: ignore[arg-type]
+        return [AppendResult(o.offset, o.id, o.at, o.status == "duplicate") for o in result.outcomes]  # type: ignore[arg-type]
 
     async def _append(
         self, events: Iterable[Mapping[str, Any]], *, trusted: bool, kernel_key: bool = False

@@ -23,6 +23,7 @@ from ..store import OpenStore
 from ..store.subscriptions import Stamp
 from ..streams.append import AppendService, new_stream_id, refusal_error
 from ..streams.rules import APPEND, Admission
+from ..tracing import stamp_current
 from .catalogue import AUDIT
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ def build(batch: Batch, target: str, max_event_bytes: int) -> list[PreparedEvent
 
 async def send(batch: Batch, target: str, via: Copying) -> None:
     copies = build(batch, target, via.max_event_bytes)
+    stamp_current(copies)  # a copy carries its delivery's trace context, not its original's
     # The target's rules, as for any append by the application (content
     # classes; an input stream refuses copies). A refusal fails the delivery.
     (await via.open_stream(target, batch.tenant).admission(APPEND)).check_prepared(copies, "a copy")

@@ -37,6 +37,7 @@ from ..clock import SYSTEM, Clock, wall_ms
 from ..config import Settings
 from ..routing.evaluation import Evaluations
 from ..signals import Signals
+from ..tracing import Tracing
 from ..store import OpenStore
 from ..store.faults import log_retried
 from ..store.subscriptions import Change, Decide, DeliveryOwner, Probe, SourceState, SubscriptionRow
@@ -98,8 +99,10 @@ class Deliveries:
         code_version: str | None = None,
         application: Any = None,
         clock: Clock = SYSTEM,
+        tracing: Tracing | None = None,
     ) -> None:
         self.store = store
+        self.tracing = tracing or Tracing()  # a span per delivery attempt, when on
         self.hub = hub
         self.appends = appends
         self.evaluations = evaluations

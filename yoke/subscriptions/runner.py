@@ -26,6 +26,7 @@ from ..lifecycle import is_lifecycle
 from ..routing.evaluation import Failed
 from ..routing.filters import Filter, failure
 from ..store.subscriptions import Checkpoint, SubscriptionRow
+from ..tracing import ending
 from . import copies, processors, webhooks
 from .catalogue import (
     AUDIT,
@@ -365,6 +366,18 @@ class Runner:
         return self.kind == "copy" and (event.type == AUDIT or is_lifecycle(event.type))
 
     async def _send(self, events: list[Event], checkpoint: Checkpoint | None) -> Checkpoint | None:
+        tracing = self.engine.tracing
+        if not tracing.on:
+            return await self._deliver(events, checkpoint)
+        row = self.row
+        span = tracing.start_delivery(
+            tenant=row.tenant, path=row.path, name=row.name, kind=self.kind, attempt=row.attempts + 1,
+            generation=row.generation, events=events,
+        )
+        with ending(span):
+            return await self._deliver(events, checkpoint)
+
+    async def _deliver(self, events: list[Event], checkpoint: Checkpoint | None) -> Checkpoint | None:
         row = self.row
         batch = Batch(
             row.tenant, row.path, row.name, row.source_stream_id,

@@ -29,6 +29,7 @@ import orjson
 
 from .. import errors
 from ..clock import SYSTEM, Clock
+from ..tracing import inject_current
 from .receivers import signing_key
 
 if TYPE_CHECKING:
@@ -116,6 +117,7 @@ async def send(
             "yoke-stream-created-at": str(batch.created_at),
             "yoke-generation": str(batch.generation),
         }
+        inject_current(headers)  # traceparent: the receiver joins the delivery's trace
         request = client.build_request("POST", url, content=body, headers=headers)
         loop = asyncio.get_running_loop()
         started = loop.time()  # the exchange's real duration (evidence in the error), not the clock's

@@ -6,6 +6,7 @@
 // host holds no database connection and no credentials.
 
 import { AsyncLocalStorage } from "node:async_hooks";
+import { createRequire } from "node:module";
 import net from "node:net";
 import nodeProcess from "node:process";
 import { pathToFileURL } from "node:url";
@@ -134,6 +135,19 @@ async function load(script) {
   }
 }
 
+// @opentelemetry/api as the application resolves it (null when it has none):
+// a run's handler then runs in the attempt's trace context, so the spans
+// the application makes join the run's trace (docs/advanced/tracing.md).
+let otel = null;
+function findOtel(script) {
+  if (otel !== null) return;
+  try {
+    otel = createRequire(script)("@opentelemetry/api");
+  } catch {
+    otel = null;
+  }
+}
+
 async function init(params) {
   if (params.protocol !== PROTOCOL_VERSION) {
     throw new Refused(VERSION_MISMATCH, `this host speaks protocol ${PROTOCOL_VERSION}, not ${params.protocol}`,
@@ -141,6 +155,7 @@ async function init(params) {
   }
   // memory_limit_bytes: the kernel already started Node with --max-old-space-size.
   for (const [name, script] of Object.entries(params.actors ?? {})) {
+    findOtel(script);
     const module = await load(script);
     // An application's module (defineApp) holds every actor's process;
     // a script of one actor exports it.
@@ -232,10 +247,16 @@ async function run(params) {
   if (typeof handler === "string") throw new Refused(HANDLER_FAILED, handler, { type: "Error", traceback: handler });
   const ctx = new Context((method, p) => op(params.run, method, p), lockFor(params.instance.instance_id), {
     tenant: params.tenant, instance: params.instance, event: params.event, attempt: params.attempt,
-    queueRow: params.queue_row, clock: params.clock,
+    queueRow: params.queue_row, clock: params.clock, trace: params.trace,
   });
+  let call = () => handler(ctx, params.event);
+  if (otel !== null && params.trace) {
+    const traced = otel.propagation.extract(otel.ROOT_CONTEXT, params.trace);
+    const untraced = call;
+    call = () => otel.context.with(traced, untraced);
+  }
   try {
-    await currentRun.run(params.run, () => handler(ctx, params.event));
+    await currentRun.run(params.run, call);
   } catch (err) {
     const type = err?.name ?? typeof err;
     throw new Refused(HANDLER_FAILED, `${type}: ${err?.message ?? String(err)}`,

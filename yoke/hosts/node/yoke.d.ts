@@ -187,6 +187,9 @@ export declare class Context<P = Json> {
   readonly attempt: number;
   /** The event's queue row: the same on every retry (null: none). */
   readonly queueRow: number | null;
+  /** The run attempt's W3C trace context when tracing is on, else null
+   * (with @opentelemetry/api installed, the handler also runs in it). */
+  readonly trace: { traceparent: string; tracestate?: string } | null;
   readonly state: State;
   readonly sqlite: Sqlite;
   readonly schedules: Schedules;

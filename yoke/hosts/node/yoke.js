@@ -244,11 +244,14 @@ class BaseContext {
 /** The context of one process() call; `lock(fn)` runs fn alone among this
  * instance's state updates in this host. */
 export class Context extends BaseContext {
-  constructor(ops, lock, { tenant, instance, event, attempt, queueRow, clock }) {
+  constructor(ops, lock, { tenant, instance, event, attempt, queueRow, clock, trace }) {
     super(ops, { tenant, clock });
     this.instance = instance;
     this.event = event;
     this.attempt = attempt;
+    // The attempt's W3C trace context ({traceparent, tracestate?}) when
+    // tracing is on, else null.
+    this.trace = trace ?? null;
     this.queueRow = queueRow ?? null; // null: no queue row, no idempotency key
     this.state = new State(ops, lock);
     this.sqlite = new Sqlite(ops);

@@ -365,14 +365,17 @@ class PgActorStore:
             )
         return QueueDepth(**{r[0]: r[1] for r in rows})
 
-    async def redrive(self, tenant: str, instance_id: str, qids: Sequence[int] | None, now: int) -> int:
+    async def redrive(
+        self, tenant: str, instance_id: str, qids: Sequence[int] | None, now: int, replayed_in: str | None = None
+    ) -> int:
         async with self._tx(tenant) as conn:
             result = await conn.execute(
                 "UPDATE actor_queue SET status='pending', attempts=0, attempt_errors=NULL, available_at=$3,"
-                " lease_until=NULL, worker_id=NULL"
+                " lease_until=NULL, worker_id=NULL,"
+                " event=CASE WHEN $5::text IS NULL THEN event ELSE (event::jsonb || jsonb_build_object('replayed_in', $5::text))::json END"
                 " WHERE tenant_id=$1 AND instance_id=$2 AND status='dead'"
                 " AND ($4::bigint[] IS NULL OR qid = ANY($4))",
-                tenant, instance_id, now, None if qids is None else list(qids),
+                tenant, instance_id, now, None if qids is None else list(qids), replayed_in,
             )
             await conn.execute("SELECT pg_notify($1, $2)", QUEUE_CHANNEL, tenant)
         return int(result.split()[-1])

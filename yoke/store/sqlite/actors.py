@@ -494,16 +494,19 @@ class SqliteActorStore:
             return "", []
         return f" AND qid IN ({','.join('?' * len(qids))})", list(qids)
 
-    async def redrive(self, tenant: str, instance_id: str, qids: Sequence[int] | None, now: int) -> int:
+    async def redrive(
+        self, tenant: str, instance_id: str, qids: Sequence[int] | None, now: int, replayed_in: str | None = None
+    ) -> int:
         extra, params = self._where_qids(qids)
 
         def run() -> int:
             with self._tx() as conn:
                 return conn.execute(
                     "UPDATE actor_queue SET status='pending', attempts=0, attempt_errors=NULL, available_at=?,"
-                    " lease_until=NULL, worker_id=NULL"
+                    " lease_until=NULL, worker_id=NULL,"
+                    " event=CASE WHEN ? IS NULL THEN event ELSE json_set(event, '$.replayed_in', ?) END"
                     " WHERE tenant_id=? AND instance_id=? AND status='dead'" + extra,
-                    (now, tenant, instance_id, *params),
+                    (now, replayed_in, replayed_in, tenant, instance_id, *params),
                 ).rowcount
 
         return await self._write(run)
