@@ -1285,4 +1285,8 @@ async def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    if os.environ.get("YOKE_TRACING") == "otlp":  # bench/tracing.py: the provider yoke serve would install
+        from yoke import tracing
+
+        tracing.install_otlp()
     asyncio.run(main(sys.argv[1:]))

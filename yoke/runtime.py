@@ -266,6 +266,8 @@ class Runtime:
         self._disconnect = []
         await self.evaluations.close()
         await self._store.close()
+        if self.tracing.on:  # the last runs' spans leave before the process may end
+            await asyncio.to_thread(self.tracing.flush)
 
     def stream(self, path: str, tenant: str = "default", *, caller: Caller = APPLICATION) -> Stream:
         """The stream at ``path``, for ``caller`` (``streams/rules.py``; the

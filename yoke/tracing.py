@@ -76,6 +76,14 @@ class Tracing:
         self._tracer = provider.get_tracer("yoke", __version__)
         return True
 
+    def flush(self, timeout_ms: int = 5000) -> None:
+        """Export what the provider holds (at close: a process that ends on
+        its signal runs no exit handler). Blocking: call it on a thread."""
+        provider = self._provider if self._provider is not None else trace.get_tracer_provider()
+        force_flush = getattr(provider, "force_flush", None)
+        if callable(force_flush):
+            force_flush(timeout_ms)
+
     @property
     def tracer(self) -> trace.Tracer:
         assert self.on and self._tracer is not None
