@@ -22,6 +22,10 @@ DS_STAMP := $(DS_DIR)/node_modules/.installed
 NODE_EXAMPLE := examples/node
 NODE_STAMP := $(NODE_EXAMPLE)/node_modules/.installed
 NODE_BUILT := $(NODE_EXAMPLE)/dist/payments.js
+# The OpenTelemetry API and a context manager for tests/tracing's Node actor
+# (pinned by tests/tracing/node/package-lock.json).
+TRACING_NODE := tests/tracing/node
+TRACING_STAMP := $(TRACING_NODE)/node_modules/.installed
 
 .PHONY: install test run bench clean chromium pgbouncer patroni npm constraints peers
 
@@ -94,7 +98,13 @@ $(NODE_STAMP): $(NODE_EXAMPLE)/package-lock.json
 $(NODE_BUILT): $(NODE_STAMP) $(wildcard $(NODE_EXAMPLE)/*.ts) $(NODE_EXAMPLE)/tsconfig.json yoke/hosts/node/yoke.d.ts
 	@cd $(NODE_EXAMPLE) && node_modules/.bin/tsc -p .
 
-npm: $(DS_STAMP) $(NODE_BUILT)
+$(TRACING_STAMP): $(TRACING_NODE)/package-lock.json
+	@echo "installing the OpenTelemetry npm packages into $(TRACING_NODE) (first time only)…"
+	@cd $(TRACING_NODE) && npm ci --no-audit --no-fund --loglevel=error >/tmp/yoke-npm-ci-tracing.log 2>&1 \
+		|| { echo "error: npm ci failed in $(TRACING_NODE) (see /tmp/yoke-npm-ci-tracing.log)"; exit 1; }
+	@touch $@
+
+npm: $(DS_STAMP) $(NODE_BUILT) $(TRACING_STAMP)
 
 # The peers bench/peers.py runs Yoke against: Restate's server (npm, pinned by
 # bench/peers/package-lock.json) and its Python SDK with hypercorn
@@ -134,4 +144,4 @@ bench: $(DEV_STAMP) npm peers
 
 clean:
 	rm -rf $(VENV) .yoke .pytest_cache $(DS_DIR)/node_modules $(NODE_EXAMPLE)/node_modules $(NODE_EXAMPLE)/dist \
-		$(PEERS_DIR)/node_modules
+		$(PEERS_DIR)/node_modules $(TRACING_NODE)/node_modules

@@ -1,5 +1,6 @@
-"""The application of tests/tracing: one billing step written three ways
-(in process, in a Python host process, in the Node host), each failing its
+"""The application of tests/tracing: one billing step written four ways
+(in process, in a Python host process, in the Node host, there with
+@opentelemetry/api), each failing its
 first attempt and then appending an invoice that names the trace its
 handler ran in; and ``journaled``, which appends before failing once, so
 its retry's append is answered from the journal."""
@@ -31,6 +32,8 @@ async def bill(ctx, event):  # noqa: ANN001, ANN201
 app.actor("billing", filter=ORDERS, **RETRY)(bill)
 app.actor("billing_host", filter=ORDERS, isolation="process", **RETRY)(bill)
 app.node_actor("billing_node", Path(__file__).parent / "billing.mjs", filter=ORDERS, **RETRY)
+# With @opentelemetry/api in the application (tests/tracing/node, installed by make npm).
+app.node_actor("billing_node_otel", Path(__file__).parent / "node" / "billing_otel.mjs", filter=ORDERS, **RETRY)
 
 
 @app.actor("journaled", filter=ORDERS, **RETRY)

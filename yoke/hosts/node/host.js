@@ -148,6 +148,19 @@ function findOtel(script) {
   }
 }
 
+// The attempt's context as an @opentelemetry/api Context: read from the W3C
+// traceparent here (whatever propagator the application registered, or none).
+const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+function traceContext(carrier) {
+  const found = TRACEPARENT.exec(carrier?.traceparent ?? "");
+  if (found === null) return null;
+  const spanContext = { traceId: found[1], spanId: found[2], traceFlags: parseInt(found[3], 16), isRemote: true };
+  if (carrier.tracestate && typeof otel.createTraceState === "function") {
+    spanContext.traceState = otel.createTraceState(carrier.tracestate);
+  }
+  return otel.trace.setSpanContext(otel.ROOT_CONTEXT, spanContext);
+}
+
 async function init(params) {
   if (params.protocol !== PROTOCOL_VERSION) {
     throw new Refused(VERSION_MISMATCH, `this host speaks protocol ${PROTOCOL_VERSION}, not ${params.protocol}`,
@@ -250,8 +263,8 @@ async function run(params) {
     queueRow: params.queue_row, clock: params.clock, trace: params.trace,
   });
   let call = () => handler(ctx, params.event);
-  if (otel !== null && params.trace) {
-    const traced = otel.propagation.extract(otel.ROOT_CONTEXT, params.trace);
+  const traced = otel === null ? null : traceContext(params.trace);
+  if (traced !== null) {
     const untraced = call;
     call = () => otel.context.with(traced, untraced);
   }
