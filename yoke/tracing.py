@@ -318,8 +318,12 @@ def stamp(events: Sequence[Any], carrier: Carrier, *, replace: bool = False) -> 
         metadata.pop(TRACESTATE, None)
         metadata.update(carrier)
         text = orjson.dumps(metadata).decode()
-        event.size += len(text) - len(event.metadata_json)
-        event.metadata_json = text
+        grown = len(text) - len(event.metadata_json)
+        try:
+            event.metadata_json = text
+        except AttributeError:  # a Durable Streams message: the protocol's messages carry no metadata
+            continue
+        event.size += grown
 
 
 def stamp_current(events: Sequence[Any]) -> None:
