@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 from opentelemetry import context as otel_context
-from opentelemetry import propagate, trace
+from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -134,7 +134,9 @@ class Tracing:
             parent = context_of({TRACEPARENT: replayed})
             if own is not None:
                 links.append(Link(trace.get_current_span(own).get_span_context(), {"yoke.link": "replay_of"}))
-        waited_from = enqueued_at if attempt <= 1 else available_at
+        # A first attempt waited from fan-out; a retry, or the first attempt
+        # after a replay (its count starts again), from when it became due.
+        waited_from = enqueued_at if attempt <= 1 and not isinstance(replayed, str) else available_at
         attributes: dict[str, Any] = {
             "messaging.system": SYSTEM, "messaging.operation.type": "process",
             "messaging.operation.name": "process", "messaging.consumer.group.name": actor,
@@ -157,7 +159,7 @@ class Tracing:
             f"process {actor}", context=parent if parent is not None else otel_context.Context(),
             kind=SpanKind.CONSUMER, attributes=attributes, links=links,
         )
-        if attempt <= 1:
+        if attempt <= 1 and not isinstance(replayed, str):
             # Fan-out put it in the queue then: the wait shows on the timeline.
             span.add_event("yoke.enqueued", {"yoke.queue.wait_ms": attributes["yoke.queue.wait_ms"]},
                            timestamp=enqueued_at * 1_000_000)
@@ -336,6 +338,8 @@ def stamp_current(events: Sequence[Any]) -> None:
 
 def extract_headers(headers: Mapping[str, str]) -> otel_context.Context:
     """The context an incoming request's headers carry (the process's propagators)."""
+    from opentelemetry import propagate  # here: it reads OTEL_PROPAGATORS when imported
+
     return propagate.extract(headers)
 
 
@@ -343,6 +347,8 @@ def inject_current(headers: dict[str, str]) -> None:
     """The current span's context into an outgoing request's headers (the
     process's propagators); nothing when no span is current."""
     if trace.get_current_span().get_span_context().is_valid:
+        from opentelemetry import propagate
+
         propagate.inject(headers)
 
 

@@ -136,3 +136,20 @@ asyncio.run(main())
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
                          cwd=REPO_ROOT, check=True).stdout
     assert out.strip() == "['checkout', 'send /orders']"
+
+
+async def test_workflow_receipts_are_of_the_records_as_stored(fresh_url: str, spans) -> None:
+    """The records carry their trace context in their metadata: the receipt
+    an append answers is the one fetched afterwards, of the stored record."""
+    provider, _ = spans
+    async with yoke.open(fresh_url, tracer_provider=provider, executor=False) as y, api(y) as http:
+        base = "/api/workflow-streams/runs/r1/streams"
+        assert (await http.post(base, json={"stream_id": "out"})).status_code == 201
+        answer = await http.post(f"{base}/out/records", json=[{"type": "t", "payload": 1}, {"type": "p", "ephemeral": True}],
+                                 headers={"traceparent": TRACEPARENT})
+        one, ephemeral = answer.json()["results"]
+        assert ephemeral["receipt"] is None
+        fetched = (await http.get(f"{base}/out/receipts/{one['offset']}")).json()
+        assert fetched == one["receipt"]
+        (stored,) = [e for e in await y.stream("/runs/r1/out").read(0) if e.type == "t"]
+        assert stored.metadata["traceparent"].split("-")[1] == f"{TRACE_ID:032x}"

@@ -163,12 +163,13 @@ async def test_a_redrive_links_to_the_original_trace(fresh_url: str, tmp_path, s
         instances = y.instances()
         info = await instances.create("fragile", key="eu")
         with tracer.start_as_current_span("checkout") as checkout:
-            await y.stream("/orders").append({"type": "order.placed", "payload": {"order": 1}})
+            await y.stream("/orders").append({"type": "order.placed", "payload": {"order": 1, "x": -0.0}})
         await until(lambda: instances.dead(info.instance_id))
         traced_app.FRAGILE["broken"] = False
         with tracer.start_as_current_span("operator") as operator:
             assert await instances.redrive(info.instance_id) == 1
-        await until(lambda: invoices(y))
+        (invoice,) = await until(lambda: invoices(y))
+        assert invoice.payload["sign"] == -1  # the redrive noted its trace and kept the event as it was
         await y.wait_idle(timeout_s=WAIT_S)
     dead, replayed = named(exporter, "process fragile")
     (settle,) = named(exporter, "settle redrive")

@@ -39,6 +39,7 @@ from ..events import prepare, validate_path
 from ..lifecycle import GLOBAL
 from ..store.actors import InstanceInfo, Message, QueueRow, RunAppend, RunCommit, Schedule
 from ..streams.append import new_stream_id, refusal_error
+from ..tracing import stamp
 from . import crash_points
 from .context import CONVERSATION_STREAM
 
@@ -134,14 +135,19 @@ class AtomicRun:
 
     # --- effects, kept until the commit ---------------------------------------
 
-    def append(self, path: str, event: dict[str, Any]) -> dict[str, Any]:
+    def append(self, path: str, event: dict[str, Any], trace: dict[str, str] | None = None) -> dict[str, Any]:
+        """``trace``: the run's context, stamped on the event when it is
+        prepared for the commit (after its fingerprint, ``tracing.stamp``)."""
         validate_path(path)
         if event.get("ephemeral"):
             raise errors.InvalidInput(
                 "an atomic run's appends are durable: no ephemeral events", field="ephemeral"
             )
         prepared = self._prepare(event)
-        self.records.append({"op": "append", "stream": path, "event": event, "id": prepared.id})
+        record = {"op": "append", "stream": path, "event": event, "id": prepared.id}
+        if trace:
+            record["trace"] = trace
+        self.records.append(record)
         return {"offset": None, "id": prepared.id}
 
     def upsert_schedule(self, schedule: Schedule) -> dict[str, Any]:
@@ -201,7 +207,10 @@ class AtomicRun:
         for r in self.records:
             op = r["op"]
             if op == "append":
-                run.appends.append(RunAppend(r["stream"], self._prepare(r["event"], r["id"])))
+                prepared = self._prepare(r["event"], r["id"])
+                if r.get("trace"):
+                    stamp([prepared], r["trace"])
+                run.appends.append(RunAppend(r["stream"], prepared))
             elif op == "message":
                 run.appends.append(RunAppend(
                     CONVERSATION_STREAM, self._prepare(r["event"], r["id"]), Message(**r["message"])

@@ -25,7 +25,7 @@ from ..hosts.wire import sql_params_from_wire
 from ..store.actors import Effect, InstanceInfo, Message, Schedule
 from ..streams.append import new_stream_id, refusal_error
 from ..streams.rules import APPEND
-from ..tracing import TRACEPARENT, carrier_of, in_run, op_event
+from ..tracing import carrier_of, in_run, op_event
 from .context import CONVERSATION_EVENT, CONVERSATION_STREAM, PortalContext
 from .instances import Instances
 from .journal import EFFECT_OPS, Journal
@@ -170,20 +170,17 @@ class OpHandler:
                     f"stream {path} takes input records with their delivery outbox: an atomic run cannot "
                     "append to it", path=path,
                 )
-            metadata = event.get("metadata")
-            if self.span is not None and (metadata is None or isinstance(metadata, dict)) \
-                    and TRACEPARENT not in (metadata or {}):
-                event["metadata"] = {**(metadata or {}), **carrier_of(self.span)}  # committed with the run
-            return self.atomic.append(path, event)
-        if effect is not None and self.journal is not None and event.get("idempotency_key") is None \
-                and not event.get("ephemeral"):
+            return self.atomic.append(path, event, None if self.span is None else carrier_of(self.span))
+        journaled = effect is not None and self.journal is not None and event.get("idempotency_key") is None \
+            and not event.get("ephemeral")
+        if journaled:
             # The journal is the key: a retry's identical append finds its event.
-            event["idempotency_key"] = self.journal.append_key(effect)
+            event["idempotency_key"] = self.journal.append_key(effect)  # type: ignore[union-attr, arg-type]
             result = (await stream._append([event], trusted=False, kernel_key=True))[0]
         else:
             result = await stream.append(event)
         # A retry's append the journal answered made no event: the op says so.
-        op_event(self.span, "stream_append", started, replayed=result.duplicate and effect is not None)
+        op_event(self.span, "stream_append", started, replayed=result.duplicate and journaled)
         return {"offset": result.offset, "id": result.id}
 
     # --- state and sqlite ----------------------------------------------------

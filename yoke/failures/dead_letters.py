@@ -31,7 +31,8 @@ def failure_of(row: QueueRow) -> Failure:
     return Failure(
         id=make_id(DEAD_LETTER, row.qid), kind=DEAD_LETTER, receiver="actor", path=row.path,
         offset=row.offset, failed_at=at, attempt_count=row.attempts, error=row.last_error,
-        attempts=kept(row.attempt_errors) or [Attempt(row.attempts, row.last_error, at)], event=row.event,
+        attempts=kept(row.attempt_errors) or [Attempt(row.attempts, row.last_error, at)],
+        event={k: v for k, v in row.event.items() if k != REPLAYED_IN},  # the trace note is the queue's, not the event's
         actor=row.actor or None,
         instance_id=row.instance_id, traceback=row.last_traceback,
     )

@@ -188,6 +188,13 @@ async def append_with_receipts(stream: Stream, body: Any, idempotency_key: str |
     results = await stream.append_many(records)
     limit = stream.kernel.max_event_bytes
     answers = []
+    if stream.kernel.appends.tracing.on:
+        # Stored with the trace context in their metadata (tracing.py): the
+        # receipts are of the records as stored, read back.
+        for raw, result in zip(records, results):
+            stored = None if raw.get("ephemeral") else await stream.appended_receipt(result.offset)
+            answers.append({"offset": result.offset, "id": result.id, "receipt": stored})
+        return json_response({"results": answers} if batch else answers[0], status_code=201)
     for raw, result in zip(records, results):
         prepared = prepare(raw, max_event_bytes=limit)  # valid: it was just appended
         event = replace(prepared.to_event(stream.tenant, stream.path, result.offset, result.at or 0), id=result.id)

@@ -340,19 +340,6 @@ class AppendService:
     async def append(
         self, tenant: str, path: str, events: Sequence[PreparedEvent]
     ) -> list[AppendResult]:
-        if not self.tracing.on or not events:
-            return await self._append(tenant, path, events)
-        with self.tracing.sending(tenant, path, events) as span:
-            results = await self._append(tenant, path, events)
-            if span is not None:
-                span.set_attribute("yoke.offset", results[0].offset)
-                if all(r.duplicate for r in results):
-                    span.set_attribute("yoke.duplicate", True)
-            return results
-
-    async def _append(
-        self, tenant: str, path: str, events: Sequence[PreparedEvent]
-    ) -> list[AppendResult]:
         if self.closing:
             raise errors.RuntimeClosed("the runtime is shutting down")
         if not events:
@@ -370,6 +357,22 @@ class AppendService:
                     size=e.size,
                     limit=limit,
                 )
+        if not self.tracing.on:
+            return await self._committed(tenant, path, events)
+        # Checked as the caller sent them; the trace context they then carry is not the caller's to count.
+        with self.tracing.sending(tenant, path, events) as span:
+            results = await self._committed(tenant, path, events)
+            if span is not None:
+                span.set_attribute("yoke.offset", results[0].offset)
+                if all(r.duplicate for r in results):
+                    span.set_attribute("yoke.duplicate", True)
+            return results
+
+    async def _committed(
+        self, tenant: str, path: str, events: Sequence[PreparedEvent]
+    ) -> list[AppendResult]:
+        """The commit of a checked call, waiting for producer credit when the
+        stream's overflow policy is 'block'."""
         deadline: float | None = None
         waiter = None
         started = time.perf_counter()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import asdict, replace
@@ -147,9 +148,13 @@ class Stream:
         keys = [e.idempotency_key for e in prepared if e.idempotency_key is not None]
         if len(keys) != len(set(keys)):
             raise errors.InvalidIdempotencyKey("an idempotency key appears twice in one batch")
-        result = await self.kernel.store().outbox.append_input(
-            self.tenant, self.path, prepared, self.kernel.now_ms(), new_stream_id(), wake
-        )
+        tracing = self.kernel.appends.tracing
+        sending = tracing.sending(self.tenant, self.path, prepared, operation="append_input") if tracing.on \
+            else contextlib.nullcontext()
+        with sending:
+            result = await self.kernel.store().outbox.append_input(
+                self.tenant, self.path, prepared, self.kernel.now_ms(), new_stream_id(), wake
+            )
         refusal = first_refusal(result.outcomes)
         if refusal is not None:
             raise refusal_error(refusal, self.path, prepared)
@@ -306,6 +311,12 @@ class Stream:
         if event.ephemeral:
             raise errors.EventNotFound(f"record {offset} is ephemeral: it has no receipt", offset=offset)
         return receipt(event)
+
+    async def appended_receipt(self, offset: int) -> dict[str, Any]:
+        """The receipt of a record this caller has just appended, read back
+        as stored (its metadata may hold a trace context, ``tracing.py``);
+        no read check: the caller wrote it."""
+        return receipt(await self._get(offset))
 
     def tail(
         self,

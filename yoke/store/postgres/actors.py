@@ -372,7 +372,11 @@ class PgActorStore:
             result = await conn.execute(
                 "UPDATE actor_queue SET status='pending', attempts=0, attempt_errors=NULL, available_at=$3,"
                 " lease_until=NULL, worker_id=NULL,"
-                " event=CASE WHEN $5::text IS NULL THEN event ELSE (event::jsonb || jsonb_build_object('replayed_in', $5::text))::json END"
+                # The key goes at the end of the text as stored (a json value keeps its
+                # text: through jsonb its numbers would be rewritten); the last of a
+                # repeated key is the one a reader takes.
+                " event=CASE WHEN $5::text IS NULL THEN event"
+                " ELSE (left(rtrim(event::text), -1) || ',\"replayed_in\":' || to_json($5::text)::text || '}')::json END"
                 " WHERE tenant_id=$1 AND instance_id=$2 AND status='dead'"
                 " AND ($4::bigint[] IS NULL OR qid = ANY($4))",
                 tenant, instance_id, now, None if qids is None else list(qids), replayed_in,
