@@ -153,3 +153,22 @@ async def test_workflow_receipts_are_of_the_records_as_stored(fresh_url: str, sp
         assert fetched == one["receipt"]
         (stored,) = [e for e in await y.stream("/runs/r1/out").read(0) if e.type == "t"]
         assert stored.metadata["traceparent"].split("-")[1] == f"{TRACE_ID:032x}"
+
+
+async def test_the_testing_environment_takes_a_provider(spans) -> None:
+    from yoke.testing import env
+
+    provider, exporter = spans
+    app = yoke.App()
+
+    @app.actor("echo", filter={"types": ["ping"]})
+    async def echo(ctx, event):  # noqa: ANN001, ANN202
+        await ctx.append({"type": "pong"}, stream="/out")
+
+    async with env(app, tracer_provider=provider) as e:
+        await e.y.instances().create("echo", key="one")
+        await e.y.stream("/in").append({"type": "ping"})
+        await e.idle()
+    (send,) = named(exporter, "send /in")
+    (run,) = named(exporter, "process echo")
+    assert parent_of(run) == send.context.span_id
