@@ -9,6 +9,8 @@ with tracing off and on, and one table of both.
   exporting over OTLP/HTTP in batches to a receiver in this process that
   reads and discards the payloads (a collector's cost stays out; the
   export's serialization and POSTs are in).
+- sampled 10%: the same with ``OTEL_TRACES_SAMPLER=parentbased_traceidratio``
+  and ``OTEL_TRACES_SAMPLER_ARG=0.1``.
 
 The commands are the usual ones: ``bench/actors.py --backend B --routing key
 --concurrency 4`` (live events/s, idle append -> process() p50/p99) and
@@ -64,10 +66,12 @@ def main() -> int:
     backends = ["sqlite", "postgres"] if args.backend == "all" else [args.backend]
     rows = []
     for backend in backends:
-        for mode in ("off", "on"):
+        for mode in ("off", "on", "sampled 10%"):
             env = {**os.environ, "YOKE_TRACING": "off"}
-            if mode == "on":
+            if mode != "off":
                 env.update(YOKE_TRACING="otlp", OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_SERVICE_NAME="yoke-bench")
+            if mode == "sampled 10%":
+                env.update(OTEL_TRACES_SAMPLER="parentbased_traceidratio", OTEL_TRACES_SAMPLER_ARG="0.1")
             actors = last_json([sys.executable, str(HERE / "actors.py"), "--backend", backend, "--routing", "key",
                                 "--concurrency", "4", *(["--quick"] if args.quick else [])], env)
             http = last_json([sys.executable, str(HERE / "http_api.py"), "--backend", backend, "--tails", "0",
