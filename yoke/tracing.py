@@ -51,10 +51,20 @@ _W3C = TraceContextTextMapPropagator()
 
 # The span of the run whose op is being carried out in this context: what a
 # run appends is stamped with it (or with a span of the handler's own below
-# it) and makes no ``send`` span of its own: the run's ops are events on it.
+# it); its ``send`` span is made after the commit, and only if it appended.
 _RUN: contextvars.ContextVar[Span | None] = contextvars.ContextVar("yoke_run_span", default=None)
 
 Carrier = dict[str, str]
+
+
+class Deferred:
+    """The attributes of a run's ``send`` span, made once its commit is answered."""
+
+    def __init__(self, attributes: dict[str, Any]) -> None:
+        self.attributes = attributes
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.attributes[key] = value
 
 
 class Tracing:
@@ -92,19 +102,19 @@ class Tracing:
     # --- appends ---------------------------------------------------------------
 
     @contextlib.contextmanager
-    def sending(self, tenant: str, path: str, events: Sequence[Any], *, operation: str = "append") -> Iterator[Span | None]:
+    def sending(
+        self, tenant: str, path: str, events: Sequence[Any], *, operation: str = "append"
+    ) -> Iterator[Span | Deferred]:
         """Around an append's commit: a ``send`` span (a child of the
         caller's current context) whose context is stamped on ``events``
-        (PreparedEvents), ended when the commit is answered. Inside a run's
-        op there is no span: the events get the run's context (or that of
-        the handler's own current span, when it is in the run's trace)."""
-        run = _RUN.get()
-        if run is not None:
-            current = trace.get_current_span()
-            parent = current if current.get_span_context().trace_id == run.get_span_context().trace_id else run
-            stamp(events, carrier_of(parent))
-            yield None
-            return
+        (PreparedEvents), ended when the commit is answered.
+
+        Inside a run's op the events carry the run's context (or that of the
+        handler's own current span, when it is in the run's trace), and the
+        span is made once the commit is answered, with the times it took,
+        unless nothing was appended (a repeat the journal answered): a
+        retry makes no second effect span. The caller sets attributes on
+        what this yields either way."""
         attributes: dict[str, Any] = {
             "messaging.system": SYSTEM, "messaging.destination.name": path,
             "messaging.operation.type": "send", "messaging.operation.name": operation, "yoke.tenant": tenant,
@@ -113,9 +123,30 @@ class Tracing:
             attributes["messaging.message.id"] = events[0].id
         else:
             attributes["messaging.batch.message_count"] = len(events)
-        with self.tracer.start_as_current_span(f"send {path}", kind=SpanKind.PRODUCER, attributes=attributes) as span:
-            stamp(events, carrier_of(span))
-            yield span
+        run = _RUN.get()
+        if run is None:
+            with self.tracer.start_as_current_span(f"send {path}", kind=SpanKind.PRODUCER, attributes=attributes) as span:
+                stamp(events, carrier_of(span))
+                yield span
+            return
+        current = trace.get_current_span()
+        parent = current if current.get_span_context().trace_id == run.get_span_context().trace_id else run
+        stamp(events, carrier_of(parent))
+        deferred = Deferred(attributes)
+        started = time.time_ns()
+        failure: BaseException | None = None
+        try:
+            yield deferred
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            if failure is not None or not deferred.attributes.get("yoke.duplicate"):
+                span = self.tracer.start_span(
+                    f"send {path}", context=trace.set_span_in_context(parent), kind=SpanKind.PRODUCER,
+                    attributes=deferred.attributes, start_time=started,
+                )
+                end(span, None if failure is None else f"{type(failure).__name__}: {failure}", failure)
 
     # --- runs --------------------------------------------------------------------
 

@@ -120,9 +120,10 @@ async def test_an_http_append_through_a_failing_actor_a_copy_and_a_webhook_is_on
     assert done.attributes["yoke.offset"] == 1 and done.attributes["messaging.destination.name"] == "/orders"
     assert done.attributes["yoke.queue.wait_ms"] >= 0
     assert copy.attributes["yoke.subscription"] == "ledger" and copy.attributes["yoke.receiver"] == "copy"
-    # The run's append is an op on its attempt, not a span of its own.
-    assert not named(exporter, "send /invoices")
+    # The run's append: an op event on its attempt, and its send span, a child of the attempt.
     assert [e.attributes["yoke.op"] for e in done.events if e.name.startswith("yoke.op")] == ["stream_append"]
+    (emitted,) = named(exporter, "send /invoices")
+    assert parent_of(emitted) == done.context.span_id and emitted.attributes["yoke.offset"] >= 1
 
     # The handler ran in the attempt's trace (the host received it with the run).
     async with yoke.open(fresh_url, executor=False) as y:
@@ -151,7 +152,9 @@ async def test_a_retry_answered_by_the_journal_makes_no_second_append(fresh_url:
     ops = [[(e.attributes["yoke.op"], e.attributes.get("yoke.journal.replayed", False)) for e in a.events
             if e.name.startswith("yoke.op")] for a in (first, second)]
     assert ops == [[("stream_append", False)], [("stream_append", True)]]
-    assert not named(exporter, "send /invoices")  # one event, and no effect span for it either time
+    # One event, one effect span: the first attempt's; the retry's answer from the journal makes none.
+    (emitted,) = named(exporter, "send /invoices")
+    assert parent_of(emitted) == first.context.span_id
 
 
 async def test_a_redrive_links_to_the_original_trace(fresh_url: str, tmp_path, spans, monkeypatch) -> None:

@@ -362,10 +362,9 @@ class AppendService:
         # Checked as the caller sent them; the trace context they then carry is not the caller's to count.
         with self.tracing.sending(tenant, path, events) as span:
             results = await self._committed(tenant, path, events)
-            if span is not None:
-                span.set_attribute("yoke.offset", results[0].offset)
-                if all(r.duplicate for r in results):
-                    span.set_attribute("yoke.duplicate", True)
+            span.set_attribute("yoke.offset", results[0].offset)
+            if all(r.duplicate for r in results):
+                span.set_attribute("yoke.duplicate", True)
             return results
 
     async def _committed(
