@@ -53,6 +53,6 @@ async def _demo(database_url: str | None, as_json: bool) -> None:
                 break
         await tail_events.aclose()
     say(
-        "\nNext: `make run` serves the example order pipeline over HTTP; then `yoke read /demo/orders`"
-        " and `yoke --help` (the README has the tour)."
+        "\nNext: `yoke serve` serves the HTTP API (in Yoke's checkout, `make run` serves the example order"
+        " pipeline); then `yoke read /demo/orders` and `yoke --help` (the README has the tour)."
     )
