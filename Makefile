@@ -27,7 +27,7 @@ NODE_BUILT := $(NODE_EXAMPLE)/dist/payments.js
 TRACING_NODE := tests/tracing/node
 TRACING_STAMP := $(TRACING_NODE)/node_modules/.installed
 
-.PHONY: install test run bench clean chromium pgbouncer patroni npm constraints peers
+.PHONY: install test run bench clean chromium pgbouncer patroni podman npm constraints peers wheels image
 
 $(PY):
 	@echo "creating $(VENV) (Python virtual environment)…"
@@ -83,6 +83,30 @@ patroni:
 			>/tmp/yoke-patroni-install.log 2>&1 \
 		|| { echo "error: could not install patroni and etcd-server, which tests/ha needs (see /tmp/yoke-patroni-install.log)"; exit 1; }; }
 
+# Debian's podman, runc and mmdebstrap for tests/production/test_container.py
+# (Yoke's image, built on a base made from Debian's packages). Quiet and
+# instant when there.
+podman:
+	@{ command -v podman && command -v runc && command -v mmdebstrap; } >/dev/null 2>&1 || { \
+		echo "installing Debian's podman, runc and mmdebstrap for the container tests (first time only)…"; \
+		(apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq podman runc mmdebstrap) \
+			>/tmp/yoke-podman-install.log 2>&1 \
+		|| { echo "error: could not install podman, which tests/production/test_container.py needs (see /tmp/yoke-podman-install.log)"; exit 1; }; }
+
+# The container image's build context (Containerfile): Yoke's wheel and every
+# dependency's, for this machine's Python (the image's must be the same
+# version), so the image builds without a network.
+WHEELS ?= build/wheels
+wheels: $(DEV_STAMP)
+	@rm -rf $(WHEELS) && mkdir -p $(WHEELS)
+	@$(PY) -m build --wheel --outdir $(WHEELS) . >/dev/null
+	@$(PY) -m pip wheel -qq --disable-pip-version-check --wheel-dir $(WHEELS) -c $(CONSTRAINTS) "$$(ls $(WHEELS)/yoke-*.whl)[tracing]"
+
+# make image [BASE=...] [IMAGE=yoke:latest]: Yoke's image, with podman (docker: the same arguments).
+IMAGE ?= yoke:latest
+image: wheels
+	podman build $(if $(BASE),--build-arg BASE=$(BASE)) -t $(IMAGE) -f Containerfile $(WHEELS)
+
 $(DS_STAMP): $(DS_DIR)/package-lock.json
 	@echo "installing the Durable Streams npm packages into $(DS_DIR) (first time only)…"
 	@cd $(DS_DIR) && npm ci --no-audit --no-fund --loglevel=error >/tmp/yoke-npm-ci.log 2>&1 \
@@ -124,7 +148,7 @@ peers: $(PEERS_STAMP)
 # suite's time is spent waiting on servers, fsync and timeouts, not on the CPU.
 # Files are handed out in collection order, longest first (tests/conftest.py),
 # not by their number of tests (xdist's default).
-test: $(DEV_STAMP) chromium pgbouncer patroni npm
+test: $(DEV_STAMP) chromium pgbouncer patroni podman npm
 	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder
 
 run: $(RUN_STAMP)

@@ -32,6 +32,7 @@ LONGEST_FIRST = [
     "tests/actors/test_isolation.py",
     "tests/faults/test_memory_caps.py",
     "tests/durable_streams/test_conformance.py",
+    "tests/production/test_container.py",
     "tests/faults/test_atomic_kill9.py",
 ]
 

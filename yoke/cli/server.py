@@ -189,8 +189,9 @@ def describe_app(app: Any) -> str:
          " (authentication off; loopback addresses only).",
 )
 @click.option(
-    "--workers", type=click.IntRange(1), default=1, metavar="N",
-    help="Server processes sharing the port, each with its own runtime (PostgreSQL only; default 1).",
+    "--workers", type=click.IntRange(1), default=1, metavar="N", envvar="YOKE_WORKERS",
+    help="Server processes sharing the port, each with its own runtime (PostgreSQL only; default 1;"
+         " YOKE_WORKERS).",
 )
 @click.option(
     "--print-token", is_flag=True,

@@ -1,0 +1,173 @@
+"""Yoke's container image (Containerfile, docs/production/deploy.md), built
+and run with podman as an operator would: on a base made here from Debian's
+packages (the public base images cannot be pulled on this machine), the
+wheel and its dependencies installed offline from a folder of wheels
+(`make image` makes the same folder). It serves as a non-root user, keeps
+its SQLite data in a volume (a new container on the volume has the events),
+takes YOKE_* settings (PostgreSQL, two server processes), and drains on
+SIGTERM: a run in progress finishes, an SSE tail ends, the exit is clean.
+
+podman, runc and mmdebstrap come from Debian (`make podman`, part of
+`make test`); without them the tests are skipped, saying so. podman runs
+with runc and explicit ulimits: crun refuses this machine's hybrid cgroups,
+and runc cannot raise a limit above the caller's."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from tests.http.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+APP_DIR = Path(__file__).parent / "container"
+BASE = "localhost/yoke-test-base:bookworm"
+RUN = ["--runtime", "runc", "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=1024:1024"]
+
+pytestmark = pytest.mark.skipif(
+    not all(shutil.which(tool) for tool in ("podman", "runc", "mmdebstrap")),
+    reason="needs podman, runc and mmdebstrap (Debian packages; make test installs them)",
+)
+
+
+def podman(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, check=check)
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Yoke's image on a base of Debian bookworm's python3 (made once per machine)."""
+    work = tmp_path_factory.mktemp("image")
+    if podman("image", "exists", BASE, check=False).returncode != 0:
+        rootfs = work / "rootfs.tar"
+        subprocess.run(["mmdebstrap", "--variant=minbase", "--include=python3,python3-venv", "bookworm", str(rootfs)],
+                       check=True, capture_output=True, timeout=900)
+        podman("import", str(rootfs), BASE)
+        rootfs.unlink()
+    wheels = work / "wheels"
+    subprocess.run(["make", "-s", "-C", str(ROOT), "wheels", f"WHEELS={wheels}", f"PY={sys.executable}"], check=True,
+                   capture_output=True, timeout=900)
+    tag = f"localhost/yoke-test:{uuid.uuid4().hex[:8]}"
+    podman("build", *RUN, "--build-arg", f"BASE={BASE}", "-t", tag, "-f", str(ROOT / "Containerfile"), str(wheels))
+    yield tag
+    podman("rmi", "-f", tag, check=False)
+
+
+class Container:
+    def __init__(self, image: str, *, volume: str, port: int, env: dict[str, str], args: tuple[str, ...] = (),
+                 mounts: tuple[str, ...] = ()) -> None:
+        settings = [x for k, v in {"YOKE_PORT": str(port), **env}.items() for x in ("-e", f"{k}={v}")]
+        mounted = [x for m in mounts for x in ("-v", m)]
+        self.id = podman("run", "-d", *RUN, "--network", "host", "-v", f"{volume}:/var/lib/yoke", *mounted,
+                         *settings, image, *args).stdout.strip()
+        self.url = f"http://127.0.0.1:{port}"
+        self.port = port
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            state = podman("inspect", self.id, "--format", "{{.State.Status}}").stdout.strip()
+            assert state == "running" and time.monotonic() < deadline, self.logs()
+            time.sleep(0.1)
+
+    def exec(self, *args: str) -> str:
+        return podman("exec", self.id, *args).stdout
+
+    def token(self) -> str:
+        return self.exec("cat", f"/var/lib/yoke/.yoke/token-{self.port}").strip()
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.token()}"}, timeout=30)
+
+    def logs(self) -> str:
+        return podman("logs", self.id, check=False).stdout + podman("logs", self.id, check=False).stderr
+
+    def stop(self, grace_s: int = 30) -> int:
+        podman("stop", "-t", str(grace_s), self.id, timeout=grace_s + 30)
+        return int(podman("inspect", self.id, "--format", "{{.State.ExitCode}}").stdout.strip())
+
+    def remove(self) -> None:
+        podman("rm", "-f", self.id, check=False)
+
+
+@pytest.fixture
+def volume() -> Iterator[str]:
+    name = f"yoke-test-{uuid.uuid4().hex[:8]}"
+    podman("volume", "create", name)
+    yield name
+    podman("volume", "rm", "-f", name, check=False)
+
+
+def test_the_image_serves_keeps_its_data_in_the_volume_and_drains_on_sigterm(image: str, volume: str) -> None:
+    size = int(podman("image", "inspect", image, "--format", "{{.Size}}").stdout)
+    print(f"image size: {size / 1e6:.0f} MB")  # reported in docs/production/deploy.md
+    port = free_port()
+    app = ("-v", f"{APP_DIR}:/app:ro")
+    env = {"PYTHONPATH": "/app", "YOKE_SHUTDOWN_TIMEOUT_S": "20"}
+    first = Container(image, volume=volume, port=port, env=env, args=("serve", "--app", "slow_app:app"), mounts=(app[1],))
+    try:
+        assert first.exec("id", "-u").strip() == "10001"  # not root
+        with first.client() as http:
+            assert http.get("/healthz").status_code == 200
+            assert http.post("/v1/streams/jobs/-/events", json={"type": "job", "payload": {"n": 1}}).status_code == 201
+            # The run is under way when the stop comes.
+            deadline = time.monotonic() + 30
+            while not [e for e in http.get("/v1/streams/progress/-/events").json().get("events", [])
+                       if e["type"] == "job.started"]:
+                assert time.monotonic() < deadline, first.logs()
+                time.sleep(0.05)
+            with httpx.Client(base_url=first.url, headers=http.headers, timeout=30) as tailer, \
+                    tailer.stream("GET", "/v1/streams/jobs/-/tail") as tail:
+                assert tail.status_code == 200
+                stopped = time.monotonic()
+                assert first.stop() == 0, first.logs()
+                assert time.monotonic() - stopped < 20
+                for _ in tail.iter_bytes():  # the tail ends with the server, without an error
+                    pass
+                assert tail.is_stream_consumed
+        logs = first.logs()
+        assert "Application shutdown complete" in logs
+        lines = [orjson.loads(line) for line in logs.splitlines() if line.startswith("{")]
+        assert lines and all({"time", "level", "logger", "message"} <= set(line) for line in lines)  # JSON logs
+    finally:
+        first.remove()
+    # A new container on the same volume: the data, the token and the drained run are there.
+    second = Container(image, volume=volume, port=port, env=env, args=("serve", "--app", "slow_app:app"),
+                       mounts=(app[1],))
+    try:
+        with second.client() as http:
+            progress = [e["type"] for e in http.get("/v1/streams/progress/-/events").json()["events"]]
+            assert progress.count("job.finished") == 1 and progress.count("job.started") == 1
+        assert second.stop() == 0
+    finally:
+        second.remove()
+
+
+def test_the_image_takes_postgresql_and_server_processes_from_yoke_variables(
+    image: str, volume: str, pg_url: str
+) -> None:
+    port = free_port()
+    container = Container(image, volume=volume, port=port,
+                          env={"YOKE_DATABASE_URL": pg_url, "YOKE_WORKERS": "2"})
+    try:
+        with container.client() as http:
+            assert http.post("/v1/streams/pg/-/events", json={"type": "x"}).status_code == 201
+            assert [e["type"] for e in http.get("/v1/streams/pg/-/events").json()["events"]] == ["x"]
+        servers = container.exec("python3", "-c", "import os; print(sum(b'yoke' in open(f'/proc/{p}/cmdline', 'rb').read()"
+                                 " for p in os.listdir('/proc') if p.isdigit()))")
+        assert int(servers) == 3  # yoke serve and its two server processes
+        assert container.stop() == 0
+    finally:
+        container.remove()
