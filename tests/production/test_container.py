@@ -14,9 +14,11 @@ and runc cannot raise a limit above the caller's."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -162,12 +164,106 @@ def test_the_image_takes_postgresql_and_server_processes_from_yoke_variables(
     container = Container(image, volume=volume, port=port,
                           env={"YOKE_DATABASE_URL": pg_url, "YOKE_WORKERS": "2"})
     try:
+        path = f"/container-{uuid.uuid4().hex[:8]}"  # the session's database: a stream of this test's own
         with container.client() as http:
-            assert http.post("/v1/streams/pg/-/events", json={"type": "x"}).status_code == 201
-            assert [e["type"] for e in http.get("/v1/streams/pg/-/events").json()["events"]] == ["x"]
+            assert http.post(f"/v1/streams{path}/-/events", json={"type": "x"}).status_code == 201
+            assert [e["type"] for e in http.get(f"/v1/streams{path}/-/events").json()["events"]] == ["x"]
         servers = container.exec("python3", "-c", "import os; print(sum(b'yoke' in open(f'/proc/{p}/cmdline', 'rb').read()"
                                  " for p in os.listdir('/proc') if p.isdigit()))")
         assert int(servers) == 3  # yoke serve and its two server processes
         assert container.stop() == 0
     finally:
         container.remove()
+
+
+@pytest.fixture(scope="module")
+def postgres_image() -> str:
+    """PostgreSQL from Debian's package, taking what compose.yaml gives the official image."""
+    tag = "localhost/yoke-test-postgres:15"
+    if podman("image", "exists", tag, check=False).returncode == 0:
+        return tag
+    base = "localhost/yoke-test-postgres-base:bookworm"
+    if podman("image", "exists", base, check=False).returncode != 0:
+        with tempfile.TemporaryDirectory() as work:
+            rootfs = Path(work) / "rootfs.tar"
+            subprocess.run(["mmdebstrap", "--variant=minbase", "--include=postgresql", "bookworm", str(rootfs)],
+                           check=True, capture_output=True, timeout=900)
+            podman("import", str(rootfs), base)
+    podman("build", *RUN, "--build-arg", f"BASE={base}", "-t", tag, str(APP_DIR / "postgres"))
+    return tag
+
+
+def test_compose_runs_yoke_on_postgresql_and_a_worker_takes_over(
+    image: str, postgres_image: str, tmp_path: Path
+) -> None:
+    """compose.yaml as it is: PostgreSQL, the API, two workers. An event is
+    processed on a worker; that worker's container is killed and the other
+    takes its instances over; down and up again, the events are there."""
+    conf = tmp_path / "containers.conf"  # runc and the ulimits, for every container compose starts
+    conf.write_text('[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=1024:1024"]\n'
+                    '[engine]\nruntime = "runc"\n')
+    (tmp_path / "owner.txt").write_text(uuid.uuid4().hex)
+    (tmp_path / "runtime.txt").write_text(uuid.uuid4().hex)
+    port = free_port()
+    project = f"yoketest{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "CONTAINERS_CONF": str(conf), "YOKE_IMAGE": image, "POSTGRES_IMAGE": postgres_image,
+           "YOKE_APP_DIR": str(APP_DIR), "YOKE_APP": "slow_app:app", "YOKE_PORT": str(port),
+           "YOKE_WORKER_STALE_S": "4", "POSTGRES_PASSWORD_FILE": str(tmp_path / "owner.txt"),
+           "YOKE_RUNTIME_PASSWORD_FILE": str(tmp_path / "runtime.txt")}
+    url = f"http://127.0.0.1:{port}"
+
+    def compose(*args: str) -> None:
+        subprocess.run([sys.executable, "-m", "podman_compose", "-f", str(ROOT / "compose.yaml"), "-p", project, *args],
+                       env=env, check=True, capture_output=True, timeout=300)
+
+    def containers() -> dict[str, str]:
+        """service name -> container id, of this project's running containers"""
+        out = podman("ps", "--filter", f"label=io.podman.compose.project={project}",
+                     "--format", '{{.ID}} {{index .Labels "io.podman.compose.service"}}').stdout
+        return {service: cid for cid, service in (line.split() for line in out.splitlines())}
+
+    def client() -> httpx.Client:
+        deadline = time.monotonic() + 120
+        while True:  # the API answers once PostgreSQL is up and the schema migrated
+            try:
+                if httpx.get(url + "/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, podman("logs", containers().get("api", "?"), check=False).stderr[-3000:]
+            time.sleep(0.2)
+        token = podman("exec", containers()["api"], "cat", "/var/lib/yoke/.yoke/token-8080").stdout.strip()
+        return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+    def seen(http: httpx.Client, n: int) -> dict:
+        deadline = time.monotonic() + 60
+        while True:
+            found = [e["payload"] for e in http.get("/v1/streams/seen/-/events").json().get("events", [])
+                     if e["payload"].get("n") == n]
+            if found:
+                return found[0]
+            assert time.monotonic() < deadline, {s: podman("logs", c, check=False).stderr[-1500:]
+                                                 for s, c in containers().items() if s.startswith("worker")}
+            time.sleep(0.1)
+
+    compose("up", "-d")
+    try:
+        with client() as http:
+            assert http.post("/v1/streams/who/-/events", json={"type": "who", "payload": {"n": 1}}).status_code == 201
+            first = seen(http, 1)["host"]
+            hosts = {s: podman("inspect", c, "--format", "{{.Config.Hostname}}").stdout.strip()
+                     for s, c in containers().items() if s.startswith("worker")}
+            assert first in hosts.values() and len(hosts) == 2
+            (ran,) = [s for s, h in hosts.items() if h == first]
+            podman("kill", containers()[ran])  # no goodbye: its lease must run out
+            podman("rm", "-f", containers().get(ran, ran), check=False)  # and no restart
+            assert http.post("/v1/streams/who/-/events", json={"type": "who", "payload": {"n": 2}}).status_code == 201
+            second = seen(http, 2)["host"]
+            assert second != first and second in hosts.values()
+        compose("down")  # the volumes stay
+        compose("up", "-d")
+        with client() as http:
+            kept = [e["payload"]["n"] for e in http.get("/v1/streams/who/-/events").json()["events"]]
+            assert kept == [1, 2]
+    finally:
+        compose("down", "-v")

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +28,7 @@ import yoke
 app = yoke.App()
 
 
-@app.actor("counter", filter={"types": ["tick"]}, singleton=True)
+@app.actor("wheel_counter", filter={"types": ["wheel.tick"]}, singleton=True)
 async def counter(ctx, event):
     await ctx.state.update(lambda s: {"ticks": (s or {}).get("ticks", 0) + 1})
 '''
@@ -88,10 +89,12 @@ def test_serve_runs_an_application_from_the_wheel(installed: Path, tmp_path: Pat
         assert httpx.get(url + "/healthz").status_code == 200
         token = (tmp_path / "data" / f"token-{port}").read_text().strip()
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as http:
-            assert http.post("/v1/streams/ticks/-/events", json={"type": "tick"}).status_code == 201
+            # PostgreSQL's database is the session's: names of this test's own.
+            assert http.post(f"/v1/streams/wheel-{uuid.uuid4().hex[:8]}/-/events",
+                             json={"type": "wheel.tick"}).status_code == 201
             deadline = time.monotonic() + 30
             while True:  # the actor ran, from the wheel's runtime
-                listed = http.get("/v1/instances", params={"actor": "counter"}).json()["instances"]
+                listed = http.get("/v1/instances", params={"actor": "wheel_counter"}).json()["instances"]
                 if listed:
                     shown = http.get(f"/v1/instances/{listed[0]['instance_id']}").json()
                     if (shown["state"]["value"] or {}).get("ticks") == 1:

@@ -11,6 +11,7 @@ import gzip
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -84,10 +85,11 @@ def test_yoke_serve_exports_spans_over_otlp_http(db_url: str, tmp_path: Path, ot
         OTEL_SERVICE_NAME="billing-desk", YOKE_ACTOR_RETRY_BASE_S="0.01", YOKE_ACCESS_LOG="1",
     )
     try:
+        path = f"/orders-{uuid.uuid4().hex[:8]}"  # the PostgreSQL database is the session's, shared
         with server.client() as http:
-            created = http.post("/v1/instances", json={"actor": "billing", "key": "eu"})
+            created = http.post("/v1/instances", json={"actor": "billing", "key": uuid.uuid4().hex})
             assert created.status_code == 201, created.text
-            answer = http.post("/v1/streams/orders/-/events", json={"type": "order.placed", "payload": {"order": 3}},
+            answer = http.post(f"/v1/streams{path}/-/events", json={"type": "order.placed", "payload": {"order": 3}},
                                headers={"traceparent": TRACEPARENT})
             assert answer.status_code == 201, answer.text
         deadline = time.monotonic() + 30
@@ -96,7 +98,7 @@ def test_yoke_serve_exports_spans_over_otlp_http(db_url: str, tmp_path: Path, ot
             time.sleep(0.05)
     finally:
         assert stop_server(server) == -signal.SIGTERM  # a clean stop
-    (send,) = otlp.named("send /orders")
+    (send,) = otlp.named(f"send {path}")
     attempts = otlp.named("process billing")
     assert {s.trace_id.hex() for s in [send, *attempts]} == {TRACE_ID}
     assert send.parent_span_id.hex() == "00f067aa0ba902b7"
@@ -104,12 +106,12 @@ def test_yoke_serve_exports_spans_over_otlp_http(db_url: str, tmp_path: Path, ot
     assert sorted(a.status.code for a in attempts) == [0, 2]  # UNSET, ERROR (the first attempt)
     attributes = {a.key: a.value for a in send.attributes}
     assert attributes["messaging.system"].string_value == "yoke"
-    assert attributes["messaging.destination.name"].string_value == "/orders"
+    assert attributes["messaging.destination.name"].string_value == path
     assert {r["service.name"] for r, _ in otlp.spans} == {"billing-desk"}  # OTEL_SERVICE_NAME
     # The append's access log line names the caller's trace and span.
     lines = [orjson.loads(line) for line in (tmp_path / f"server-{server.url.rsplit(':', 1)[1]}.log").read_text().splitlines()
              if line.startswith("{")]
     traced = [line for line in lines if line.get("trace_id") == TRACE_ID]
     assert [(line["method"], line["path"], line["span_id"]) for line in traced] == [
-        ("POST", "/v1/streams/orders/-/events", "00f067aa0ba902b7")
+        ("POST", f"/v1/streams{path}/-/events", "00f067aa0ba902b7")
     ]
