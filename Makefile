@@ -152,7 +152,7 @@ test: $(DEV_STAMP) chromium pgbouncer patroni podman npm
 	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder
 
 run: $(RUN_STAMP)
-	@$(VENV)/bin/yoke serve --app examples.orders:app $(if $(PORT),--port $(PORT))
+	@$(VENV)/bin/yoke serve --app yoke.examples.orders:app $(if $(PORT),--port $(PORT))
 
 bench: $(DEV_STAMP) npm peers
 	$(PY) bench/append.py

@@ -1,4 +1,4 @@
-"""The order pipeline of orders.py with its payments desk in TypeScript,
+"""The order pipeline of yoke/examples/orders.py with its payments desk in TypeScript,
 run by the Node host (yoke/hosts/node/README.md).
 
 Everything else (the shop portal, the per-order actor, the statistics) is
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from yoke import App, Filter
 
-from . import orders
+from yoke.examples import orders
 
 SCRIPT = Path(__file__).parent / "node" / "dist" / "payments.js"
 

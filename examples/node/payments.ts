@@ -1,4 +1,4 @@
-// The payments desk of examples/orders.py in TypeScript, run by Yoke's Node
+// The payments desk of yoke/examples/orders.py in TypeScript, run by Yoke's Node
 // host (examples/orders_node.py registers it with app.node_actor). Like the
 // Python one it captures each requested payment, idempotently by order id;
 // it also keeps its books: a row per charge in its own SQLite table and a

@@ -1,11 +1,11 @@
-"""The example application (examples/orders.py) works end to end."""
+"""The example application (yoke/examples/orders.py) works end to end."""
 
 from __future__ import annotations
 
 import asyncio
 
 import yoke
-from examples import orders
+from yoke.examples import orders
 from yoke import PortalRequest
 from yoke.actors.portals import handle_request
 

@@ -16,7 +16,8 @@ import orjson
 import pytest
 
 import yoke
-from examples import orders, orders_node
+from examples import orders_node
+from yoke.examples import orders
 from tests.actors import node_app
 from tests.actors.test_isolation import WAIT_S, alive, eventually
 from yoke import PortalRequest

@@ -1,6 +1,6 @@
 """The application of test_state_home.py's workers: one ``stats`` instance
 counting ``tick`` events twice over, in ``ctx.state`` and in a table of its
-own (``ctx.sqlite``), as examples/orders.py's statistics actor does."""
+own (``ctx.sqlite``), as yoke/examples/orders.py's statistics actor does."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Worker membership with real processes on PostgreSQL (actors/membership.py).
 
 - Under load, live workers are never reaped: `yoke serve --no-executor` and
-  two `yoke worker`s of examples/orders.py on a database of 2,000 tenants
+  two `yoke worker`s of yoke/examples/orders.py on a database of 2,000 tenants
   (every adoption pass visits each of them), one sequential HTTP client
   placing orders for YOKE_SOAK_S seconds (default 75). No worker is reaped,
   none rejoins, no connection goes back to the pool inside a transaction.
@@ -34,7 +34,7 @@ from .fleet import Fleet, Process, pg_database, until
 
 pytestmark = pytest.mark.chaos
 
-APP = "examples.orders:app"
+APP = "yoke.examples.orders:app"
 SOAK_S = float(os.environ.get("YOKE_SOAK_S", "75"))
 TENANTS = 2000
 # A heartbeat every half second; reaped after 8 s of silence (16 beats).

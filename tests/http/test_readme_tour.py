@@ -1,6 +1,6 @@
 """The README's five-minute tour, run as written: every shell line of the
 tour, by bash, with real curl and the real CLI, against `yoke serve --app
-examples.orders:app` (what `make run` starts), on both backends.
+yoke.examples.orders:app` (what `make run` starts), on both backends.
 
 Only the port differs (a free one instead of 8080), and `.venv/bin/yoke`
 is this interpreter's CLI. Where a line depends on work the server does in
@@ -60,7 +60,7 @@ def test_the_tour_runs_as_written(backend, tmp_path):
     assert any(line.startswith("curl") for line in lines) and any(".venv/bin/yoke" in line for line in lines)
     with own_database(backend, tmp_path, "yoke_tour") as db_url:
         # From the repository root, as the README runs it (the install maps only yoke).
-        server = start_server(db_url, tmp_path / ".yoke", args=("--app", "examples.orders:app"),
+        server = start_server(db_url, tmp_path / ".yoke", args=("--app", "yoke.examples.orders:app"),
                               PYTHONPATH=str(README.parent))
         try:
             run_tour(server, lines, tmp_path)

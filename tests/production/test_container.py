@@ -101,7 +101,7 @@ class Container:
         return int(podman("inspect", self.id, "--format", "{{.State.ExitCode}}").stdout.strip())
 
     def remove(self) -> None:
-        podman("rm", "-f", self.id, check=False)
+        podman("rm", "-f", "-v", self.id, check=False)  # with its anonymous volumes
 
 
 @pytest.fixture

@@ -62,6 +62,10 @@ def test_version_and_demo_run_from_the_wheel(installed: Path, tmp_path: Path) ->
     where = subprocess.run([str(installed / "python"), "-c", "import yoke; print(yoke.__file__)"], cwd=tmp_path,
                            env=env, capture_output=True, text=True, check=True, timeout=60).stdout
     assert str(installed.parent) in where and str(ROOT) not in where
+    # The example order pipeline ships with it.
+    example = subprocess.run([str(installed / "python"), "-c", "from yoke.examples.orders import app; print(sorted(app.actors))"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, check=True, timeout=60).stdout
+    assert "order" in example
     demo = subprocess.run([str(installed / "yoke"), "demo", "--json"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, check=True, timeout=120).stdout
     assert '"order.placed"' in demo and (tmp_path / ".yoke" / "yoke.db").exists()

@@ -54,7 +54,7 @@ TRACING_OPTION = click.option(
     help="otlp: export Yoke's spans over OTLP/HTTP, configured by the standard OTEL_* variables"
          " (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_SAMPLER...); default off (YOKE_TRACING).",
 )
-APP_OPTION_HELP = "module:attr of a Yoke App to run, like examples.orders:app (imported with the current directory on sys.path)."
+APP_OPTION_HELP = "module:attr of a Yoke App to run, like yoke.examples.orders:app (imported with the current directory on sys.path)."
 
 
 class ServeCommand(SettingsCommand):

@@ -2,7 +2,7 @@
 a singleton charges payments, a schedule ships, a statistics actor keeps a
 SQL table, and a conversation tells the customer.
 
-Run it with ``make run`` (``yoke serve --app examples.orders:app``), then::
+Run it with ``make run`` (``yoke serve --app yoke.examples.orders:app``), then::
 
     curl -X POST localhost:8080/v1/portals/shop/orders \
          -d '{"order_id": "A-1", "items": ["tea", "cups"], "total": 42}'
