@@ -91,6 +91,8 @@ class Settings:
     # serve and worker: log level (debug, info, warning, error) and format (text, json).
     log_level: str = "info"
     log_format: str = "text"
+    # Where the log lines go: stderr, or stdout (the container image's).
+    log_stream: str = "stderr"
     # serve and worker: "otlp" installs an OpenTelemetry SDK that exports
     # Yoke's spans over OTLP/HTTP, configured by the standard OTEL_* variables
     # (docs/advanced/tracing.md); "off" installs nothing. An application that

@@ -24,6 +24,7 @@ from .tracing import log_ids
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 FORMATS = ("text", "json")
+STREAMS = ("stderr", "stdout")
 
 # The request being handled in this context (None outside requests).
 REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("yoke_request_id", default=None)
@@ -90,14 +91,17 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry, default=str).decode()
 
 
-def setup(level: str = "info", fmt: str = "text", *, access_log: bool = True) -> None:
-    """Send every log line of this process to stderr at ``level`` in ``fmt``
-    (``text`` or ``json``), uvicorn's included."""
+def setup(level: str = "info", fmt: str = "text", *, access_log: bool = True, stream: str = "stderr") -> None:
+    """Send every log line of this process to ``stream`` (``stderr``, or
+    ``stdout`` as containers collect it) at ``level`` in ``fmt`` (``text``
+    or ``json``), uvicorn's included."""
     if level not in LEVELS:
         raise ValueError(f"log level {level!r}: one of {', '.join(LEVELS)}")
     if fmt not in FORMATS:
         raise ValueError(f"log format {fmt!r}: one of {', '.join(FORMATS)}")
-    handler = logging.StreamHandler(sys.stderr)
+    if stream not in STREAMS:
+        raise ValueError(f"log stream {stream!r}: one of {', '.join(STREAMS)}")
+    handler = logging.StreamHandler(sys.stdout if stream == "stdout" else sys.stderr)
     handler.addFilter(RequestIdFilter())
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()

@@ -80,9 +80,10 @@ def setup_logging(settings: Settings) -> None:
     from .. import logs
 
     try:
-        logs.setup(settings.log_level, settings.log_format, access_log=settings.access_log)
+        logs.setup(settings.log_level, settings.log_format, access_log=settings.access_log,
+                   stream=settings.log_stream)
     except ValueError as exc:  # YOKE_LOG_LEVEL=loud
-        fail(f"YOKE_LOG_LEVEL / YOKE_LOG_FORMAT: {exc}")
+        fail(f"YOKE_LOG_LEVEL / YOKE_LOG_FORMAT / YOKE_LOG_STREAM: {exc}")
 
 
 @contextlib.contextmanager
