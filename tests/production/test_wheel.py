@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.http.conftest import free_port
+from tests.http.conftest import free_port, own_database
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = '''
@@ -71,7 +71,15 @@ def test_version_and_demo_run_from_the_wheel(installed: Path, tmp_path: Path) ->
     assert '"order.placed"' in demo and (tmp_path / ".yoke" / "yoke.db").exists()
 
 
-def test_serve_runs_an_application_from_the_wheel(installed: Path, tmp_path: Path, db_url: str) -> None:
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of the test's own (a new server's first start, as a user's)."""
+    with own_database(request.param, tmp_path, "yoke_wheel") as url:
+        yield url
+
+
+def test_serve_runs_an_application_from_the_wheel(installed: Path, tmp_path: Path, database: str) -> None:
+    db_url = database
     (tmp_path / "shop.py").write_text(APP)
     port = free_port()
     env = outside(tmp_path) | {"YOKE_DATABASE_URL": db_url, "YOKE_PORT": str(port), "YOKE_DATA_DIR": str(tmp_path / "data")}
@@ -93,7 +101,6 @@ def test_serve_runs_an_application_from_the_wheel(installed: Path, tmp_path: Pat
         assert httpx.get(url + "/healthz").status_code == 200
         token = (tmp_path / "data" / f"token-{port}").read_text().strip()
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as http:
-            # PostgreSQL's database is the session's: names of this test's own.
             assert http.post(f"/v1/streams/wheel-{uuid.uuid4().hex[:8]}/-/events",
                              json={"type": "wheel.tick"}).status_code == 201
             deadline = time.monotonic() + 30

@@ -60,9 +60,11 @@ class OtlpReceiver:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def named(self, prefix: str) -> list:
+    def named(self, prefix: str, destination: str | None = None) -> list:
+        """Spans whose name starts with ``prefix`` (of one stream, given ``destination``)."""
         with self.lock:
-            return [s for _, s in self.spans if s.name.startswith(prefix)]
+            return [s for _, s in self.spans if s.name.startswith(prefix) and (destination is None or any(
+                a.key == "messaging.destination.name" and a.value.string_value == destination for a in s.attributes))]
 
     def close(self) -> None:
         self.server.shutdown()
@@ -93,13 +95,14 @@ def test_yoke_serve_exports_spans_over_otlp_http(db_url: str, tmp_path: Path, ot
                                headers={"traceparent": TRACEPARENT})
             assert answer.status_code == 201, answer.text
         deadline = time.monotonic() + 30
-        while len(otlp.named("process billing")) < 2:
+        # The session's PostgreSQL database holds other tests' orders: this test's stream only.
+        while len(otlp.named("process billing", path)) < 2:
             assert time.monotonic() < deadline, [s.name for _, s in otlp.spans]
             time.sleep(0.05)
     finally:
         assert stop_server(server) == -signal.SIGTERM  # a clean stop
     (send,) = otlp.named(f"send {path}")
-    attempts = otlp.named("process billing")
+    attempts = otlp.named("process billing", path)
     assert {s.trace_id.hex() for s in [send, *attempts]} == {TRACE_ID}
     assert send.parent_span_id.hex() == "00f067aa0ba902b7"
     assert all(a.parent_span_id == send.span_id for a in attempts)
