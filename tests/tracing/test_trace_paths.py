@@ -11,13 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from opentelemetry import trace
 
 import yoke
 from tests.subscriptions.webhook_server import Response, WebhookReceiver
-from tests.tracing.test_traces import (  # noqa: F401 - the fixture
-    CALLER_SPAN, SETTINGS, TRACE_ID, TRACEPARENT, api, named, parent_of, spans, until,
+from tests.tracing.test_traces import (
+    CALLER_SPAN, SETTINGS, TRACE_ID, TRACEPARENT, api, named, parent_of, until,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

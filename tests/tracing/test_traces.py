@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import Iterator
 
 import httpx
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
@@ -36,15 +34,6 @@ CALLER_SPAN = 0x00F067AA0BA902B7
 TRACEPARENT = f"00-{TRACE_ID:032x}-{CALLER_SPAN:016x}-01"
 SETTINGS = {**FAST, "shutdown_timeout_s": 2, "host_processes": 1}
 WAIT_S = 20
-
-
-@pytest.fixture
-def spans() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider, exporter
-    provider.shutdown()
 
 
 def api(y: yoke.Runtime) -> httpx.AsyncClient:
