@@ -95,16 +95,21 @@ podman:
 
 # The container image's build context (Containerfile): Yoke's wheel and every
 # dependency's, for this machine's Python (the image's must be the same
-# version), so the image builds without a network.
+# version: `make image` checks the base's), so the image builds without a network.
 WHEELS ?= build/wheels
 wheels: $(DEV_STAMP)
 	@rm -rf $(WHEELS) && mkdir -p $(WHEELS)
-	@$(PY) -m build --wheel --outdir $(WHEELS) . >/dev/null
+	@$(PY) -m build --outdir $(WHEELS) . >/dev/null  # the wheel from the sdist: nothing stale from build/
+	@rm -f $(WHEELS)/*.tar.gz
 	@$(PY) -m pip wheel -qq --disable-pip-version-check --wheel-dir $(WHEELS) -c $(CONSTRAINTS) "$$(ls $(WHEELS)/yoke-*.whl)[tracing]"
 
 # make image [BASE=...] [IMAGE=yoke:latest]: Yoke's image, with podman (docker: the same arguments).
 IMAGE ?= yoke:latest
 image: wheels
+	@want=$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	have=$$(podman run --rm $(or $(BASE),docker.io/library/python:3.11-slim-bookworm) python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	[ -n "$$have" ] || { echo "error: could not run python3 in the base image (BASE=$(BASE))"; exit 1; }; \
+	[ "$$want" = "$$have" ] || { echo "error: the wheels are for Python $$want, the base has $$have: set BASE to a Python $$want image"; exit 1; }
 	podman build $(if $(BASE),--build-arg BASE=$(BASE)) -t $(IMAGE) -f Containerfile $(WHEELS)
 
 $(DS_STAMP): $(DS_DIR)/package-lock.json

@@ -1,6 +1,6 @@
 """One logging setup for ``yoke serve`` and ``yoke worker`` (docs/production/logging.md).
 
-Every line goes to stderr with a timestamp (UTC, milliseconds), a level and
+Every line goes to stderr (or stdout: ``log_stream``) with a timestamp (UTC, milliseconds), a level and
 the logger's name, as text or as one JSON object per line. uvicorn's loggers
 (``uvicorn.error``, ``uvicorn.access``) propagate to the same handler, so the
 level and the format hold for every line a process writes. A line made while

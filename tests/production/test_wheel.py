@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from tests.http.conftest import free_port, own_database
+from tests.production.building import building_the_checkout
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = '''
@@ -38,8 +39,9 @@ async def counter(ctx, event):
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The bin/ of a fresh environment holding the wheel built from this checkout."""
     base = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "build", "--outdir", str(base / "dist"), str(ROOT)], check=True,
-                   capture_output=True, timeout=600)
+    with building_the_checkout():
+        subprocess.run([sys.executable, "-m", "build", "--outdir", str(base / "dist"), str(ROOT)], check=True,
+                       capture_output=True, timeout=600)
     assert sorted(p.suffix for p in (base / "dist").iterdir()) == [".gz", ".whl"]  # the sdist and the wheel
     (wheel,) = (base / "dist").glob("*.whl")
     subprocess.run([sys.executable, "-m", "venv", str(base / "env")], check=True, timeout=120)
@@ -49,9 +51,11 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def outside(tmp_path: Path) -> dict[str, str]:
-    """An environment without this checkout: no PYTHONPATH, no YOKE_* settings."""
-    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("YOKE_")} | {
-        "HOME": str(tmp_path)}
+    """An environment without this checkout: no PYTHONPATH, no virtual
+    environment of the checkout's, no YOKE_* settings."""
+    kept = {k: v for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PATH") and not k.startswith("YOKE_")}
+    return kept | {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin"}
 
 
 def test_version_and_demo_run_from_the_wheel(installed: Path, tmp_path: Path) -> None:
