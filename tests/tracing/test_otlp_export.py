@@ -20,7 +20,7 @@ import orjson
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.http.conftest import start_server, stop_server
+from tests.http.conftest import own_database, start_server, stop_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -78,7 +78,15 @@ def otlp() -> Iterator[OtlpReceiver]:
     receiver.close()
 
 
-def test_yoke_serve_exports_spans_over_otlp_http(db_url: str, tmp_path: Path, otlp: OtlpReceiver) -> None:
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of the test's own: in the session's, other tests' orders queue up for the billing actor."""
+    with own_database(request.param, tmp_path, "yoke_otlp") as url:
+        yield url
+
+
+def test_yoke_serve_exports_spans_over_otlp_http(database: str, tmp_path: Path, otlp: OtlpReceiver) -> None:
+    db_url = database
     data = tmp_path / "data"
     data.mkdir()
     server = start_server(
