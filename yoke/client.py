@@ -298,6 +298,14 @@ class Client:
         """``{"schedules": [...]}``: the instance's timers and cron schedules."""
         return self.request("GET", instance_url(instance_id, "schedules"))
 
+    def inputs(self, instance_id: str, after: int = 0, limit: int = 100, upto: int | None = None) -> Any:
+        """``{"inputs": [...], "next_after": N or None}``: the inputs the
+        instance processed, oldest first (docs/advanced/forks.md)."""
+        params: dict[str, Any] = {"after": after, "limit": limit}
+        if upto is not None:
+            params["upto"] = upto
+        return self.request("GET", instance_url(instance_id, "inputs"), params=params)
+
     def sql(
         self, query: str, params: list[Any] | None = None, max_rows: int | None = None,
         timeout_s: float | None = None,

@@ -117,6 +117,7 @@ class Runtime:
         # What the actor machinery is built from (actors/kernel.py).
         self.actor_kernel = ActorKernel(
             actors=lambda: self.store.actors,
+            inputs=lambda: self.store.inputs,
             read=lambda tenant, path, after, limit: self.store.read(tenant, path, after, limit),
             stream=self.stream, appended=self.appends.appended, hub=self.hub, signals=self.signals,
             evaluations=self.evaluations, state_databases=self.state_databases, state_home=self.state_home,
@@ -181,7 +182,9 @@ class Runtime:
                 # the executor checks the app (hosts' scripts, isolation). A
                 # refusal closes the store too.
                 await self.state_home.claim()
-                self.executor = Executor(self.actor_kernel, self.app)
+                self.executor = Executor(
+                    self.actor_kernel, self.app, code_version=self.code.version if self.code is not None else None
+                )
                 await self.executor.start()
             except BaseException:
                 await self.close()
@@ -411,8 +414,12 @@ class Runtime:
         await self.store.ready()
 
     async def prune(self) -> int:
-        """Run one retention pass now; returns the number of events removed."""
-        return await prune_once(self.store, self.clock)
+        """Run one retention pass now (streams, and this process's actors'
+        kept inputs); returns the number of events removed."""
+        removed = await prune_once(self.store, self.clock)
+        if self.executor is not None:
+            await self.executor.input_retention.prune_once()
+        return removed
 
 
 @contextlib.asynccontextmanager

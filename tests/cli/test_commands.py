@@ -261,6 +261,10 @@ def test_json_output_of_every_command(cli, server, tmp_path):
     assert js("failures", "replay", failure["id"])["action"] == "replayed"  # fails again: parked again
     wait_for(lambda: js("failures", "list", "--instance", flaky), "parked again")
     assert js("failures", "discard", failure["id"], "--reason", "json")["action"] == "discarded"
+    # The flaky run's input, kept: dead-lettered (its replay too), its event as sent.
+    kept = js("instances", "inputs", flaky)
+    assert [i["outcome"] for i in kept["inputs"]] == ["dead", "dead"] and kept["next_after"] is None
+    assert kept["inputs"][0]["event"]["type"] == "flaky.fail" and kept["inputs"][0]["seq"] == 1
     assert js("instances", "remove", created["id"])["id"] == created["id"]
 
     new = js("tokens", "create", "--tenant", "jsonland", "--name", "j", db=True)

@@ -199,6 +199,11 @@ def test_a_pinned_streams_events_stay_out_of_the_generic_routes(served: Served, 
         [row] = listing.json()["rows"]
         assert (row["path"], row["event"], row["last_error"], row["last_traceback"]) == (f["path"], None, None, None)
         assert "a@b.c" not in listing.text
+    # Its kept input too (the dead-lettered run's record).
+    kept = admin.get(f"{instance}/inputs")
+    [record] = kept.json()["inputs"]
+    assert (record["path"], record["outcome"], record["event"], record["error"]) == (f["path"], "dead", None, None)
+    assert "a@b.c" not in kept.text
     assert f["path"] == f"/runs/{run}/answer" and f["event"] is None  # the email stays out
     shown = admin.get(f"/v1/failures/{f['id']}").json()
     assert shown["event"] is None and shown["attempt_count"] == 1

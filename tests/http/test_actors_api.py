@@ -275,6 +275,52 @@ def test_dead_letters_list_redrive_and_drop(tenant):
     assert tenant.http.post(f"/v1/instances/{iid}/dlq/drop", json={"qids": []}).json() == {"dropped": 0}
 
 
+def test_kept_inputs_over_http_and_the_cli(tenant, actors_server):
+    iid = tenant.create("flaky", key="inputs")["id"]
+    tenant.append("/kept", {"type": "flaky.fail", "payload": "one"})
+    wait_dead(tenant, iid, 1)
+    tenant.append("/kept", {"type": "flaky.heal"})
+    wait_state(tenant, iid, lambda s: s.get("healed"), "the heal event")
+    assert tenant.http.post(f"/v1/instances/{iid}/dlq/redrive").json() == {"redriven": 1}
+    wait_settled(tenant, iid, lambda s: s.get("done") == 1, "the redriven row to succeed")
+
+    page = tenant.http.get(f"/v1/instances/{iid}/inputs").json()
+    assert page["next_after"] is None
+    assert [(i["seq"], i["event"]["type"], i["outcome"], i["attempts"]) for i in page["inputs"]] == [
+        (1, "flaky.fail", "dead", 2), (2, "flaky.heal", "done", 1), (3, "flaky.fail", "done", 1)
+    ]
+    first = page["inputs"][0]
+    assert (first["kind"], first["path"], first["offset"], first["error"]) == (
+        "event", "/kept", 1, "RuntimeError: flaky refuses one"
+    )
+    assert set(first) == {
+        "seq", "kind", "path", "offset", "event", "attempts", "outcome", "error", "enqueued_at", "started_at",
+        "processed_at", "code_version", "ops",
+    }
+    paged = tenant.http.get(f"/v1/instances/{iid}/inputs", params={"after": 1, "limit": 1}).json()
+    assert [i["seq"] for i in paged["inputs"]] == [2] and paged["next_after"] == 2
+
+    # A read token lists them; another tenant's token does not find the instance.
+    reader = actors_server.client(make_token(actors_server.db_url, tenant.name, "read"))
+    other = actors_server.client(make_token(actors_server.db_url, "t" + uuid.uuid4().hex[:12], "admin"))
+    try:
+        assert reader.get(f"/v1/instances/{iid}/inputs").json() == page
+        assert error_of(other.get(f"/v1/instances/{iid}/inputs")) == (404, "instance_not_found")
+    finally:
+        reader.close()
+        other.close()
+    for params in ({"limit": 0}, {"after": -1}, {"upto": "x"}):
+        assert error_of(tenant.http.get(f"/v1/instances/{iid}/inputs", params=params)) == (400, "invalid_input")
+
+    # The CLI, by ACTOR/KEY: a table, and a page as JSON.
+    shown = tenant.cli("instances", "inputs", "flaky/inputs").stdout
+    assert "/kept@1" in shown and "dead: RuntimeError: flaky refuses one" in shown and shown.count("done") == 2
+    assert orjson.loads(tenant.cli("instances", "inputs", "flaky/inputs", "--after", "2", "--json").stdout) == {
+        "inputs": page["inputs"][2:], "next_after": None
+    }
+    assert "(more: --after 1)" in tenant.cli("instances", "inputs", iid, "--limit", "1").stdout
+
+
 def test_cli_instances_and_dlq(tenant):
     created = orjson.loads(tenant.cli("instances", "create", "flaky", "--key", "k", "--json").stdout)
     iid = created["id"]

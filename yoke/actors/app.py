@@ -53,6 +53,11 @@ class ActorDef:
     # The retry fields (RETRY_FIELDS) the decorator was given: they win over
     # the deployment's settings (with_retry_settings); the others take them.
     given: frozenset[str] = frozenset()
+    # How long its instances' inputs are kept (docs/advanced/forks.md): the
+    # newest ``keep_inputs`` of each instance, none older than
+    # ``keep_inputs_s`` seconds; None: no bound.
+    keep_inputs: int | None = None
+    keep_inputs_s: float | None = None
 
     @property
     def keyed(self) -> bool:
@@ -241,12 +246,15 @@ class App:
         retry_max_s: float | None = None,
         isolation: str | None = None,
         effects: str = "default",
+        keep_inputs: int | None = None,
+        keep_inputs_s: float | None = None,
     ) -> Callable[[Handler], Handler]:
         check_isolation(isolation)
         define = self._definer(
             name, filter=filter, filter_from_config=filter_from_config, concurrency=concurrency,
             max_attempts=max_attempts, timeout_s=timeout_s, singleton=singleton,
             retry_base_s=retry_base_s, retry_max_s=retry_max_s, isolation=isolation, effects=effects,
+            keep_inputs=keep_inputs, keep_inputs_s=keep_inputs_s,
         )
 
         def register(handler: Handler) -> Handler:
@@ -271,6 +279,8 @@ class App:
         retry_base_s: float | None = None,
         retry_max_s: float | None = None,
         effects: str = "default",
+        keep_inputs: int | None = None,
+        keep_inputs_s: float | None = None,
     ) -> None:
         """An actor whose ``process(ctx, event)`` is exported by ``script``,
         a JavaScript module (compiled TypeScript, say) run by the Node host
@@ -283,12 +293,13 @@ class App:
             name, filter=filter, filter_from_config=filter_from_config, concurrency=concurrency,
             max_attempts=max_attempts, timeout_s=timeout_s, singleton=singleton,
             retry_base_s=retry_base_s, retry_max_s=retry_max_s, isolation="process", effects=effects,
+            keep_inputs=keep_inputs, keep_inputs_s=keep_inputs_s,
         )(handler=None, language="node", script=os.path.abspath(script))
 
     def _definer(
         self, name: Any, *, filter: Any, filter_from_config: Any, concurrency: Any,  # noqa: A002
         max_attempts: Any, timeout_s: Any, singleton: bool, retry_base_s: Any, retry_max_s: Any,
-        isolation: str | None, effects: str = "default",
+        isolation: str | None, effects: str = "default", keep_inputs: Any = None, keep_inputs_s: Any = None,
     ) -> Callable[..., None]:
         """Checks an actor's settings now; the returned function registers it.
         A retry field left None takes the deployment's setting (or the default)."""
@@ -308,6 +319,12 @@ class App:
             raise errors.InvalidInput(
                 f"effects is one of {', '.join(EFFECTS)}, not {effects!r}", field="effects"
             )
+        if keep_inputs is not None and (isinstance(keep_inputs, bool) or not isinstance(keep_inputs, int)
+                                        or keep_inputs < 0):
+            raise errors.InvalidInput("keep_inputs must be a number of inputs (0 or more)", field="keep_inputs")
+        if keep_inputs_s is not None and (isinstance(keep_inputs_s, bool) or not isinstance(keep_inputs_s, (int, float))
+                                          or not 0 <= keep_inputs_s < 2**53):
+            raise errors.InvalidInput("keep_inputs_s must be a number of seconds (0 or more)", field="keep_inputs_s")
         parsed = None if filter is None else Filter.from_dict(filter)
         if singleton and parsed is not None and parsed.key is not None:
             raise errors.InvalidFilter("a singleton actor has no routing key", field="key")
@@ -318,7 +335,8 @@ class App:
             self.actors[name] = ActorDef(
                 name, handler, parsed, filter_from_config, concurrency, resolved["max_attempts"],
                 float(timeout_s), singleton, float(resolved["retry_base_s"]), float(resolved["retry_max_s"]),
-                isolation, language, script, effects, given,
+                isolation, language, script, effects, given, keep_inputs,
+                None if keep_inputs_s is None else float(keep_inputs_s),
             )
 
         return define

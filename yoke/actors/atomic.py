@@ -44,7 +44,10 @@ from . import crash_points
 from .context import CONVERSATION_STREAM
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..events import PreparedEvent
+    from ..store.inputs import Completion
     from .kernel import ActorKernel
 
 
@@ -67,6 +70,8 @@ class AtomicRun:
         self.records: list[dict[str, Any]] = []  # the effects, in call order, as JSON
         self._holding = False
         self.replaying = False
+        # The input its commit keeps (store/inputs.py), as the scheduler makes it.
+        self.kept: Callable[[], Completion] | None = None
 
     # --- start and end ---------------------------------------------------------
 
@@ -203,7 +208,11 @@ class AtomicRun:
         return prepared
 
     def _run_commit(self, image: bytes | None) -> RunCommit:
-        run = RunCommit(self.row.qid, self.row.attempts, self.instance.instance_id, state=image)
+        kept = None if self.kept is None else self.kept()
+        run = RunCommit(
+            self.row.qid, self.row.attempts, self.instance.instance_id, state=image,
+            code_version=None if kept is None else kept.code_version, tape=None if kept is None else kept.tape,
+        )
         for r in self.records:
             op = r["op"]
             if op == "append":

@@ -22,6 +22,7 @@ from ..hosts.pool import HostPool
 from .app import App, app_spec, check_isolation
 from .busy import busy_report
 from .fanout import Fanout
+from .input_retention import InputRetention
 from .kernel import ActorKernel
 from .portals import run_loop
 from .scheduler import Scheduler
@@ -38,7 +39,7 @@ class Executor:
     runs it listens to the hub (appends, resyncs) and to the kernel's
     signals: routing, queues and timers changed, streams deleted, new code."""
 
-    def __init__(self, kernel: ActorKernel, app: App) -> None:
+    def __init__(self, kernel: ActorKernel, app: App, *, code_version: str | None = None) -> None:
         settings = kernel.settings
         self._kernel = kernel
         self.app = app
@@ -75,7 +76,9 @@ class Executor:
             max_in_flight=settings.max_in_flight, sweep_s=settings.scheduler_sweep_s,
             shards=settings.claim_shards,
             pools={n: self.pools[lang] for lang, names in by_language.items() for n in names},
+            code_version=settings.deploy_version or app.version or code_version,
         )
+        self.input_retention = InputRetention(kernel, list(app.actors.values()))
         self.fanout = Fanout(
             app, self.worker_id, self.scheduler.wake, store=kernel.actors, read=kernel.read, hub=kernel.hub,
             evaluations=kernel.evaluations, sweep_s=settings.scheduler_sweep_s, clock=kernel.clock,
@@ -120,6 +123,8 @@ class Executor:
         """--reload saw new code: new hosts for new runs."""
         for pool in self.pools.values():
             pool.recycle()
+        if not (self._kernel.settings.deploy_version or self.app.version):
+            self.scheduler.code_version = version  # the inputs it runs from now on
 
     async def start(self) -> None:
         await self.membership.register()
@@ -139,6 +144,7 @@ class Executor:
             "scheduler": self.scheduler.run(),
             "membership": self.membership.run(),
             "timers": self.timers.run(),
+            "input-retention": self.input_retention.run(),
         }
         for portal in self.app.portals.values():
             if portal.start_fn is not None:

@@ -16,6 +16,7 @@ from ..lifecycle import GLOBAL
 from ..routing.filters import Filter
 from ..routing.index import MAX_KEY_CHARS, SINGLETON_KEY
 from ..store.actors import Effect, InstanceInfo, QueueDepth, QueueRow, Schedule, new_instance_id
+from ..store.inputs import InputPage
 from .state import InstanceDatabase, QueryResult
 
 if TYPE_CHECKING:
@@ -273,6 +274,19 @@ class Instances:
                 count = await self._store.redrive(self.tenant, instance_id, chosen, self._kernel.now_ms(), replayed_in)
         self._kernel.signals.queue_changed.emit(self.tenant)
         return count
+
+    async def inputs(
+        self, instance_id: str, *, after: int = 0, upto: int | None = None, limit: int = 100,
+    ) -> InputPage:
+        """The instance's kept inputs (docs/advanced/forks.md), oldest first:
+        a page of up to ``limit`` with ``after < seq <= upto``, and the seq
+        the next page begins after (None: this was the last)."""
+        check_limit(limit)
+        for field, value in (("after", after), ("upto", upto)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_QID):
+                raise errors.InvalidInput(f"{field} must be an input number (0 or more)", field=field)
+        await self.get(instance_id)
+        return await self._kernel.inputs().inputs(self.tenant, instance_id, after=after, upto=upto, limit=limit)
 
     async def drop(self, instance_id: str, qids: Sequence[int] | None = None) -> int:
         """Delete dead rows (all, or those listed)."""

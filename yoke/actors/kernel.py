@@ -9,6 +9,7 @@ that a test moves).
 
 - ``actors()``: the actor store; raises ``RuntimeClosed`` once the runtime
   closed (the closed gate stays exact however a component was built).
+- ``inputs()``: the instances' kept inputs (store/inputs.py), as ``actors()``.
 - ``read(tenant, path, after, limit)``: a page of a stream's durable events
   (fan-out).
 - ``stream(path, tenant, *, caller=...)``: the ``Stream`` handle at a path;
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from ..config import Settings
     from ..routing.evaluation import Evaluations
     from ..store.actors import ActorStore
+    from ..store.inputs import InputStore
     from ..store.contract import ReadPage
     from ..streams.stream import Stream
     from ..streams.rules import Caller
@@ -66,6 +68,7 @@ class ActorSettings:
     schedule_poll_s: float = 1.0
     worker_heartbeat_s: float = 1.0
     worker_stale_s: float = 10.0
+    deploy_version: str = ""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ActorSettings:
@@ -75,6 +78,7 @@ class ActorSettings:
 @dataclass(frozen=True)
 class ActorKernel:
     actors: Callable[[], ActorStore]
+    inputs: Callable[[], InputStore]
     read: Callable[[str, str, int, int], Awaitable[ReadPage]]
     stream: OpenStream
     appended: Callable[[str, str, int], None]

@@ -29,6 +29,7 @@ from ..tracing import carrier_of, in_run, op_event
 from .context import CONVERSATION_EVENT, CONVERSATION_STREAM, PortalContext
 from .instances import Instances
 from .journal import EFFECT_OPS, Journal
+from .tape import TAPED_OPS, Tape
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -90,8 +91,11 @@ class OpHandler:
     def __init__(
         self, kernel: ActorKernel, app: App | None, tenant: str, instance: InstanceInfo | None,
         journal: Journal | None = None, *, worker_id: str | None = None, span: Span | None = None,
+        tape: Tape | None = None,
     ) -> None:
         self.kernel = kernel
+        # A run's record of what it did and read outside its database (tape.py).
+        self.tape = tape
         # The run attempt's span (tracing.py): each op is an event on it, and
         # what the run appends carries its context.
         self.span = span
@@ -112,6 +116,20 @@ class OpHandler:
         # each checked again where it is stored: a payload the API takes
         # passes here too.
         p = orjson.loads(json_bytes(params, "params", depth=MAX_DEPTH + PARAMS_WRAPPING))
+        if self.tape is not None and method in TAPED_OPS:
+            return await self._taped(handler, method, p)
+        return await self._traced(handler, method, p)
+
+    async def _taped(self, handler: Any, method: str, p: dict[str, Any]) -> Any:
+        try:
+            answer = await self._traced(handler, method, p)
+        except Exception as exc:
+            self.tape.failed(method, p, exc)  # type: ignore[union-attr]
+            raise
+        self.tape.op(method, p, answer)  # type: ignore[union-attr]
+        return answer
+
+    async def _traced(self, handler: Any, method: str, p: dict[str, Any]) -> Any:
         if self.span is None:
             return await self._call(handler, method, p)
         started = time.perf_counter()
@@ -137,10 +155,15 @@ class OpHandler:
         return self.instance
 
     def now(self) -> float:
-        return self.kernel.clock.wall()
+        now = self.kernel.clock.wall()
+        return now if self.tape is None else self.tape.reading(now)
 
     def clock_reading(self) -> tuple[float, bool]:
-        return self.kernel.clock.wall(), not getattr(self.kernel.clock, "stands_still", False)
+        """The clock a host's run starts from (its ctx.now() runs on from it)."""
+        now = self.kernel.clock.wall()
+        if self.tape is not None:
+            self.tape.reading(now)
+        return now, not getattr(self.kernel.clock, "stands_still", False)
 
     def update_lock(self) -> asyncio.Lock:
         """A process-local lock for one instance's ctx.state.update."""

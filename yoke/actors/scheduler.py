@@ -23,12 +23,14 @@ from .. import metrics
 from ..clock import backoff_s
 from ..events import Event
 from ..store.actors import InstanceInfo, Policy, QueueRow
+from ..store.inputs import Completion
 from ..store.faults import log_retried
 from ..hosts.pool import HandlerFailed, HostFailure, HostPool, RunOutput
 from .app import ActorDef, App
 from .atomic import AtomicRun
 from .context import Context
 from .journal import Journal
+from .tape import Tape
 from .ops import OpHandler
 from ..tracing import carrier_of, end, in_run
 
@@ -81,7 +83,7 @@ class _ClaimLoop:
         self.all = True
         self.wake_flag = asyncio.Event()
         # Finished rows waiting to be deleted, per tenant (with the next claim).
-        self.done: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        self.done: dict[str, list[Completion]] = defaultdict(list)
         # Retries scheduled for this shard's rows, (due, tenant): claim again when due.
         self.retries: list[tuple[int, str]] = []
         self.idle = asyncio.Event()  # set after a claim pass found nothing to do
@@ -172,9 +174,11 @@ class _ClaimLoop:
 class Scheduler:
     def __init__(
         self, kernel: ActorKernel, app: App, worker_id: str, *, max_in_flight: int, sweep_s: float,
-        shards: int = 2, pools: dict[str, HostPool] | None = None,
+        shards: int = 2, pools: dict[str, HostPool] | None = None, code_version: str | None = None,
     ) -> None:
         self.kernel = kernel
+        # What each input it finishes is kept as having run on (store/inputs.py).
+        self.code_version = code_version
         # Actors whose process() runs in a host, and their pools (docs/advanced/hosts.md).
         self.pools = pools or {}
         self._app = app
@@ -292,6 +296,7 @@ class Scheduler:
         output: RunOutput | None = None  # what an isolated run printed, kept with its failure
         handed = False  # the host went to process(), which gives it back
         atomic: AtomicRun | None = None
+        tape = Tape()  # kept with the input when the run ends (tape.py)
         tracing = self.kernel.tracing
         span = None  # the attempt's span, ended with the attempt (tracing.py)
         if tracing.on:
@@ -312,12 +317,13 @@ class Scheduler:
                     raise LookupError(f"instance {row.instance_id} does not exist")
                 ops = OpHandler(
                     self.kernel, self._app, row.tenant, instance, Journal(row.qid, instance.instance_id),
-                    worker_id=self.worker_id, span=span,
+                    worker_id=self.worker_id, span=span, tape=tape,
                 )
                 if span is not None and instance.key is not None:
                     span.set_attribute("yoke.key", instance.key)
                 if definition.effects == "atomic":
                     atomic = ops.atomic = AtomicRun(self.kernel, instance, row)
+                    atomic.kept = lambda: self._kept(row, tape)
                 if atomic is not None and await atomic.start():
                     pass  # its run committed here before: commit() performs what it recorded
                 elif host is not None:
@@ -344,7 +350,7 @@ class Scheduler:
             error, tb = f"host failure: {exc}; the run's host was replaced", ""
         except asyncio.CancelledError:
             error, tb = "worker shut down during process()", ""
-            await self._settle(row, loop, definition, False, error, tb, cancelled=True)
+            await self._settle(row, loop, definition, False, error, tb, tape, cancelled=True)
             raise
         except Exception as exc:  # the actor's failure, recorded on the row
             error = f"{type(exc).__name__}: {exc}"
@@ -364,17 +370,21 @@ class Scheduler:
         if self.on_run is not None:
             self.on_run(row, started, finished, ok)
         metrics.observe_process(row, definition, ok, finished - started)
-        await self._settle(row, loop, definition, ok, error, tb, completed=atomic is not None)
+        await self._settle(row, loop, definition, ok, error, tb, tape, completed=atomic is not None)
+
+    def _kept(self, row: QueueRow, tape: Tape) -> Completion:
+        """Row ``row``'s run ended: the input to keep (store/inputs.py)."""
+        return Completion(row.qid, row.attempts, self.kernel.now_ms(), self.code_version, tape.json())
 
     async def _settle(
         self, row: QueueRow, loop: _ClaimLoop, definition: ActorDef, ok: bool, error: str, tb: str,
-        *, cancelled: bool = False, completed: bool = False,
+        tape: Tape, *, cancelled: bool = False, completed: bool = False,
     ) -> None:
         if ok:
             if completed:  # an atomic run's commit deleted it: claim the next rows
                 loop.wake(row.tenant)
                 return
-            loop.done[row.tenant].append((row.qid, row.attempts))
+            loop.done[row.tenant].append(self._kept(row, tape))
             loop.idle.clear()
             loop.wake_flag.set()
             return
@@ -394,6 +404,7 @@ class Scheduler:
             await self.kernel.actors().fail(
                 row.tenant, row.qid, row.attempts, retry_at=retry_at,
                 error=error[:MAX_ERROR_CHARS], traceback=tb[-MAX_ERROR_CHARS * 4 :],
+                kept=None if retry_at is not None else self._kept(row, tape),
             )
         except Exception:
             log.exception("could not record the failure of row %s; its lease will expire", row.qid)

@@ -1,4 +1,4 @@
-"""Actor commands over HTTP: ``instances list|create|show|remove|schedules|sql``
+"""Actor commands over HTTP: ``instances list|create|show|remove|schedules|inputs|sql``
 and ``dlq list|redrive|drop`` (docs/basics/actors.md)."""
 
 from __future__ import annotations
@@ -150,6 +150,40 @@ def instances_schedules(client: Remote, as_json: bool, instance_id: str) -> None
     """The instance's timers and cron schedules (ctx.schedules), by name."""
     listed = client.schedules(instance_id_of(client, instance_id))["schedules"]
     emit(listed, as_json, lambda v: table(v, SCHEDULE_COLUMNS, "(no schedules)"))
+
+
+INPUT_COLUMNS: list[Column] = [
+    ("SEQ", lambda r: r["seq"], ">"),
+    ("KIND", lambda r: r["kind"], "<"),
+    ("EVENT", lambda r: f"{r['path']}@{r['offset']}" if r["path"] is not None else "(sent)", "<"),
+    ("TYPE", lambda r: (r["event"] or {}).get("type", "?"), "<"),
+    ("OUTCOME", lambda r: r["outcome"] if r["outcome"] == "done" else f"dead: {first_line(r['error'], 60)}", "<"),
+    ("ATTEMPTS", lambda r: r["attempts"], ">"),
+    ("OPS", lambda r: len(r["ops"]), ">"),
+    ("PROCESSED", lambda r: when(r["processed_at"]), "<"),
+    ("CODE", lambda r: or_dash(r["code_version"]), "<"),
+]
+
+
+@instances.command("inputs")
+@argument("instance_id", INSTANCE_ID_HELP)
+@click.option("--after", default=0, show_default=True, type=click.IntRange(0), metavar="SEQ",
+              help="Inputs after this number (paging).")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000), metavar="N",
+              help="At most N inputs.")
+@http_command
+def instances_inputs(client: Remote, as_json: bool, instance_id: str, after: int, limit: int) -> None:
+    """The inputs the instance processed, in order: each event, message or
+    schedule firing, how its run ended, and what it did outside its state."""
+    page = client.inputs(instance_id_of(client, instance_id), after, limit)
+
+    def human(page: dict[str, Any]) -> str:
+        text = table(page["inputs"], INPUT_COLUMNS, "(no inputs kept)")
+        if page["next_after"] is not None:
+            text += f"\n(more: --after {page['next_after']})"
+        return text
+
+    emit(page, as_json, human)
 
 
 @instances.command("sql")

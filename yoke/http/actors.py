@@ -22,7 +22,8 @@ from .auth import ADMIN, READ, Principal, runtime_of
 from .pinned_listings import PinnedPaths
 from .responses import ERROR_RESPONSES, json_body, json_body_bytes, json_response, parse_json
 from .schemas import (
-    DeadRows, Dropped, Instance, InstanceCreated, InstanceDetail, InstanceList, InstanceRequest, QueueRows, Redriven,
+    DeadRows, Dropped, InputList, Instance, InstanceCreated, InstanceDetail, InstanceList, InstanceRequest, QueueRows,
+    Redriven,
     ScheduleList, SqlQuery, SqlResult, answer, request_body,
 )
 from .streams import object_body
@@ -195,6 +196,32 @@ async def queue(
 async def schedules(request: Request, instance_id: str = INSTANCE_ID, principal: Principal = READ) -> Response:
     listed = await instances_of(request, principal).schedules(instance_id_of(instance_id))
     return json_response({"schedules": [schedule_json(s) for s in listed]})
+
+
+@router.get(
+    "/{instance_id}/inputs", responses={200: answer(InputList, "Its kept inputs, oldest first")},
+    summary="The inputs an instance processed, in order (docs/advanced/forks.md)",
+)
+async def inputs(
+    request: Request,
+    instance_id: str = INSTANCE_ID,
+    after: int = Query(0, ge=0, le=2**63 - 1, description="Inputs after this number"),
+    upto: int | None = Query(None, ge=0, le=2**63 - 1, description="Up to this number"),
+    limit: int = Query(100, ge=1, le=1000),
+    principal: Principal = READ,
+) -> Response:
+    page = await instances_of(request, principal).inputs(
+        instance_id_of(instance_id), after=after, upto=upto, limit=limit
+    )
+    pins = PinnedPaths(runtime_of(request), principal.tenant)
+    listed = []
+    for record in page.inputs:
+        d = record.as_dict()
+        if await pins.pinned(record.path):  # as its queue row shows: without its texts
+            d["event"] = d["error"] = None
+            d["ops"] = []
+        listed.append(d)
+    return json_response({"inputs": listed, "next_after": page.next_after})
 
 
 @router.post(

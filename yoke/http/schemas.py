@@ -913,6 +913,44 @@ class Dropped(BaseModel):
     dropped: int
 
 
+INPUT_EXAMPLE = {
+    "seq": 3, "kind": "event", "path": "/orders/A-1", "offset": 2, "event": EVENT_EXAMPLE, "attempts": 1,
+    "outcome": "done", "error": None, "enqueued_at": AT, "started_at": AT, "processed_at": AT,
+    "code_version": "2026.12.1",
+    "ops": [{"op": "stream_append", "params": {"event": {"type": "order.billed"}, "stream": "/billing"},
+             "answer": {"offset": 9, "id": "evt_01JQ..."}}],
+}  # fmt: skip
+
+
+class InputOp(BaseModel):
+    op: str = Field(description="The op's name (stream_append, schedules_upsert, portal_call...)")
+    params: JsonObject
+    answer: Json | None = Field(default=None, description="What the op answered (absent: it failed)")
+    error: JsonObject | None = Field(default=None, description="{code, message} of the error it raised")
+
+
+class Input(BaseModel):
+    seq: int = Field(description="The input's number in its instance: 1, 2, ... in the order runs ended")
+    kind: Literal["event", "message", "schedule", "direct"]
+    path: str | None = Field(description="The stream the event came from (null: sent directly)")
+    offset: int | None
+    event: JsonObject | None = Field(description="The event as the run got it (null: its stream pins its data)")
+    attempts: int = Field(description="The attempt that ended it")
+    outcome: Literal["done", "dead"] = Field(description="done: process() returned; dead: dead-lettered")
+    error: str | None = Field(description="A dead-lettered input's last error")
+    enqueued_at: Millis
+    started_at: int | None
+    processed_at: Millis
+    code_version: str | None = Field(description="The code that ran it (the deployment's version)")
+    ops: list[InputOp] = Field(description="What the run did and read outside its database, in call order")
+
+
+class InputList(BaseModel):
+    model_config = config({"inputs": [INPUT_EXAMPLE], "next_after": None})
+    inputs: list[Input]
+    next_after: int | None = Field(description="Pass as ?after= for the next page (null: the last page)")
+
+
 SCHEDULE_EXAMPLE = {
     "name": "reminder", "due_at": AT, "cron": "0 9 * * *", "event": {"type": "reminder.due", "payload": {}},
     "stream": None, "created_at": AT,

@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol
 import orjson
 
 from ..events import PreparedEvent
+from .inputs import Completion
 from .results import Outcome
 
 
@@ -203,6 +204,12 @@ class RunCommit:
     instances: list[InstanceInfo] = field(default_factory=list)
     stream_ids: dict[str, str] = field(default_factory=dict)  # a new lifetime id per path appended to
     state: bytes | None = None  # the instance database's image (pg_sqlite storage)
+    # The row kept as the instance's input (store/inputs.py): by what code, with what tape.
+    code_version: str | None = None
+    tape: str | None = None
+
+    def completion(self) -> Completion:
+        return Completion(self.qid, self.attempts, 0, self.code_version, self.tape)
 
     def by_stream(self) -> list[tuple[str, list[RunAppend]]]:
         """The appends per stream, streams in path order (the order their
@@ -303,7 +310,7 @@ class ActorStore(Protocol):
 
     async def claim(
         self, tenant: str, worker_id: str, policies: Sequence[Policy], now: int, limit: int,
-        done: Sequence[tuple[int, int]] = (),
+        done: Sequence[Completion | tuple[int, int]] = (),
         shard: tuple[int, int] = (0, 1),
     ) -> list[QueueRow]:
         """One round trip: delete the finished rows ``done`` (as ``complete``),
@@ -314,14 +321,18 @@ class ActorStore(Protocol):
         group), no more per group than the policy's concurrency minus the
         rows holding an unexpired lease."""
 
-    async def complete(self, tenant: str, done: Sequence[tuple[int, int]]) -> None:
-        """Delete processed rows, given as (qid, attempts) of their claim."""
+    async def complete(self, tenant: str, done: Sequence[Completion | tuple[int, int]]) -> None:
+        """Delete processed rows, given as (qid, attempts) of their claim,
+        each kept as its instance's input (store/inputs.py) in the same
+        transaction."""
 
     async def fail(
         self, tenant: str, qid: int, attempts: int, *, retry_at: int | None, error: str,
-        traceback: str,
+        traceback: str, kept: Completion | None = None,
     ) -> None:
-        """Back to pending due at ``retry_at``, or dead when it is None."""
+        """Back to pending due at ``retry_at``, or dead when it is None: then
+        kept as its instance's input (``kept`` says by what code, with what
+        tape), dead-lettered, in the same transaction."""
 
     async def queue_rows(
         self, tenant: str, instance_id: str, status: str | None, limit: int

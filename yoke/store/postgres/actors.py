@@ -38,6 +38,7 @@ from ..actors import (
     message_record,
     new_instance_id,
 )
+from ..inputs import Completion, completions
 from ..results import Outcome
 from ..rows import (
     INSTANCE_COLUMNS,
@@ -50,6 +51,7 @@ from ..rows import (
     schedule_from_row,
 )
 
+from . import inputs
 from .catalogue import forget_instance
 from .listener import QUEUE_CHANNEL
 
@@ -62,11 +64,14 @@ if TYPE_CHECKING:
 DB_NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
 
-# Completing finished rows and claiming the next ones is one round trip:
-# the yoke_claim_in_turns function (functions/yoke_claim_in_turns.sql), which
+# Completing finished rows (kept as inputs) and claiming the next ones is one
+# round trip: the yoke_complete_and_claim function
+# (functions/yoke_complete_and_claim.sql), whose claim (yoke_claim_in_turns)
 # begins after the group where this worker's last pass stopped and returns,
 # with each row it claimed, the group the next pass begins after.
-CLAIM = "SELECT * FROM yoke_claim_in_turns($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+CLAIM = (
+    "SELECT * FROM yoke_complete_and_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+)
 # The first key of the two-key advisory lock on a worker's claims (the second
 # is a hash of its id): shared by the claims, exclusive in release_excess.
 CLAIM_LOCK = 24065
@@ -154,7 +159,7 @@ class PgActorStore:
             )
             if row is None:
                 return None
-            for table in ("actor_queue", "actor_schedules", "actor_sqlite"):
+            for table in ("actor_queue", "actor_schedules", "actor_sqlite", "actor_inputs"):
                 await conn.execute(f"DELETE FROM {table} WHERE tenant_id=$1 AND instance_id=$2", tenant, instance_id)
             await forget_instance(conn, tenant, instance_id)
             if row["filter"] is not None:
@@ -299,30 +304,36 @@ class PgActorStore:
 
     async def claim(
         self, tenant: str, worker_id: str, policies: Sequence[Policy], now: int, limit: int,
-        done: Sequence[tuple[int, int]] = (),
+        done: Sequence[Completion | tuple[int, int]] = (),
         shard: tuple[int, int] = (0, 1),
     ) -> list[QueueRow]:
         resume = (tenant, worker_id, shard)
         start = self._claim_from.get(resume, ("", ""))
+        done = completions(done)
+        at = self._db.now_ms() if done else 0
         rows = await self._db.fetch(
             CLAIM, tenant, worker_id,
             [p.actor for p in policies], [p.concurrency for p in policies],
             [p.lease_ms for p in policies], now, limit,
-            [d[0] for d in done], [d[1] for d in done], shard[0], shard[1], *start,
+            [d.qid for d in done], [d.attempts for d in done], [d.processed_at or at for d in done],
+            [d.code_version for d in done], [d.tape for d in done], shard[0], shard[1], *start,
         )
         if limit > 0:
             # Each row names the group the next pass begins after; none: from the first.
             self._claim_from[resume] = (rows[0][-2], rows[0][-1]) if rows else ("", "")
         return sorted((queue_row_from_row(r[:-2]) for r in rows), key=lambda q: (-q.priority, q.qid))
 
-    async def complete(self, tenant: str, done: Sequence[tuple[int, int]]) -> None:
+    async def complete(self, tenant: str, done: Sequence[Completion | tuple[int, int]]) -> None:
         await self.claim(tenant, "", (), 0, 0, done)
 
     async def fail(
         self, tenant: str, qid: int, attempts: int, *, retry_at: int | None, error: str,
-        traceback: str,
+        traceback: str, kept: Completion | None = None,
     ) -> None:
         async with self._tx(tenant) as conn:
+            if retry_at is None:  # buried: kept as the instance's input
+                await inputs.record(conn, tenant, kept or Completion(qid, attempts), self._db.now_ms(),
+                                    "dead", error)
             await conn.execute(
                 "UPDATE actor_queue SET status=CASE WHEN $3::bigint IS NULL THEN 'dead' ELSE 'pending' END,"
                 " available_at=coalesce($3, available_at), lease_until=NULL, worker_id=NULL,"
@@ -750,6 +761,7 @@ class PgActorStore:
     async def commit_run(self, tenant: str, run: RunCommit, now: int) -> tuple[str, str | None]:
         try:
             async with self._tx(tenant) as conn:
+                await inputs.record(conn, tenant, run.completion(), now)
                 if await conn.execute(
                     "DELETE FROM actor_queue WHERE tenant_id=$1 AND qid=$2 AND attempts=$3"
                     " AND status='processing'",

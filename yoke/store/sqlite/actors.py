@@ -38,6 +38,7 @@ from ..actors import (
     message_record,
     new_instance_id,
 )
+from ..inputs import Completion, completions
 from ..results import Outcome
 from ..rows import (
     INSTANCE_COLUMNS,
@@ -50,6 +51,7 @@ from ..rows import (
     schedule_from_row,
 )
 
+from . import inputs
 from .catalogue import forget_instance
 
 if TYPE_CHECKING:
@@ -165,7 +167,7 @@ class SqliteActorStore:
                 if row is None:
                     return None
                 info = instance_from_row(row)
-                for table in ("actor_queue", "actor_schedules", "actor_sqlite"):
+                for table in ("actor_queue", "actor_schedules", "actor_sqlite", "actor_inputs"):
                     conn.execute(f"DELETE FROM {table} WHERE tenant_id=? AND instance_id=?", (tenant, instance_id))
                 forget_instance(conn, tenant, info.actor, instance_id)
                 if info.filter is not None:
@@ -355,7 +357,7 @@ class SqliteActorStore:
 
     async def claim(
         self, tenant: str, worker_id: str, policies: Sequence[Policy], now: int, limit: int,
-        done: Sequence[tuple[int, int]] = (),
+        done: Sequence[Completion | tuple[int, int]] = (),
         shard: tuple[int, int] = (0, 1),
     ) -> list[QueueRow]:
         by_actor = {p.actor: p for p in policies}
@@ -433,23 +435,29 @@ class SqliteActorStore:
         found.sort(key=lambda c: (-c[0], c[1]))
         return found[:limit]
 
-    @staticmethod
-    def _complete(conn: sqlite3.Connection, tenant: str, done: Sequence[tuple[int, int]]) -> None:
+    def _complete(self, conn: sqlite3.Connection, tenant: str, done: Sequence[Completion | tuple[int, int]]) -> None:
+        if not done:
+            return
+        done = completions(done)
+        inputs.record(conn, tenant, done, self._db.now_ms())  # kept as the instance's inputs first
         conn.executemany(
             "DELETE FROM actor_queue WHERE tenant_id=? AND qid=? AND attempts=?"
             " AND status='processing'",
-            [(tenant, qid, attempts) for qid, attempts in done],
+            [(tenant, c.qid, c.attempts) for c in done],
         )
 
-    async def complete(self, tenant: str, done: Sequence[tuple[int, int]]) -> None:
+    async def complete(self, tenant: str, done: Sequence[Completion | tuple[int, int]]) -> None:
         await self.claim(tenant, "", (), 0, 0, done)
 
     async def fail(
         self, tenant: str, qid: int, attempts: int, *, retry_at: int | None, error: str,
-        traceback: str,
+        traceback: str, kept: Completion | None = None,
     ) -> None:
         def run() -> None:
             with self._tx() as conn:
+                if retry_at is None:  # buried: kept as the instance's input
+                    inputs.record(conn, tenant, [kept or Completion(qid, attempts)], self._db.now_ms(),
+                                  "dead", error)
                 conn.execute(
                     "UPDATE actor_queue SET status=?, available_at=coalesce(?, available_at),"
                     " lease_until=NULL, worker_id=NULL, last_error=?, last_traceback=?,"
@@ -903,6 +911,7 @@ class SqliteActorStore:
 
     async def commit_run(self, tenant: str, run: RunCommit, now: int) -> tuple[str, str | None]:
         def apply(conn: sqlite3.Connection) -> tuple[str, str | None]:
+            inputs.record(conn, tenant, [run.completion()], now)
             if conn.execute(
                 "DELETE FROM actor_queue WHERE tenant_id=? AND qid=? AND attempts=? AND status='processing'",
                 (tenant, run.qid, run.attempts),

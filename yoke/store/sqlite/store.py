@@ -31,6 +31,7 @@ from .actors import SqliteActorStore
 from .catalogue import SqliteCatalogue
 from .appends import SqliteAppends
 from .connection import SqliteDb, path_from_url
+from .inputs import SqliteInputs
 from .consumers import SqliteConsumers
 from .durable_streams import SqliteProtocolStore
 from .objects import SqliteObjects
@@ -62,6 +63,7 @@ class SqliteStore(ConcernParts):
         self.protocol = SqliteProtocolStore(db, appends)
         self.outbox = SqliteOutboxStore(db, appends)
         self.catalogue = SqliteCatalogue(db)
+        self.inputs = SqliteInputs(db)
 
     async def start(
         self, on_wakeup: WakeupCallback, on_resync: Callable[[], None],
