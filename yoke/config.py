@@ -167,6 +167,8 @@ class Settings:
     reload: bool = False
     # The deployment version (subscriptions resume halted deliveries on a new one).
     deploy_version: str = ""
+    # How long a fork of an instance is kept before it expires (docs/advanced/forks.md).
+    fork_ttl_s: float = 7 * 86400.0
     # Actors' retries (docs/basics/actors.md#queues-retries-dead-letters):
     # attempts before a row is dead and the backoff (doubling from base to
     # max, +-20% jitter) for every actor, and per actor as a JSON object

@@ -216,6 +216,29 @@ class InstanceNotFound(YokeError):
     http_status = 404
 
 
+class ForkNotFound(YokeError):
+    """No such fork in this tenant (or it expired)."""
+
+    code = "fork_not_found"
+    http_status = 404
+
+
+class InputsPruned(YokeError):
+    """The instance's first inputs were pruned by its actor's retention: a
+    fork, which replays from the instance's creation, cannot be made."""
+
+    code = "inputs_pruned"
+    http_status = 409
+
+
+class ForkRefused(YokeError):
+    """A fork's run asked for something a fork cannot do (read the outside
+    world where the original run did not): that run fails, in the report."""
+
+    code = "fork_refused"
+    http_status = 409
+
+
 class PortalNotFound(YokeError):
     """No portal with that name."""
 

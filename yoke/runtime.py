@@ -16,7 +16,9 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from . import errors, metrics
+from .applications import load
 from .actors.app import App, app_spec, per_actor_retry, with_retry_settings
+from .actors.forks import Forks
 from .actors.executor import Executor
 from .actors.instances import Instances
 from .actors.kernel import ActorKernel, ActorSettings
@@ -118,10 +120,12 @@ class Runtime:
         self.actor_kernel = ActorKernel(
             actors=lambda: self.store.actors,
             inputs=lambda: self.store.inputs,
+            forks=lambda: self.store.forks,
             read=lambda tenant, path, after, limit: self.store.read(tenant, path, after, limit),
             stream=self.stream, appended=self.appends.appended, hub=self.hub, signals=self.signals,
             evaluations=self.evaluations, state_databases=self.state_databases, state_home=self.state_home,
             settings=ActorSettings.from_settings(settings), clock=clock, tracing=self.tracing,
+            load_app=load,
         )
         self.protocol_streams = ProtocolStreams(lambda: self.store.protocol, self.hub, self.stream, clock)
         self.tokens = Tokens(self._store, clock)
@@ -309,6 +313,11 @@ class Runtime:
         if not self._started:
             raise errors.RuntimeClosed("the runtime is not open")
         return Instances(self.actor_kernel, tenant, app=self.app, worker_id=self.worker_id)
+
+    def forks(self, tenant: str = "default") -> Forks:
+        """Forks of ``tenant``'s instances: made, listed, diffed, discarded
+        (docs/advanced/forks.md)."""
+        return self.instances(tenant).forks()
 
     def failures(self, tenant: str = "default") -> Failures:
         """The failures inbox of ``tenant``: dead letters, halted subscriptions

@@ -38,6 +38,10 @@ class Ops(Protocol):
         """The runtime's clock, in seconds since the epoch."""
         ...
 
+    def random(self) -> float:
+        """A number in [0, 1) from the run's seed (kept on its tape)."""
+        ...
+
 
 def as_epoch_s(at: Any) -> Any:
     """``at`` as epoch seconds: datetimes are converted, numbers pass."""
@@ -218,6 +222,12 @@ class BaseContext:
         retries and event times follow, and what a test's virtual clock
         moves (``time.time()`` stays the machine's)."""
         return dt.datetime.fromtimestamp(self.ops.now(), dt.timezone.utc)
+
+    def random(self) -> float:
+        """A random number in [0, 1), drawn from a seed the run keeps with
+        its input: a fork replays the same draws (docs/advanced/forks.md),
+        where ``random.random()`` would draw others."""
+        return self.ops.random()
 
     async def append(self, event: Mapping[str, Any], stream: str = "/") -> dict[str, Any]:
         """Append to one of the tenant's streams (default: the global stream

@@ -17,16 +17,15 @@ from ..routing.filters import Filter
 from ..routing.index import MAX_KEY_CHARS, SINGLETON_KEY
 from ..store.actors import Effect, InstanceInfo, QueueDepth, QueueRow, Schedule, new_instance_id
 from ..store.inputs import InputPage
-from .state import InstanceDatabase, QueryResult
+from .state import InstanceDatabase, QueryResult, check_query
 
 if TYPE_CHECKING:
     from .app import App
+    from .forks import Fork, Forks
     from .kernel import ActorKernel
 
 MAX_QID = 2**63 - 1
 MAX_QIDS = 10_000  # queue row ids one redrive or drop names
-MAX_QUERY_ROWS = 10_000  # rows one read-only query answers
-MAX_QUERY_S = 30.0  # seconds one read-only query may run
 
 T = TypeVar("T")
 
@@ -211,17 +210,30 @@ class Instances:
         ``ctx.sqlite`` tables and ``_yoke_state``): at most ``max_rows`` rows
         (1-10000) and ``timeout_s`` seconds (0-30). Anything that would write,
         attach or set a pragma is refused (invalid_input)."""
-        if not isinstance(max_rows, int) or isinstance(max_rows, bool) or not 1 <= max_rows <= MAX_QUERY_ROWS:
-            raise errors.InvalidInput(f"max_rows must be 1-{MAX_QUERY_ROWS}", field="max_rows")
-        if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or not 0 < timeout_s <= MAX_QUERY_S:
-            raise errors.InvalidInput(f"timeout_s must be more than 0 and at most {MAX_QUERY_S}", field="timeout_s")
-        if not isinstance(params, (list, tuple)) or not all(_sql_value(v) for v in params):
-            raise errors.InvalidInput(
-                "params must be a list of strings, numbers (64-bit integers), booleans or nulls", field="params"
-            )
+        check_query(params, max_rows, timeout_s)
         return await self._on_database(
             instance_id, lambda db: db.read_only(sql, params, max_rows=max_rows, timeout_s=float(timeout_s))
         )
+
+    async def image(self, instance_id: str) -> bytes:
+        """The instance's database as one serialized image (a fork's diff)."""
+        return await self._on_database(instance_id, lambda db: db.image())
+
+    def forks(self) -> Forks:
+        """The tenant's forks (docs/advanced/forks.md)."""
+        from .forks import Forks  # forks.py builds on this module
+
+        return Forks(self._kernel, self.tenant, self.get, self.image, app=self._app,
+                     load_app=self._kernel.load_app, ttl_s=self._kernel.settings.fork_ttl_s)
+
+    async def fork(
+        self, instance_id: str, upto: int | None = None, app: App | str | None = None,
+        edits: Sequence[dict[str, Any]] | None = None,
+    ) -> Fork:
+        """A sandboxed replay of the instance's inputs 1..``upto`` (all:
+        None) under ``app`` (default: this runtime's application), with
+        ``edits``: its handle (docs/advanced/forks.md)."""
+        return await self.forks().create(instance_id, upto=upto, app=app, edits=edits)
 
     async def _on_database(self, instance_id: str, work: Callable[[InstanceDatabase], Awaitable[T]]) -> T:
         """``work`` on the instance's database. The process that runs the
@@ -292,13 +304,6 @@ class Instances:
         """Delete dead rows (all, or those listed)."""
         await self.get(instance_id)
         return await self._store.drop_dead(self.tenant, instance_id, _qids(qids))
-
-
-def _sql_value(value: Any) -> bool:
-    """A value SQLite can bind."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return -(2**63) <= value < 2**63
-    return value is None or isinstance(value, (bool, float, str))
 
 
 def _qids(qids: Sequence[int] | None) -> list[int] | None:

@@ -9,7 +9,8 @@ that a test moves).
 
 - ``actors()``: the actor store; raises ``RuntimeClosed`` once the runtime
   closed (the closed gate stays exact however a component was built).
-- ``inputs()``: the instances' kept inputs (store/inputs.py), as ``actors()``.
+- ``inputs()``, ``forks()``: the instances' kept inputs and their forks
+  (store/inputs.py, store/forks.py), as ``actors()``.
 - ``read(tenant, path, after, limit)``: a page of a stream's durable events
   (fan-out).
 - ``stream(path, tenant, *, caller=...)``: the ``Stream`` handle at a path;
@@ -24,6 +25,8 @@ that a test moves).
   (opened on first use); ``state_home``: the guard that checks where they
   live before one is read.
 - ``tracing``: where run attempts' spans go (``tracing.py``).
+- ``load_app``: loads an application by ``"module:attribute"`` (a fork
+  under other code).
 """
 
 from __future__ import annotations
@@ -40,7 +43,9 @@ if TYPE_CHECKING:
     from ..config import Settings
     from ..routing.evaluation import Evaluations
     from ..store.actors import ActorStore
+    from ..store.forks import ForkStore
     from ..store.inputs import InputStore
+    from .app import App
     from ..store.contract import ReadPage
     from ..streams.stream import Stream
     from ..streams.rules import Caller
@@ -69,6 +74,7 @@ class ActorSettings:
     worker_heartbeat_s: float = 1.0
     worker_stale_s: float = 10.0
     deploy_version: str = ""
+    fork_ttl_s: float = 7 * 86400.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ActorSettings:
@@ -79,6 +85,7 @@ class ActorSettings:
 class ActorKernel:
     actors: Callable[[], ActorStore]
     inputs: Callable[[], InputStore]
+    forks: Callable[[], ForkStore]
     read: Callable[[str, str, int, int], Awaitable[ReadPage]]
     stream: OpenStream
     appended: Callable[[str, str, int], None]
@@ -90,6 +97,7 @@ class ActorKernel:
     settings: ActorSettings
     clock: Clock = SYSTEM
     tracing: Tracing = Tracing()  # run attempts' spans (off unless a provider is installed)
+    load_app: Callable[[str], App] | None = None  # an application by "module:attribute" (a fork's)
 
     def now_ms(self) -> int:
         """The clock's wall time in milliseconds, as the store keeps it."""

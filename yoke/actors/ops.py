@@ -13,6 +13,8 @@ import asyncio
 import datetime as dt
 import logging
 import math
+import random
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -105,6 +107,7 @@ class OpHandler:
         self.instance = instance
         self.journal = journal
         self.atomic: AtomicRun | None = None  # an atomic run's: effects wait for its commit
+        self._rng: random.Random | None = None  # ctx.random()'s, seeded on first use
 
     async def call(self, method: str, params: dict[str, Any]) -> Any:
         handler = OPS.get(method)
@@ -157,6 +160,21 @@ class OpHandler:
     def now(self) -> float:
         now = self.kernel.clock.wall()
         return now if self.tape is None else self.tape.reading(now)
+
+    def random(self) -> float:
+        if self._rng is None:
+            seed = secrets.randbits(64)
+            if self.tape is not None:
+                self.tape.seed = seed
+            self._rng = random.Random(seed)
+        return self._rng.random()
+
+    def seed(self) -> int:
+        """A host run's seed for its ctx.random() (kept on the tape)."""
+        seed = secrets.randbits(64)
+        if self.tape is not None:
+            self.tape.seed = seed
+        return seed
 
     def clock_reading(self) -> tuple[float, bool]:
         """The clock a host's run starts from (its ctx.now() runs on from it)."""

@@ -53,7 +53,11 @@ MAX_INSTANCES = 100_000  # instances whose row is cached
 
 
 def event_from_queue(row: QueueRow) -> Event:
-    d = row.event
+    return event_from_document(row.tenant, row.event)
+
+
+def event_from_document(tenant: str, d: dict) -> Event:
+    """The event a run gets, from its queue row's (or kept input's) document."""
     return Event(
         offset=d.get("offset") or 0,
         id=d["id"],
@@ -66,7 +70,7 @@ def event_from_queue(row: QueueRow) -> Event:
         priority=d.get("priority") or 0,
         group_id=d.get("group_id"),
         idempotency_key=d.get("idempotency_key"),
-        tenant=row.tenant,
+        tenant=tenant,
         path=d.get("path"),  # type: ignore[arg-type]  # None for events sent directly
     )
 

@@ -62,6 +62,8 @@ SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} ("
     " id INTEGER PRIMARY KEY CHECK (id = 1), value TEXT NOT NULL, version INTEGER NOT NULL)"
 )
+MAX_QUERY_ROWS = 10_000  # rows one read-only query answers
+MAX_QUERY_S = 30.0  # seconds one read-only query may run
 # Statements that only read; anything else counts as a write to persist.
 _READ_ONLY = re.compile(r"\s*(SELECT|WITH|EXPLAIN|PRAGMA\s+\w+\s*$)", re.IGNORECASE)
 
@@ -320,6 +322,14 @@ class InstanceDatabase:
             return (None, 0) if row is None else (orjson.loads(row[0]), row[1])
 
         return await self._run(get, write=False)
+
+    async def image(self) -> bytes:
+        """The database as one serialized image (a fork's, its diff's), in
+        rollback-journal mode: a WAL file's image opens in memory only so."""
+        image = bytearray(await self._run(lambda conn: conn.serialize(), write=False))
+        if len(image) > 19:
+            image[18] = image[19] = 1  # the file format's write and read versions: 2 is WAL
+        return bytes(image)
 
     async def state_set(self, value: Any) -> int:
         text = _dump_state(value)
@@ -669,6 +679,25 @@ def _read_only_authorizer(action: int, arg1: str | None, arg2: str | None, _db: 
 
 def _dump_state(value: Any) -> str:
     return json_text(value, "state")
+
+
+def check_query(params: Any, max_rows: Any, timeout_s: Any) -> None:
+    """A read-only query's params and limits (instances.query, a fork's)."""
+    if not isinstance(max_rows, int) or isinstance(max_rows, bool) or not 1 <= max_rows <= MAX_QUERY_ROWS:
+        raise errors.InvalidInput(f"max_rows must be 1-{MAX_QUERY_ROWS}", field="max_rows")
+    if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or not 0 < timeout_s <= MAX_QUERY_S:
+        raise errors.InvalidInput(f"timeout_s must be more than 0 and at most {MAX_QUERY_S}", field="timeout_s")
+    if not isinstance(params, (list, tuple)) or not all(_sql_value(v) for v in params):
+        raise errors.InvalidInput(
+            "params must be a list of strings, numbers (64-bit integers), booleans or nulls", field="params"
+        )
+
+
+def _sql_value(value: Any) -> bool:
+    """A value SQLite can bind."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return -(2**63) <= value < 2**63
+    return value is None or isinstance(value, (bool, float, str))
 
 
 def _check_sql(sql: str) -> None:

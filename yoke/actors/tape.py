@@ -30,6 +30,7 @@ class Tape:
     def __init__(self) -> None:
         self.ops: list[dict[str, Any]] = []
         self.now: list[float] = []
+        self.seed: int | None = None  # ctx.random()'s
 
     def op(self, method: str, params: dict[str, Any], answer: Any) -> None:
         self.ops.append({"op": method, "params": params, "answer": answer})
@@ -48,6 +49,9 @@ class Tape:
 
     def json(self) -> str | None:
         """As kept with the input (None: the run did nothing outside)."""
-        if not self.ops and not self.now:
+        if not self.ops and not self.now and self.seed is None:
             return None
-        return orjson.dumps({"ops": self.ops, "now": self.now}).decode()
+        tape: dict[str, Any] = {"ops": self.ops, "now": self.now}
+        if self.seed is not None:
+            tape["seed"] = self.seed
+        return orjson.dumps(tape).decode()

@@ -51,6 +51,10 @@ class RunOps(Protocol):
         (False: a test's virtual clock, standing still during a run)."""
         ...
 
+    def seed(self) -> int:
+        """The seed of the run's ctx.random() (kept with its input)."""
+        ...
+
 # What a host is started without: the kernel's settings (database URL,
 # tokens) and the usual database credentials.
 SCRUBBED_ENV_PREFIXES = ("YOKE_", "PG", "DATABASE_URL", "AWS_")
@@ -359,6 +363,7 @@ class HostPool:
                 "instance": instance_dict(instance), "event": event.to_dict(), "attempt": attempt,
                 "queue_row": None if ops.journal is None else ops.journal.qid,
                 "clock": dict(zip(("now", "runs"), ops.clock_reading(), strict=True)),
+                "seed": ops.seed(),
             }
             if trace:
                 params["trace"] = trace

@@ -14,6 +14,7 @@ import contextvars
 import ctypes
 import io
 import os
+import random
 import resource
 import signal
 import socket
@@ -77,7 +78,7 @@ class RemoteOps:
     (``call``, ``tenant``, ``update_lock``), each call a message."""
 
     def __init__(self, connection: Connection, run: int, tenant: str, locks: dict[str, asyncio.Lock],
-                 instance_id: str, clock: dict[str, Any] | None = None) -> None:
+                 instance_id: str, clock: dict[str, Any] | None = None, seed: int | None = None) -> None:
         self._connection = connection
         # The runtime's clock at the run's start; it runs on with this
         # process's unless it stands still (a test's virtual clock).
@@ -88,9 +89,16 @@ class RemoteOps:
         self.tenant = tenant
         self._locks = locks
         self._instance_id = instance_id
+        self._seed = seed  # the kernel's, kept with the run's input
+        self._rng: random.Random | None = None
 
     async def call(self, method: str, params: dict[str, Any]) -> Any:
         return await self._connection.call(self._run, method, params)
+
+    def random(self) -> float:
+        if self._rng is None:
+            self._rng = random.Random(self._seed)
+        return self._rng.random()
 
     def now(self) -> float:
         if self._started is None:
@@ -234,7 +242,7 @@ class Host:
         instance = InstanceInfo(**params["instance"])
         event = Event(**params["event"])
         ops = RemoteOps(self.connection, params["run"], instance.tenant, self.locks, instance.instance_id,
-                        params.get("clock"))
+                        params.get("clock"), params.get("seed"))
         ctx = Context(ops, instance, event, params["attempt"], params.get("queue_row"))  # type: ignore[arg-type]
         token = CURRENT_RUN.set(params["run"])
         # The attempt's trace context, current around the handler: its own

@@ -39,6 +39,7 @@ from .results import (
 if TYPE_CHECKING:
     from .actors import ActorStore
     from .catalogue import CatalogueStore
+    from .forks import ForkStore
     from .inputs import InputStore
     from .durable_streams import Guard, GuardOutcome, ProtocolStore
     from .outbox import OutboxStore
@@ -54,6 +55,7 @@ class Store(Protocol):
     outbox: OutboxStore  # input records' delivery outbox (store/outbox.py)
     catalogue: CatalogueStore  # the SQL catalogue's mirror and queries (store/catalogue.py)
     inputs: InputStore  # instances' kept inputs (store/inputs.py)
+    forks: ForkStore  # forks of instances (store/forks.py)
 
     # Whether ephemeral events travel between processes (PostgreSQL): then
     # ``commit`` relays them and ``on_ephemeral`` receives other processes'.

@@ -45,6 +45,7 @@ from .actors import PgActorStore
 from .catalogue import SQL_QUERY_CONNECTIONS, PgCatalogue
 from .appends import APPEND, APPEND_IN_LIFETIME, APPEND_RELAY, PgAppends, append_args, commit_result
 from .connection import COMMAND_TIMEOUT_S, CONNECT_TIMEOUT_S, PgDb, connect, connect_failed
+from .forks import PgForks
 from .inputs import PgInputs
 from .consumers import PgConsumers
 from .durable_streams import PgProtocolStore
@@ -160,6 +161,7 @@ class PostgresStore(ConcernParts):
         self.outbox = PgOutboxStore(db, appends)
         self.catalogue = PgCatalogue(db)
         self.inputs = PgInputs(db)
+        self.forks = PgForks(db)
         self._relay_channel: str | None = None  # secret: migration 0008
         self._barrier_prefix = os.urandom(6).hex()
         self._barriers = itertools.count()

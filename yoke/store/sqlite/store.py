@@ -31,6 +31,7 @@ from .actors import SqliteActorStore
 from .catalogue import SqliteCatalogue
 from .appends import SqliteAppends
 from .connection import SqliteDb, path_from_url
+from .forks import SqliteForks
 from .inputs import SqliteInputs
 from .consumers import SqliteConsumers
 from .durable_streams import SqliteProtocolStore
@@ -64,6 +65,7 @@ class SqliteStore(ConcernParts):
         self.outbox = SqliteOutboxStore(db, appends)
         self.catalogue = SqliteCatalogue(db)
         self.inputs = SqliteInputs(db)
+        self.forks = SqliteForks(db)
 
     async def start(
         self, on_wakeup: WakeupCallback, on_resync: Callable[[], None],

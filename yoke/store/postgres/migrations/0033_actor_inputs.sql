@@ -45,6 +45,39 @@ CREATE POLICY tenant_isolation ON actor_inputs
     WITH CHECK (tenant_id = current_setting('yoke.tenant', true));
 GRANT SELECT, INSERT, DELETE ON actor_inputs TO yoke_runtime;
 
+-- Forks of instances (yoke/store/forks.py, docs/advanced/forks.md): a
+-- sandboxed replay of an instance's inputs 1..upto (NULL: all) under the
+-- application's code or another (app: its "module:attribute", NULL: the
+-- application of the process that made it), with its input edits, the
+-- summary and report of its runs (what each did, its errors) and the
+-- image of the SQLite database it ended with. Discarded by hand, or once
+-- expires_at passed.
+CREATE TABLE actor_forks (
+    tenant_id   text    NOT NULL,
+    fork_id     text    NOT NULL,
+    instance_id text    NOT NULL,
+    actor       text    NOT NULL,
+    key         text    NOT NULL,
+    upto        bigint,
+    app         text,
+    edits       json    NOT NULL,
+    summary     json    NOT NULL,
+    report      json    NOT NULL,
+    image       bytea   NOT NULL,
+    created_at  bigint  NOT NULL,
+    expires_at  bigint  NOT NULL,
+    PRIMARY KEY (tenant_id, fork_id)
+);
+CREATE INDEX actor_forks_instance ON actor_forks (tenant_id, instance_id, fork_id);
+CREATE INDEX actor_forks_expiry ON actor_forks (tenant_id, expires_at);
+
+ALTER TABLE actor_forks ENABLE ROW LEVEL SECURITY;
+ALTER TABLE actor_forks FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON actor_forks
+    USING (tenant_id = current_setting('yoke.tenant', true))
+    WITH CHECK (tenant_id = current_setting('yoke.tenant', true));
+GRANT SELECT, INSERT, DELETE ON actor_forks TO yoke_runtime;
+
 -- Completions kept as inputs, then the claim: yoke_claim_in_turns after the
 -- finished rows (p_done, claimed at p_done_attempts, finished at
 -- p_done_at by p_done_versions, with p_done_tapes) were recorded and

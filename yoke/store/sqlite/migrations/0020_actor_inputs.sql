@@ -1,6 +1,6 @@
--- An instance's inputs, kept (yoke/store/inputs.py, docs/advanced/forks.md).
--- The PostgreSQL schema (store/postgres/migrations/0033_actor_inputs.sql)
--- explains each column.
+-- An instance's inputs, kept, and forks of instances (yoke/store/inputs.py,
+-- yoke/store/forks.py, docs/advanced/forks.md). The PostgreSQL schema
+-- (store/postgres/migrations/0033_actor_inputs.sql) explains each column.
 CREATE TABLE actor_inputs (
     input_id     INTEGER PRIMARY KEY AUTOINCREMENT,
     tenant_id    TEXT    NOT NULL,
@@ -21,3 +21,22 @@ CREATE TABLE actor_inputs (
 );
 CREATE INDEX actor_inputs_instance ON actor_inputs (tenant_id, instance_id, seq);
 CREATE INDEX actor_inputs_age ON actor_inputs (tenant_id, processed_at);
+
+CREATE TABLE actor_forks (
+    tenant_id   TEXT    NOT NULL,
+    fork_id     TEXT    NOT NULL,
+    instance_id TEXT    NOT NULL,
+    actor       TEXT    NOT NULL,
+    key         TEXT    NOT NULL,
+    upto        INTEGER,
+    app         TEXT,
+    edits       TEXT    NOT NULL,
+    summary     TEXT    NOT NULL,
+    report      TEXT    NOT NULL,
+    image       BLOB    NOT NULL,
+    created_at  INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, fork_id)
+) WITHOUT ROWID;
+CREATE INDEX actor_forks_instance ON actor_forks (tenant_id, instance_id, fork_id);
+CREATE INDEX actor_forks_expiry ON actor_forks (expires_at);

@@ -1,0 +1,322 @@
+"""Forks of actor instances: make, list, read, diff and discard them
+(docs/advanced/forks.md). ``y.forks(tenant)`` returns this handle;
+``y.instances(tenant).fork(...)`` makes one; HTTP and the CLI call the
+same methods.
+
+A fork replays an instance's kept inputs 1..``upto`` from its creation
+(replay.py), under the application's code or another (``app``), with the
+inputs edited first if asked, and is kept in the store (store/forks.py)
+until it is discarded or expires (``fork_ttl_s``). Nothing live changes:
+the replay reaches no stream, queue, schedule or instance database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from ..events import prepare
+from ..store.forks import ForkRow
+from ..store.actors import InstanceInfo
+from ..store.inputs import InputRecord
+from .fork_diff import diff_images, diff_runs, effects_of
+from .replay import SandboxStorage, replay
+from .state import InstanceDatabase, QueryResult, StateDatabases, check_query
+
+if TYPE_CHECKING:
+    from .app import App
+    from .kernel import ActorKernel
+
+MAX_EDITS = 1000
+PAGE = 1000  # inputs read per round trip
+EDIT_ACTIONS = ("replace", "drop", "insert")
+
+
+@dataclass(frozen=True)
+class Fork:
+    """A fork: what it was made from and what its runs did in sum (``row``),
+    and its handle (``state``, ``query``, ``runs``, ``diff``, ``discard``)."""
+
+    row: ForkRow
+    forks: Forks
+
+    @property
+    def fork_id(self) -> str:
+        return self.row.fork_id
+
+    async def state(self) -> tuple[Any, int]:
+        return await self.forks.state(self.fork_id)
+
+    async def query(self, sql: str, params: Sequence[Any] = (), **limits: Any) -> QueryResult:
+        return await self.forks.query(self.fork_id, sql, params, **limits)
+
+    async def runs(self) -> list[dict[str, Any]]:
+        return await self.forks.runs(self.fork_id)
+
+    async def diff(self, against: Fork | str | None = None) -> dict[str, Any]:
+        return await self.forks.diff(self.fork_id, against.fork_id if isinstance(against, Fork) else against)
+
+    async def discard(self) -> None:
+        await self.forks.discard(self.fork_id)
+
+    def as_dict(self) -> dict[str, Any]:
+        r = self.row
+        return {
+            "fork_id": r.fork_id, "instance_id": r.instance_id, "actor": r.actor, "key": r.key, "upto": r.upto,
+            "app": r.app, "edits": r.edits, "summary": r.summary, "created_at": r.created_at,
+            "expires_at": r.expires_at,
+        }
+
+
+def check_edits(edits: Any) -> list[dict[str, Any]]:
+    """``[{"seq": k, "action": "replace", "payload": ...}, {"seq": k, "action":
+    "drop"}, {"seq": k, "action": "insert", "event": {...}}]``: replace input
+    k's payload, drop input k, or insert an event before input k."""
+    if edits is None:
+        return []
+    if not isinstance(edits, list) or len(edits) > MAX_EDITS:
+        raise errors.InvalidInput(f"edits must be a list of at most {MAX_EDITS} edits", field="edits")
+    checked = []
+    for edit in edits:
+        if not isinstance(edit, dict) or edit.get("action") not in EDIT_ACTIONS:
+            raise errors.InvalidInput(
+                'an edit is {"seq": N, "action": "replace" | "drop" | "insert", ...}', field="edits"
+            )
+        seq = edit.get("seq")
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+            raise errors.InvalidInput("an edit's seq is an input number (1 or more)", field="edits")
+        action = edit["action"]
+        allowed = {"seq", "action"} | {"replace": {"payload"}, "drop": set(), "insert": {"event"}}[action]
+        if set(edit) - allowed:
+            raise errors.InvalidInput(
+                f"a {action} edit takes {', '.join(sorted(allowed))}, not {', '.join(sorted(set(edit) - allowed))}",
+                field="edits",
+            )
+        if action == "replace":
+            if "payload" not in edit:
+                raise errors.InvalidInput("a replace edit gives the input's new payload", field="edits")
+            prepare({"type": "x", "payload": edit["payload"]})  # a payload the API would take
+        if action == "insert":
+            event = edit.get("event")
+            if not isinstance(event, dict):
+                raise errors.InvalidInput("an insert edit gives the event to insert", field="edits")
+            prepare(event)
+        checked.append(dict(edit))
+    return checked
+
+
+def edited(records: list[InputRecord], edits: list[dict[str, Any]], now_ms: int) -> list[dict[str, Any]]:
+    """The inputs a fork replays: ``records`` with ``edits`` applied."""
+    known = {r.seq for r in records}
+    for edit in edits:
+        if edit["seq"] not in known:
+            raise errors.InvalidInput(f"edit of input {edit['seq']}: the fork does not replay it", field="edits")
+    inserts: dict[int, list[dict[str, Any]]] = {}
+    replaced: dict[int, Any] = {}
+    dropped: set[int] = set()
+    for edit in edits:
+        if edit["action"] == "insert":
+            inserts.setdefault(edit["seq"], []).append(edit["event"])
+        elif edit["action"] == "replace":
+            replaced[edit["seq"]] = edit["payload"]
+        else:
+            dropped.add(edit["seq"])
+    out: list[dict[str, Any]] = []
+    for r in records:
+        for i, event in enumerate(inserts.get(r.seq, [])):
+            document = {
+                "offset": 0, "id": f"fork_{secrets.token_hex(12)}", "at": now_ms, "type": event["type"],
+                "payload": event.get("payload", {}), "metadata": event.get("metadata") or {},
+                "source": event.get("source"), "correlation": event.get("correlation"),
+                "priority": event.get("priority") or 0, "group_id": event.get("group_id"),
+                "idempotency_key": None, "path": None,
+            }
+            out.append({"record": None, "event": document, "seq": None, "label": f"inserted before {r.seq} #{i + 1}"})
+        if r.seq in dropped:
+            continue
+        event = dict(r.event)
+        if r.seq in replaced:
+            event["payload"] = replaced[r.seq]
+        out.append({"record": r, "event": event, "seq": r.seq, "label": r.seq, "edited": r.seq in replaced})
+    return out
+
+
+class Forks:
+    """Forks of one tenant. ``instance``: the tenant's instance by id (or
+    InstanceNotFound); ``live_image``: an instance's database as an image,
+    read where it is current; ``app``: the application forks replay with
+    when none is given (the runtime's); ``load_app``: how an ``app`` given as
+    ``"module:attribute"`` is loaded; ``ttl_s``: how long a fork is kept."""
+
+    def __init__(
+        self, kernel: ActorKernel, tenant: str, instance: Callable[[str], Awaitable[InstanceInfo]],
+        live_image: Callable[[str], Awaitable[bytes]], *, app: App | None,
+        load_app: Callable[[str], App] | None, ttl_s: float,
+    ) -> None:
+        self._kernel = kernel
+        self.tenant = tenant
+        self._instance = instance
+        self._live_image = live_image
+        self._app = app
+        self._load_app = load_app
+        self.ttl_s = ttl_s
+
+    # --- making ------------------------------------------------------------------
+
+    async def create(
+        self, instance_id: str, *, upto: int | None = None, app: App | str | None = None,
+        edits: Sequence[dict[str, Any]] | None = None,
+    ) -> Fork:
+        """Replay the instance's inputs 1..``upto`` (all: None) in a sandbox
+        under ``app`` (an App, ``"module:attribute"``, or None: the
+        runtime's), with ``edits``; keep the fork and return it."""
+        if upto is not None and (isinstance(upto, bool) or not isinstance(upto, int) or upto < 0):
+            raise errors.InvalidInput("upto must be an input number (0 or more)", field="upto")
+        checked = check_edits(None if edits is None else list(edits))
+        instance = await self._instance(instance_id)
+        spec = app if isinstance(app, str) else None
+        application = await self._application(app)
+        records = await self._records(instance_id, upto)
+        if records and records[0].seq != 1:
+            raise errors.InputsPruned(
+                f"the inputs of {instance_id} before {records[0].seq} were pruned (the actor's keep_inputs"
+                " or keep_inputs_s): a fork replays from the instance's creation", instance_id=instance_id,
+            )
+        now = self._kernel.now_ms()
+        done = await replay(self._kernel, application, instance, edited(records, checked, now))
+        row = ForkRow(
+            tenant=self.tenant, fork_id="fork_" + secrets.token_hex(10), instance_id=instance_id,
+            actor=instance.actor, key=instance.key, upto=upto, app=spec, edits=checked,
+            summary={**done.summary, "inputs": len(records), "through": records[-1].seq if records else 0},
+            created_at=now, expires_at=now + int(self.ttl_s * 1000), report=done.runs, image=done.image,
+        )
+        await self._kernel.forks().save(row)
+        return Fork(row, self)
+
+    async def _application(self, app: App | str | None) -> App:
+        if app is None:
+            if self._app is None:
+                raise errors.InvalidInput(
+                    "this process runs no application: give the fork's app (module:attribute)", field="app"
+                )
+            return self._app
+        if isinstance(app, str):
+            if self._load_app is None:
+                raise errors.InvalidInput("this process cannot load an application by name", field="app")
+            return await asyncio.to_thread(self._load_app, app)  # imports (or runs node) for a while
+        return app
+
+    async def _records(self, instance_id: str, upto: int | None) -> list[InputRecord]:
+        records: list[InputRecord] = []
+        after = 0
+        while True:
+            page = await self._kernel.inputs().inputs(self.tenant, instance_id, after=after, upto=upto, limit=PAGE)
+            records.extend(page.inputs)
+            if page.next_after is None:
+                return records
+            after = page.next_after
+
+    # --- reading -----------------------------------------------------------------
+
+    async def get(self, fork_id: str) -> Fork:
+        return Fork(await self._row(fork_id), self)
+
+    async def _row(self, fork_id: str, *, whole: bool = False) -> ForkRow:
+        if not isinstance(fork_id, str) or not 1 <= len(fork_id) <= 200:
+            raise errors.ForkNotFound(fork_id=str(fork_id)[:80])
+        row = await self._kernel.forks().get(self.tenant, fork_id, now=self._kernel.now_ms(), whole=whole)
+        if row is None:
+            raise errors.ForkNotFound(fork_id=fork_id)
+        return row
+
+    async def list(self, instance_id: str | None = None, *, after: str | None = None, limit: int = 100) -> list[Fork]:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise errors.InvalidInput("limit must be 1-1000", field="limit")
+        rows = await self._kernel.forks().list(
+            self.tenant, instance_id, after=after, limit=limit, now=self._kernel.now_ms()
+        )
+        return [Fork(r, self) for r in rows]
+
+    async def runs(self, fork_id: str) -> list[dict[str, Any]]:
+        """What each of the fork's runs did: its event, outcome and error,
+        its effects (and reads) and what it was refused."""
+        return (await self._row(fork_id, whole=True)).report or []
+
+    async def state(self, fork_id: str) -> tuple[Any, int]:
+        """The fork's ``ctx.state`` document and version."""
+        return await self._on_image(fork_id, lambda db: db.state_get())
+
+    async def query(
+        self, fork_id: str, sql: str, params: Sequence[Any] = (), *, max_rows: int = 500, timeout_s: float = 2.0,
+    ) -> QueryResult:
+        """One read-only statement on the fork's database, as ``instances.query``."""
+        check_query(params, max_rows, timeout_s)
+        return await self._on_image(
+            fork_id, lambda db: db.read_only(sql, params, max_rows=max_rows, timeout_s=float(timeout_s))
+        )
+
+    async def _on_image(self, fork_id: str, work: Callable[[InstanceDatabase], Any]) -> Any:
+        image = (await self._row(fork_id, whole=True)).image or b""
+        databases = StateDatabases(SandboxStorage(image), threads=1, clock=self._kernel.clock)
+        try:
+            return await work(databases.get(self.tenant, fork_id))
+        finally:
+            await databases.close()
+
+    async def discard(self, fork_id: str) -> None:
+        await self._row(fork_id)
+        if not await self._kernel.forks().delete(self.tenant, fork_id):
+            raise errors.ForkNotFound(fork_id=fork_id)
+
+    async def expire(self) -> int:
+        """Delete this tenant's expired forks now; how many."""
+        return await self._kernel.forks().expire(self.tenant, self._kernel.now_ms(), 1000)
+
+    # --- comparing ---------------------------------------------------------------
+
+    async def diff(self, fork_id: str, against: str | None = None) -> dict[str, Any]:
+        """The fork against the live instance (``against`` None) or another
+        fork: state, tables, and per input the effects and outcomes.
+        ``changed``: anything differs. ``nondeterministic``: a fork with
+        no edits, under the code that ran every input it replayed, differs
+        from the live instance, so the handler read something outside ctx."""
+        fork = await self._row(fork_id, whole=True)
+        fork_runs = _by_input(fork.report or [])
+        if against is None:
+            live_image = await self._live_image(fork.instance_id)
+            records = await self._records(fork.instance_id, fork.upto)
+            live_runs = {
+                r.seq: {"outcome": "failed" if r.outcome == "dead" else "done", "error": r.error,
+                        "effects": effects_of((r.tape or {}).get("ops", []))}
+                for r in records
+            }
+            other_image = live_image
+            versions = {r.code_version for r in records}
+        else:
+            other = await self._row(against, whole=True)
+            if other.instance_id != fork.instance_id:
+                raise errors.InvalidInput("a fork compares with a fork of the same instance", field="against")
+            live_runs, other_image, versions = _by_input(other.report or []), other.image or b"", set()
+        d = diff_images(other_image, fork.image or b"")
+        effects, outcomes = diff_runs(live_runs, fork_runs)
+        changed = bool(d["state"]["added"] or d["state"]["removed"] or d["state"]["changed"] or d["tables"]
+                       or effects or outcomes)
+        same_code = fork.app is None and len(versions) <= 1
+        return {
+            "fork_id": fork.fork_id, "against": against or "live", "instance_id": fork.instance_id,
+            "changed": changed, "nondeterministic": changed and against is None and not fork.edits and same_code,
+            "state": d["state"], "tables": d["tables"], "effects": effects, "outcomes": outcomes,
+        }
+
+
+def _by_input(runs: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+    out: dict[Any, dict[str, Any]] = {}
+    for r in runs:
+        out[r["seq"] if r["seq"] is not None else r["label"]] = {
+            "outcome": r["outcome"], "error": r["error"], "effects": effects_of(r["ops"]),
+        }
+    return out
