@@ -93,6 +93,11 @@ def instance_url(instance_id: str, action: str = "") -> str:
     return f"{base}/{action}" if action else base
 
 
+def fork_url(fork_id: str, action: str = "") -> str:
+    base = "/v1/forks/" + quote(fork_id, safe="")
+    return f"{base}/{action}" if action else base
+
+
 def _qids_body(qids: list[int] | None) -> dict[str, Any]:
     return {} if qids is None else {"qids": list(qids)}
 
@@ -331,6 +336,30 @@ class Client:
         if max_rows is not None:
             body["max_rows"] = max_rows
         return self.request("POST", instance_url(instance_id, "sql"), json=body)
+
+    # --- forks (docs/advanced/forks.md) ------------------------------------------
+
+    def fork(self, instance_id: str, upto: int | None = None, app: str | None = None,
+             edits: list[dict[str, Any]] | None = None) -> Any:
+        """Fork the instance: its inputs replayed in a sandbox; the fork."""
+        body = {k: v for k, v in (("upto", upto), ("app", app), ("edits", edits)) if v is not None}
+        return self.request("POST", instance_url(instance_id, "forks"), json=body, timeout=600)
+
+    def forks(self, instance_id: str | None = None, after: str | None = None, limit: int = 100) -> Any:
+        return self.request("GET", "/v1/forks", params={"instance_id": instance_id, "after": after, "limit": limit})
+
+    def fork_show(self, fork_id: str, part: str = "", params: dict[str, Any] | None = None) -> Any:
+        """The fork, or ``part`` of it: runs, state, diff."""
+        return self.request("GET", fork_url(fork_id, part), params=params)
+
+    def fork_sql(self, fork_id: str, sql: str, params: list[Any] | None = None, max_rows: int | None = None) -> Any:
+        body: dict[str, Any] = {"sql": sql, "params": params or []}
+        if max_rows is not None:
+            body["max_rows"] = max_rows
+        return self.request("POST", fork_url(fork_id, "sql"), json=body)
+
+    def discard_fork(self, fork_id: str) -> Any:
+        return self.request("DELETE", fork_url(fork_id))
 
     def remove_instance(self, instance_id: str) -> Any:
         return self.request("DELETE", instance_url(instance_id))

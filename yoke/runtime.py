@@ -427,7 +427,7 @@ class Runtime:
         kept inputs); returns the number of events removed."""
         removed = await prune_once(self.store, self.clock)
         if self.executor is not None:
-            await self.executor.input_retention.prune_once()
+            await self.executor.history_retention.prune_once()
         return removed
 
 

@@ -124,7 +124,7 @@ async def test_retention_by_count_and_age_and_removal(fresh_url: str, tmp_path) 
         for actor in ("bounded", "aged", "counter"):
             await stream.append_many([{"type": f"{actor}.go", "payload": {"k": "r", "n": n}} for n in range(1, 6)])
         await y.wait_idle(timeout_s=60)
-        retention = y.executor.input_retention
+        retention = y.executor.history_retention
         assert [a.name for a in retention.bounded] == ["bounded", "aged"]
 
         assert await retention.prune_once() == 3  # bounded keeps its newest 2; aged's are new

@@ -22,7 +22,7 @@ from ..hosts.pool import HostPool
 from .app import App, app_spec, check_isolation
 from .busy import busy_report
 from .fanout import Fanout
-from .input_retention import InputRetention
+from .history_retention import HistoryRetention
 from .kernel import ActorKernel
 from .portals import run_loop
 from .scheduler import Scheduler
@@ -78,7 +78,7 @@ class Executor:
             pools={n: self.pools[lang] for lang, names in by_language.items() for n in names},
             code_version=settings.deploy_version or app.version or code_version,
         )
-        self.input_retention = InputRetention(kernel, list(app.actors.values()))
+        self.history_retention = HistoryRetention(kernel, list(app.actors.values()))
         self.fanout = Fanout(
             app, self.worker_id, self.scheduler.wake, store=kernel.actors, read=kernel.read, hub=kernel.hub,
             evaluations=kernel.evaluations, sweep_s=settings.scheduler_sweep_s, clock=kernel.clock,
@@ -144,7 +144,7 @@ class Executor:
             "scheduler": self.scheduler.run(),
             "membership": self.membership.run(),
             "timers": self.timers.run(),
-            "input-retention": self.input_retention.run(),
+            "history-retention": self.history_retention.run(),
         }
         for portal in self.app.portals.values():
             if portal.start_fn is not None:

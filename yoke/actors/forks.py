@@ -23,6 +23,7 @@ from ..events import prepare
 from ..store.forks import ForkRow
 from ..store.actors import InstanceInfo
 from ..store.inputs import InputRecord
+from .app import find_spec
 from .fork_diff import diff_images, diff_runs, effects_of
 from .replay import SandboxStorage, replay
 from .state import InstanceDatabase, QueryResult, StateDatabases, check_query
@@ -178,7 +179,9 @@ class Forks:
             raise errors.InvalidInput("upto must be an input number (0 or more)", field="upto")
         checked = check_edits(None if edits is None else list(edits))
         instance = await self._instance(instance_id)
-        spec = app if isinstance(app, str) else None
+        # What the fork says it ran (None: the runtime's own application).
+        spec = app if isinstance(app, str) else None if app is None or app is self._app else (
+            find_spec(app) or "(an App given in Python)")
         application = await self._application(app)
         records = await self._records(instance_id, upto)
         if records and records[0].seq != 1:

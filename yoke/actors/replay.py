@@ -141,8 +141,9 @@ def _made_up(method: str, p: dict[str, Any], instance: InstanceInfo, now_ms: int
 class ForkOps:
     """What ctx calls in a fork's run (see the module's docstring)."""
 
-    def __init__(self, inner: OpHandler, record: InputRecord | None, started_at: float) -> None:
+    def __init__(self, inner: OpHandler, record: InputRecord | None, started_at: float, place: str) -> None:
         self._inner = inner
+        self._place = place
         self.tenant = inner.tenant
         self.instance = inner.instance
         self.journal = inner.journal  # its qid: the run's queue row (ctx.idempotency_key)
@@ -192,7 +193,10 @@ class ForkOps:
 
     def random(self) -> float:
         if self._rng is None:
-            self._rng = random.Random(self.answers.seed)
+            # The original run's seed; a run that drew nothing live (an
+            # inserted event, a run that failed first) draws the same in
+            # every fork: from the input's place.
+            self._rng = random.Random(self.answers.seed if self.answers.seed is not None else self._place)
         return self._rng.random()
 
 
@@ -246,7 +250,7 @@ async def _run_one(
     qid = record.qid if record is not None else 0
     started_at = ((record.started_at or record.processed_at) / 1000) if record is not None else kernel.clock.wall()
     inner = OpHandler(kernel, app, instance.tenant, instance, Journal(qid, instance.instance_id))
-    ops = ForkOps(inner, record, started_at)
+    ops = ForkOps(inner, record, started_at, f"{instance.instance_id}:{item['label']}")
     event = event_from_document(instance.tenant, item["event"])
     attempt = record.attempts if record is not None else 1
     atomic = definition.effects == "atomic"

@@ -5,7 +5,8 @@
     tokens.py         tokens create|list|revoke         (the database)
     streams.py        append, read, tail, streams, stream info|close|retention|hold
     subscriptions.py  subscriptions list|show|add|remove|resume|cursor|wait
-    actors.py         instances list|create|show, dlq list|redrive|drop
+    actors.py         instances list|create|show|inputs, dlq list|redrive|drop
+    forks.py          instances fork, forks list|show|runs|state|sql|diff|discard
     failures.py       failures list|show|replay|discard
     demo.py           demo                              (in-process, no server)
     common.py         click classes, output helpers, http_command
@@ -28,6 +29,7 @@ from .backup import backup, restore
 from .common import Group
 from .demo import demo
 from .failures import failures
+from .forks import forks
 from .server import migrate, serve, worker
 from .sql import sql
 from .streams import append, read, stream, streams, tail
@@ -37,7 +39,7 @@ from .tokens import tokens
 SECTIONS = [
     ("Start here", [demo, serve]),
     ("Streams (over HTTP)", [append, read, tail, streams, stream]),
-    ("Subscriptions and actors (over HTTP)", [subscriptions, instances, dlq, failures, sql]),
+    ("Subscriptions and actors (over HTTP)", [subscriptions, instances, dlq, forks, failures, sql]),
     ("Operations (on the database)", [worker, migrate, tokens, backup, restore]),
 ]
 

@@ -15,7 +15,8 @@ from starlette.routing import Route
 
 from .. import __version__, errors, metrics
 from . import (
-    actors, console, docs, failures, health, objects, overview, portals, sql, streams, subscriptions, tokens, workflow,
+    actors, console, docs, failures, forks, health, objects, overview, portals, sql, streams, subscriptions, tokens,
+    workflow,
 )
 from .durable_streams import openapi as durable_streams
 from .auth import TokenCache
@@ -75,7 +76,7 @@ def create_app(
     # Routers with ``{path:path}/-/...`` routes come before streams, whose
     # ``{path:path}`` catch-alls would otherwise match them.
     routers = [m.router for m in (health, console, overview, tokens, objects, subscriptions, streams, workflow, actors,
-                                  failures, sql, portals, durable_streams)]
+                                  forks, failures, sql, portals, durable_streams)]
     for router in routers:
         app.include_router(router)
     # Every route, for the hints of a 405 (hints.py): the application's own

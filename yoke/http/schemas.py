@@ -951,6 +951,78 @@ class InputList(BaseModel):
     next_after: int | None = Field(description="Pass as ?after= for the next page (null: the last page)")
 
 
+FORK_EXAMPLE = {
+    "fork_id": "fork_5d0c0e6c3b9a41f2e8d7", "instance_id": "inst_1f0c2a9d3e4b5c6d7e8f", "actor": "order",
+    "key": "A-1", "upto": None, "app": None, "edits": [{"seq": 2, "action": "replace", "payload": {"total": 10}}],
+    "summary": {"runs": 2, "failed": 0, "effects": 3, "refused": 0, "inputs": 2, "through": 2},
+    "created_at": AT, "expires_at": AT + 604_800_000,
+}  # fmt: skip
+
+
+class ForkEdit(BaseModel):
+    model_config = closed_config({"seq": 2, "action": "replace", "payload": {"total": 10}})
+    seq: int = Field(ge=1, description="The input it edits (insert: the input it goes before)")
+    action: Literal["replace", "drop", "insert"]
+    payload: Json | None = Field(default=None, description="replace: the input's new payload")
+    event: JsonObject | None = Field(default=None, description="insert: the event to insert")
+
+
+class ForkRequest(BaseModel):
+    model_config = closed_config({"upto": 40}, {"edits": [{"seq": 2, "action": "drop"}]})
+    upto: int | None = Field(default=None, ge=0, description="Replay inputs 1..upto (default: all)")
+    app: str | None = Field(default=None, description="The code to replay with, module:attribute (admin scope)")
+    edits: list[ForkEdit] | None = Field(default=None, description="Edits of the inputs before they replay")
+
+
+class ForkCreated(BaseModel):
+    model_config = config(FORK_EXAMPLE)
+    fork_id: str
+    instance_id: str
+    actor: str
+    key: str
+    upto: int | None
+    app: str | None
+    edits: list[JsonObject]
+    summary: JsonObject = Field(description="runs, failed, effects, refused; inputs replayed and the last one")
+    created_at: Millis
+    expires_at: Millis
+
+
+class ForkList(BaseModel):
+    model_config = config({"forks": [FORK_EXAMPLE]})
+    forks: list[ForkCreated]
+
+
+class ForkRuns(BaseModel):
+    model_config = config({"runs": [{
+        "seq": 1, "label": 1, "inserted": False, "edited": False, "event": EVENT_EXAMPLE, "outcome": "done",
+        "error": None, "traceback": None, "ops": [], "refused": [], "live_outcome": "done",
+    }], "next_after": None})
+    runs: list[JsonObject] = Field(description="Each run: its input (seq, or null when inserted), outcome, error, ops")
+    next_after: int | None
+
+
+class ForkDiff(BaseModel):
+    model_config = config({
+        "fork_id": "fork_5d0c0e6c3b9a41f2e8d7", "against": "live", "instance_id": "inst_1f0c2a9d3e4b5c6d7e8f",
+        "changed": True, "nondeterministic": False,
+        "state": {"added": {}, "removed": {}, "changed": {"total": {"live": 12, "fork": 10}}},
+        "tables": {"items": {"added": [], "removed": [], "changed": [
+            {"key": ["sku-1"], "live": {"sku": "sku-1", "qty": 2}, "fork": {"sku": "sku-1", "qty": 1}}]}},
+        "effects": [], "outcomes": [{"seq": 2, "live": "failed", "fork": "done", "live_error": "KeyError: 'total'",
+                                     "fork_error": None}],
+    })
+    fork_id: str
+    against: str = Field(description="live, or the other fork's id")
+    instance_id: str
+    changed: bool
+    nondeterministic: bool = Field(description="Same code, no edits, and still a difference: see the docs")
+    state: JsonObject
+    tables: JsonObject
+    effects: list[JsonObject]
+    outcomes: list[JsonObject]
+
+
 SCHEDULE_EXAMPLE = {
     "name": "reminder", "due_at": AT, "cron": "0 9 * * *", "event": {"type": "reminder.due", "payload": {}},
     "stream": None, "created_at": AT,

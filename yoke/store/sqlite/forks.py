@@ -76,9 +76,9 @@ class SqliteForks:
         def run() -> int:
             with self._db.transaction() as conn:
                 return conn.execute(
-                    "DELETE FROM actor_forks WHERE rowid IN (SELECT rowid FROM actor_forks"
+                    "DELETE FROM actor_forks WHERE tenant_id=? AND fork_id IN (SELECT fork_id FROM actor_forks"
                     " WHERE tenant_id=? AND expires_at <= ? LIMIT ?)",
-                    (tenant, now, limit),
+                    (tenant, tenant, now, limit),
                 ).rowcount
 
         return await self._db.write(run)

@@ -1,10 +1,12 @@
-"""Input retention: prune instances' kept inputs past their actor's bounds.
+"""History retention: instances' kept inputs past their actor's bounds,
+and forks past their expiry, deleted.
 
 An actor declared with ``keep_inputs`` (the newest N per instance) or
 ``keep_inputs_s`` (none older than S seconds) has its instances' kept
-inputs (store/inputs.py) pruned by every executor, every ``every_s`` on
-its clock, in slices of ``slice_rows`` rows (one short transaction each).
-Actors without either keep everything while the instance lives.
+inputs (store/inputs.py) pruned; actors without either keep everything
+while the instance lives. Expired forks (store/forks.py) go too. Every
+executor makes a pass every ``every_s`` on its clock, in slices of
+``slice_rows`` rows (one short transaction each).
 """
 
 from __future__ import annotations
@@ -19,13 +21,13 @@ if TYPE_CHECKING:
     from .app import ActorDef
     from .kernel import ActorKernel
 
-log = logging.getLogger("yoke.actors.input_retention")
+log = logging.getLogger("yoke.actors.history_retention")
 
 PRUNE_EVERY_S = 60.0
 SLICE_ROWS = 1000
 
 
-class InputRetention:
+class HistoryRetention:
     def __init__(
         self, kernel: ActorKernel, actors: list[ActorDef], *, every_s: float = PRUNE_EVERY_S,
         slice_rows: int = SLICE_ROWS,
@@ -36,12 +38,14 @@ class InputRetention:
         self.slice_rows = slice_rows
 
     async def prune_once(self) -> int:
-        """One pass over every tenant: the number of inputs deleted."""
-        if not self.bounded:
-            return 0
+        """One pass over every tenant: the number of inputs and forks deleted."""
         deleted = 0
         now_ms = self._kernel.now_ms()
         for tenant in await self._kernel.actors().tenants():
+            while (n := await self._kernel.forks().expire(tenant, now_ms, self.slice_rows)) > 0:
+                deleted += n
+                if n < self.slice_rows:
+                    break
             for actor in self.bounded:
                 before = None if actor.keep_inputs_s is None else now_ms - int(actor.keep_inputs_s * 1000)
                 while True:
@@ -54,8 +58,6 @@ class InputRetention:
         return deleted
 
     async def run(self) -> None:
-        if not self.bounded:
-            return
         clock = self._kernel.clock
         while True:
             try:
@@ -68,4 +70,4 @@ class InputRetention:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log_retried(log, "pruning kept inputs failed; trying again next time")
+                log_retried(log, "pruning kept inputs and forks failed; trying again next time")

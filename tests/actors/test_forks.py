@@ -1,0 +1,212 @@
+"""Forks (docs/advanced/forks.md): an instance's kept inputs replayed in a
+sandbox under the same or other code, with edits, diffed against the live
+instance or another fork; nothing live changes; on both backends."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import asyncpg
+import pytest
+
+import yoke
+from yoke import errors
+from yoke.clock import VirtualClock
+
+from tests.actors.fork_app import app, fixed_app
+
+T = "acme"
+
+LINES = [
+    {"id": "A", "sku": "apple", "qty": 2, "remind": True},
+    {"id": "A", "sku": "pear", "qty": 1},
+    {"id": "A", "sku": "apple", "qty": 3, "poison": True},
+    {"id": "A", "sku": "fig", "qty": 4, "ship": True},
+]
+
+
+async def live_rows(url: str, tmp_path) -> dict[str, list]:
+    """Every table of the database but the forks', each sorted: what "nothing
+    live changed" compares (streams, events, queues, schedules, cursors,
+    instances, kept inputs, instance databases kept in the store)."""
+    if url.startswith("sqlite"):
+        conn = sqlite3.connect(f"{tmp_path}/yoke.db")
+        try:
+            names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            return {n: sorted(map(repr, conn.execute(f'SELECT * FROM "{n}"'))) for n in names if n != "actor_forks"}
+        finally:
+            conn.close()
+    conn = await asyncpg.connect(url)
+    try:
+        names = [r[0] for r in await conn.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'actor_forks'")]
+        return {n: sorted(repr(tuple(r)) for r in await conn.fetch(f'SELECT * FROM "{n}"')) for n in names}
+    finally:
+        await conn.close()
+
+
+def instance_files(tmp_path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted((tmp_path / "actors").rglob("*.db"))}
+
+
+async def placed(y, actor: str = "order", lines=LINES) -> str:
+    await y.stream("/orders", T).append_many([{"type": f"{actor_type(actor)}", "payload": p} for p in lines])
+    await y.wait_idle(timeout_s=60)
+    inst = await y.instances(T).find(actor, "A")
+    assert inst is not None
+    return inst.instance_id
+
+
+def actor_type(actor: str) -> str:
+    return {"order": "order.line", "order_atomic": "atomic.line", "clock": "clock.tick",
+            "bounded": "bounded.line"}[actor]
+
+
+@pytest.mark.parametrize("actor", ["order", "order_atomic"])
+async def test_a_fork_under_the_same_code_has_no_difference_and_changes_nothing_live(
+    fresh_url: str, tmp_path, actor: str
+) -> None:
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        iid = await placed(y, actor)
+        before, files = await live_rows(fresh_url, tmp_path), instance_files(tmp_path)
+
+        fork = await y.instances(T).fork(iid)
+        assert fork.row.summary == {"runs": 4, "failed": 1, "effects": 6, "refused": 0, "inputs": 4, "through": 4}
+        d = await fork.diff()
+        assert (d["changed"], d["nondeterministic"]) == (False, False), d
+        # Its state and tables are the live instance's.
+        assert await fork.state() == await y.instances(T).state(iid)
+        rows = (await fork.query("SELECT sku, qty, price FROM lines ORDER BY sku")).rows
+        assert rows == (await y.instances(T).query(iid, "SELECT sku, qty, price FROM lines ORDER BY sku")).rows
+        assert rows == [["apple", 2, 6], ["fig", 4, 12], ["pear", 1, 3]]
+        # Its runs, in the order the live ones ended: the poisoned one failed
+        # as it did live (dead-lettered); effects answered as they were live.
+        runs = await fork.runs()
+        assert [r["seq"] for r in runs] == [1, 2, 3, 4]
+        assert sorted((r["event"]["payload"]["sku"], r["outcome"], r["live_outcome"]) for r in runs) == [
+            ("apple", "done", "done"), ("apple", "failed", "dead"), ("fig", "done", "done"), ("pear", "done", "done"),
+        ]
+        priced = {e.payload["sku"]: e.id for e in await y.stream("/priced", T).read()}
+        appends = [op for r in runs for op in r["ops"] if op["op"] == "stream_append"]
+        assert {op["answer"]["id"] for op in appends} == set(priced.values())
+
+        other = await y.instances(T).fork(iid)
+        assert (await fork.diff(other))["changed"] is False
+        assert {f.fork_id for f in await y.forks(T).list(iid)} == {fork.fork_id, other.fork_id}
+        await other.discard()
+        with pytest.raises(errors.ForkNotFound):
+            await y.forks(T).get(other.fork_id)
+
+        assert await live_rows(fresh_url, tmp_path) == before
+        assert instance_files(tmp_path) == files
+
+
+async def test_a_poisoned_input_fixed_by_an_edit_or_by_new_code(fresh_url: str, tmp_path) -> None:
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        iid = await placed(y)
+        before = await live_rows(fresh_url, tmp_path)
+        [dead] = [i for i in (await y.instances(T).inputs(iid)).inputs if i.outcome == "dead"]
+
+        # The event corrected: its line counts, its price is appended.
+        fixed = await y.instances(T).fork(
+            iid, edits=[{"seq": dead.seq, "action": "replace", "payload": {"id": "A", "sku": "apple", "qty": 3}}]
+        )
+        d = await fixed.diff()
+        assert d["changed"] and not d["nondeterministic"]
+        assert d["outcomes"] == [{"seq": dead.seq, "live": "failed", "fork": "done",
+                                  "live_error": "ValueError: poisoned line", "fork_error": None}]
+        assert d["state"]["changed"]["lines"] == {"live": 3, "fork": 4}
+        assert d["tables"] == {"lines": {"added": [], "removed": [], "changed": [
+            {"key": ["apple"], "live": {"sku": "apple", "qty": 2, "price": 6},
+             "fork": {"sku": "apple", "qty": 5, "price": 9}}]}}
+        [effects] = d["effects"]
+        assert effects["seq"] == dead.seq and effects["only_live"] == [] and effects["changed"] == []
+        assert [e["op"] for e in effects["only_fork"]] == ["stream_append"]
+
+        # The code corrected instead: every price one more, and the poisoned line taken.
+        under_fix = await y.instances(T).fork(iid, app=fixed_app)
+        d = await under_fix.diff()
+        assert d["changed"] and not d["nondeterministic"] and d["outcomes"][0]["fork"] == "done"
+        assert {c["key"][0]: c["fork"]["price"] for c in d["tables"]["lines"]["changed"]} == {
+            "apple": 10, "fig": 13, "pear": 4}
+        assert sorted(e["changed"][0]["fork"]["event"]["payload"]["price"] for e in d["effects"] if e["changed"]) == [
+            4, 7, 13]
+        assert [e["only_fork"][0]["params"]["event"]["payload"]["price"] for e in d["effects"] if e["only_fork"]] == [
+            10]  # the poisoned line, now taken
+        # By name, as the CLI and HTTP give it.
+        by_name = await y.instances(T).fork(iid, app="tests.actors.fork_app:fixed_app")
+        assert (await by_name.diff(under_fix))["changed"] is False
+
+        # Dropped, and inserted: the drop loses the pear; the plum inserted
+        # first asks for a price no live run asked for: refused.
+        edited = await y.instances(T).fork(iid, edits=[
+            {"seq": 2, "action": "drop"},
+            {"seq": 1, "action": "insert", "event": {"type": "order.line", "payload": {"id": "A", "sku": "plum"}}},
+        ])
+        runs = await edited.runs()
+        assert [(r["seq"], r["inserted"]) for r in runs][:3] == [(None, True), (1, False), (3, False)]
+        assert runs[0]["outcome"] == "failed" and "ForkRefused" in runs[0]["error"]
+        rows = (await edited.query("SELECT sku FROM lines ORDER BY sku")).rows
+        assert rows == [["apple"], ["fig"]]
+        assert await live_rows(fresh_url, tmp_path) == before
+
+
+async def test_upto_refusals_and_what_is_not_found(fresh_url: str, tmp_path) -> None:
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        iid = await placed(y)
+        first = await y.instances(T).fork(iid, upto=1)
+        assert first.row.summary["runs"] == 1 and first.row.upto == 1
+        assert (await first.query("SELECT sku FROM lines")).rows == [["apple"]]
+
+        # An inserted event whose run reads the outside world differently than
+        # any live run did: the portal call is refused, in the report.
+        refused = await y.instances(T).fork(iid, upto=1, edits=[
+            {"seq": 1, "action": "insert", "event": {"type": "order.line", "payload": {"id": "A", "qty": 9}}},
+        ])
+        [run, _] = await refused.runs()
+        assert run["outcome"] == "failed" and run["error"].startswith("ForkRefused: portal_call was not made")
+        assert refused.row.summary["refused"] == 1
+
+        for bad in ({"upto": -1}, {"upto": "2"}, {"edits": [{"seq": 0, "action": "drop"}]},
+                    {"edits": [{"seq": 1, "action": "bend"}]}, {"edits": [{"seq": 1, "action": "drop", "x": 1}]},
+                    {"edits": [{"seq": 1, "action": "replace"}]}, {"edits": [{"seq": 1, "action": "insert"}]},
+                    {"edits": [{"seq": 99, "action": "drop"}]}, {"edits": {"seq": 1}}):
+            with pytest.raises(errors.InvalidInput):
+                await y.instances(T).fork(iid, **bad)
+        with pytest.raises(errors.InstanceNotFound):
+            await y.instances(T).fork("inst_nope")
+        with pytest.raises(errors.InstanceNotFound):
+            await y.instances("other").fork(iid)
+        with pytest.raises(errors.ForkNotFound):
+            await y.forks("other").get(first.fork_id)
+        with pytest.raises(errors.ForkNotFound):
+            await y.forks(T).diff("fork_nope")
+
+        # The first inputs pruned: no fork from the instance's creation.
+        await y.stream("/orders", T).append_many([{"type": "bounded.line", "payload": {"id": "A"}}] * 3)
+        await y.wait_idle(timeout_s=60)
+        bounded = await y.instances(T).find("bounded", "A")
+        await y.prune()
+        with pytest.raises(errors.InputsPruned):
+            await y.instances(T).fork(bounded.instance_id)
+
+
+async def test_a_handler_reading_the_clock_itself_shows_as_nondeterministic(fresh_url: str, tmp_path) -> None:
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        iid = await placed(y, "clock", [{"id": "A"}])
+        d = await (await y.instances(T).fork(iid)).diff()
+        assert d["changed"] and d["nondeterministic"] and list(d["state"]["changed"]) == ["seen_at"]
+
+
+async def test_forks_expire(fresh_url: str, tmp_path) -> None:
+    clock = VirtualClock(1_000_000_000.0)
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path), clock=clock, fork_ttl_s=60) as y:
+        iid = await placed(y, lines=LINES[:1])
+        fork = await y.instances(T).fork(iid)
+        assert fork.row.expires_at == fork.row.created_at + 60_000
+        clock.set(1_000_000_000.0 + 61)
+        with pytest.raises(errors.ForkNotFound):
+            await fork.state()
+        assert await y.forks(T).list() == []
+        await y.prune()
+        assert await y.store.forks.expire(T, 2**62, 10) == 0  # the pass deleted it

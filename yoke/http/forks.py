@@ -1,0 +1,134 @@
+"""Forks of actor instances over HTTP (docs/advanced/forks.md).
+
+``POST /v1/instances/{id}/forks`` makes one (``append`` scope; naming the
+code to replay with, ``app``, imports it into the server, so that needs
+``admin``); ``/v1/forks`` lists, shows, reads, diffs (``read``) and
+discards (``append``) them. The routes call ``runtime.forks(tenant)``, as
+Python does.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Path, Query, Request
+from starlette.responses import Response
+
+from .. import errors
+from ..actors.forks import Forks
+from .actors import default, instance_id_of, optional_json_body
+from .auth import APPEND, READ, Principal, runtime_of
+from .responses import ERROR_RESPONSES, json_body, json_response
+from .schemas import (
+    ForkCreated, ForkDiff, ForkList, ForkRequest, ForkRuns, InstanceState, SqlQuery, SqlResult, answer, request_body,
+)
+from .streams import object_body
+
+router = APIRouter(tags=["forks"], responses=ERROR_RESPONSES)
+
+FORK_ID = Path(description="The fork id (fork_...)")
+MAX_ID_CHARS = 200
+
+
+def forks_of(request: Request, principal: Principal) -> Forks:
+    return runtime_of(request).forks(principal.tenant)
+
+
+def fork_id_of(value: str) -> str:
+    if not 1 <= len(value) <= MAX_ID_CHARS:
+        raise errors.ForkNotFound(fork_id=value[:80])
+    return value
+
+
+@router.post(
+    "/v1/instances/{instance_id}/forks", status_code=201, openapi_extra=request_body(ForkRequest, required=False),
+    responses={201: answer(ForkCreated, "The fork, made and kept")},
+    summary="Fork an instance: replay its inputs in a sandbox",
+)
+async def create(request: Request, instance_id: str = Path(description="The instance id"),
+                 principal: Principal = APPEND) -> Response:
+    body = object_body(await optional_json_body(request), {"upto", "app", "edits"})
+    app = body.get("app")
+    if app is not None:
+        if not isinstance(app, str) or not 1 <= len(app) <= 500:
+            raise errors.InvalidInput("app is module:attribute (or a JavaScript module's path)", field="app")
+        if "admin" not in principal.scopes:  # it imports code into this server
+            raise errors.Forbidden("forking under other code (app) needs the 'admin' scope", scope="admin")
+    fork = await forks_of(request, principal).create(
+        instance_id_of(instance_id), upto=body.get("upto"), app=app, edits=body.get("edits"),
+    )
+    return json_response(fork.as_dict(), status_code=201)
+
+
+@router.get("/v1/forks", responses={200: answer(ForkList, "Forks, by id")}, summary="Forks of this tenant")
+async def listed(
+    request: Request,
+    instance_id: str | None = Query(None, max_length=MAX_ID_CHARS, description="Only this instance's"),
+    after: str | None = Query(None, max_length=MAX_ID_CHARS, description="Continue after this fork id"),
+    limit: int = Query(100, ge=1, le=1000),
+    principal: Principal = READ,
+) -> Response:
+    found = await forks_of(request, principal).list(instance_id, after=after, limit=limit)
+    return json_response({"forks": [f.as_dict() for f in found]})
+
+
+@router.get("/v1/forks/{fork_id}", responses={200: answer(ForkCreated, "The fork")}, summary="A fork")
+async def show(request: Request, fork_id: str = FORK_ID, principal: Principal = READ) -> Response:
+    return json_response((await forks_of(request, principal).get(fork_id_of(fork_id))).as_dict())
+
+
+@router.get(
+    "/v1/forks/{fork_id}/runs", responses={200: answer(ForkRuns, "Its runs in order")},
+    summary="What each run of a fork did",
+)
+async def runs(
+    request: Request, fork_id: str = FORK_ID,
+    after: int = Query(0, ge=0, description="Runs after this many"),
+    limit: int = Query(100, ge=1, le=1000),
+    principal: Principal = READ,
+) -> Response:
+    every = await forks_of(request, principal).runs(fork_id_of(fork_id))
+    page = every[after: after + limit]
+    return json_response({"runs": page, "next_after": after + limit if after + limit < len(every) else None})
+
+
+@router.get(
+    "/v1/forks/{fork_id}/state", responses={200: answer(InstanceState, "Its ctx.state document")},
+    summary="A fork's state",
+)
+async def state(request: Request, fork_id: str = FORK_ID, principal: Principal = READ) -> Response:
+    value, version = await forks_of(request, principal).state(fork_id_of(fork_id))
+    return json_response({"value": value, "version": version})
+
+
+@router.post(
+    "/v1/forks/{fork_id}/sql", openapi_extra=request_body(SqlQuery),
+    responses={200: answer(SqlResult, "Columns and rows (at most max_rows)")},
+    summary="A read-only SQL query on a fork's database",
+)
+async def sql(request: Request, fork_id: str = FORK_ID, principal: Principal = READ) -> Response:
+    body = object_body(await json_body(request), {"sql", "params", "max_rows", "timeout_s"})
+    options = {k: body[k] for k in ("max_rows", "timeout_s") if body.get(k) is not None}
+    result = await forks_of(request, principal).query(
+        fork_id_of(fork_id), body.get("sql"), default(body.get("params"), []), **options
+    )
+    return json_response({"columns": result.columns, "rows": result.rows, "truncated": result.truncated})
+
+
+@router.get(
+    "/v1/forks/{fork_id}/diff", responses={200: answer(ForkDiff, "What differs")},
+    summary="A fork against its live instance or another fork",
+)
+async def diff(
+    request: Request, fork_id: str = FORK_ID,
+    against: str | None = Query(None, max_length=MAX_ID_CHARS, description="Another fork's id (default: live)"),
+    principal: Principal = READ,
+) -> Response:
+    return json_response(await forks_of(request, principal).diff(fork_id_of(fork_id), against))
+
+
+@router.delete("/v1/forks/{fork_id}", responses={200: answer(ForkCreated, "The discarded fork")},
+               summary="Discard a fork")
+async def discard(request: Request, fork_id: str = FORK_ID, principal: Principal = APPEND) -> Response:
+    forks = forks_of(request, principal)
+    fork = await forks.get(fork_id_of(fork_id))
+    await forks.discard(fork.fork_id)
+    return json_response(fork.as_dict())
