@@ -321,6 +321,66 @@ def test_kept_inputs_over_http_and_the_cli(tenant, actors_server):
     assert "(more: --after 1)" in tenant.cli("instances", "inputs", iid, "--limit", "1").stdout
 
 
+def test_forks_over_http_with_their_scopes(tenant, actors_server):
+    iid = tenant.create("counter", key="forked")["id"]
+    tenant.append("/forked", {"type": "count.one", "payload": 1}, {"type": "count.two", "payload": 2})
+    wait_settled(tenant, iid, lambda s: s.get("n") == 2, "two count events processed")
+    tokens = {scope: make_token(actors_server.db_url, tenant.name, scope) for scope in ("read", "append")}
+    reader, appender = (actors_server.client(tokens[s]) for s in ("read", "append"))
+    try:
+        assert error_of(reader.post(f"/v1/instances/{iid}/forks")) == (403, "forbidden")
+        made = appender.post(f"/v1/instances/{iid}/forks",
+                             json={"edits": [{"seq": 2, "action": "replace", "payload": {"n": 9}}]})
+        assert made.status_code == 201, made.text
+        fork = made.json()
+        assert (fork["instance_id"], fork["actor"], fork["key"], fork["app"]) == (iid, "counter", "forked", None)
+        assert fork["summary"] == {"runs": 2, "failed": 0, "effects": 0, "refused": 0, "inputs": 2, "through": 2}
+        fid = fork["fork_id"]
+        # Naming other code imports it into the server: admin only.
+        assert error_of(appender.post(f"/v1/instances/{iid}/forks", json={"app": APP})) == (403, "forbidden")
+        same = tenant.http.post(f"/v1/instances/{iid}/forks", json={"app": APP, "upto": 1})
+        assert same.status_code == 201 and same.json()["app"] == APP and same.json()["summary"]["runs"] == 1
+
+        assert [f["fork_id"] for f in reader.get("/v1/forks", params={"instance_id": iid}).json()["forks"]] == sorted(
+            [fid, same.json()["fork_id"]])
+        assert reader.get(f"/v1/forks/{fid}").json() == fork
+        assert reader.get(f"/v1/forks/{fid}/state").json() == {
+            "value": {"n": 2, "last": {"n": 9}, "path": "/forked"}, "version": 2}
+        runs = reader.get(f"/v1/forks/{fid}/runs", params={"limit": 1}).json()
+        assert [r["seq"] for r in runs["runs"]] == [1] and runs["next_after"] == 1
+        assert reader.post(f"/v1/forks/{fid}/sql", json={"sql": "SELECT 1 AS one"}).json()["rows"] == [[1]]
+        diff = reader.get(f"/v1/forks/{fid}/diff").json()
+        assert diff["changed"] is True and diff["state"]["changed"] == {"last": {"live": 2, "fork": {"n": 9}}}
+        assert reader.get(f"/v1/forks/{fid}/diff", params={"against": same.json()["fork_id"]}).json()["changed"]
+
+        other = actors_server.client(make_token(actors_server.db_url, "t" + uuid.uuid4().hex[:12], "admin"))
+        try:
+            assert error_of(other.get(f"/v1/forks/{fid}")) == (404, "fork_not_found")
+            assert error_of(other.post(f"/v1/instances/{iid}/forks")) == (404, "instance_not_found")
+        finally:
+            other.close()
+        for bad in ({"upto": -1}, {"edits": [{"seq": 1, "action": "bend"}]}, {"colour": 1}, {"app": 7}):
+            assert error_of(tenant.http.post(f"/v1/instances/{iid}/forks", json=bad)) == (400, "invalid_input"), bad
+        assert error_of(reader.delete(f"/v1/forks/{fid}")) == (403, "forbidden")
+        assert appender.delete(f"/v1/forks/{fid}").json()["fork_id"] == fid
+        assert error_of(reader.get(f"/v1/forks/{fid}")) == (404, "fork_not_found")
+    finally:
+        reader.close()
+        appender.close()
+
+    # The CLI: a fork by ACTOR/KEY, then its diff for people (and for a CI job: --exit-code).
+    made = tenant.cli("instances", "fork", "counter/forked", "--replace", '2={"n": 5}').stdout
+    fid = re.search(r"yoke forks diff (fork_\w+)", made).group(1)
+    shown = tenant.cli("forks", "diff", fid, check=False)
+    assert "differs" in shown.stdout and '~ last: 2 -> {"n":5}' in shown.stdout and shown.returncode == 0
+    assert tenant.cli("forks", "diff", fid, "--exit-code", check=False).returncode == 1
+    unchanged = tenant.cli("instances", "fork", "counter/forked", "--replace", "1=7", "--json").stdout
+    same = orjson.loads(unchanged)["fork_id"]  # the first payload is overwritten by the second's: no difference
+    assert "no difference" in tenant.cli("forks", "diff", same, "--exit-code").stdout
+    listed = tenant.cli("forks", "list").stdout
+    assert fid in listed and "counter/forked" in listed
+
+
 def test_cli_instances_and_dlq(tenant):
     created = orjson.loads(tenant.cli("instances", "create", "flaky", "--key", "k", "--json").stdout)
     iid = created["id"]
