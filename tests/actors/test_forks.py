@@ -210,3 +210,22 @@ async def test_forks_expire(fresh_url: str, tmp_path) -> None:
         assert await y.forks(T).list() == []
         await y.prune()
         assert await y.store.forks.expire(T, 2**62, 10) == 0  # the pass deleted it
+
+
+async def test_a_fork_of_an_actor_that_runs_in_host_processes(fresh_url: str, tmp_path) -> None:
+    """Its runs replay in this process (its Python handler), from the tape
+    the host's runs left: the same state and effects."""
+    from tests.actors.inputs_app import app as hosted_app
+
+    async with yoke.open(fresh_url, app=hosted_app, data_dir=str(tmp_path)) as y:
+        await y.stream("/in", T).append_many(
+            [{"type": "hosted.go", "payload": {"k": "h", "n": n, "bad": n == 2}} for n in range(1, 4)]
+        )
+        await y.wait_idle(timeout_s=60)
+        inst = await y.instances(T).find("hosted", "h")
+        [first, *_] = (await y.instances(T).inputs(inst.instance_id)).inputs
+        assert first.tape is not None and "seed" in first.tape and len(first.tape["now"]) == 1  # the run's start
+        fork = await y.instances(T).fork(inst.instance_id)
+        d = await fork.diff()
+        assert d["changed"] is False, d
+        assert await fork.state() == await y.instances(T).state(inst.instance_id)
