@@ -345,6 +345,12 @@ class Client:
         body = {k: v for k, v in (("upto", upto), ("app", app), ("edits", edits)) if v is not None}
         return self.request("POST", instance_url(instance_id, "forks"), json=body, timeout=600)
 
+    def fork_failure(self, failure_id: str, event: dict[str, Any] | None = None,
+                     patch: dict[str, Any] | None = None, app: str | None = None) -> Any:
+        """Fork a dead letter's instance through its input, corrected: the fork."""
+        body = {k: v for k, v in (("event", event), ("patch", patch), ("app", app)) if v is not None}
+        return self.request("POST", "/v1/failures/" + quote(failure_id, safe="") + "/fork", json=body, timeout=600)
+
     def forks(self, instance_id: str | None = None, after: str | None = None, limit: int = 100) -> Any:
         return self.request("GET", "/v1/forks", params={"instance_id": instance_id, "after": after, "limit": limit})
 

@@ -144,7 +144,7 @@ class Runtime:
             receivers=app.receivers if app is not None else {},
             http=lambda: None if self.deliveries is None else self.deliveries.http,
             max_event_bytes=settings.max_event_bytes, subscription_timeout_s=settings.subscription_timeout_s,
-            clock=clock, tracing=self.tracing,
+            clock=clock, tracing=self.tracing, forks=self.forks,
         )
         self.sql_catalogue = SqlCatalogue(
             open_store, self.failures, max_rows=settings.sql_max_rows, timeout_s=settings.sql_timeout_s

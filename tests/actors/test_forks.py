@@ -229,3 +229,32 @@ async def test_a_fork_of_an_actor_that_runs_in_host_processes(fresh_url: str, tm
         d = await fork.diff()
         assert d["changed"] is False, d
         assert await fork.state() == await y.instances(T).state(inst.instance_id)
+
+
+async def test_a_dead_letter_forked_at_its_input_then_fixed_live(fresh_url: str, tmp_path) -> None:
+    lines = [*LINES, {"id": "A", "sku": "kiwi", "qty": 1}]  # more after the poisoned line
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        iid = await placed(y, lines=lines)
+        [failure] = await y.failures(T).list()
+        inputs = (await y.instances(T).inputs(iid)).inputs
+        [dead] = [i for i in inputs if i.outcome == "dead"]
+
+        fork = await y.failures(T).fork(failure.id, patch={"payload": {"poison": None}})
+        assert fork.row.upto == dead.seq and fork.row.edits == [
+            {"seq": dead.seq, "action": "replace", "payload": {"id": "A", "sku": "apple", "qty": 3}}]
+        # Against the live history at the same input: only the fixed line differs
+        # (later live inputs are not in the comparison).
+        d = await fork.diff()
+        assert [(o["seq"], o["live"], o["fork"]) for o in d["outcomes"]] == [(dead.seq, "failed", "done")]
+        assert d["state"]["changed"]["lines"]["fork"] == d["state"]["changed"]["lines"]["live"] + 1
+        assert [c["key"] for c in d["tables"]["lines"]["changed"]] == [["apple"]]
+        under_fix = await y.failures(T).fork(failure.id, app=fixed_app)
+        assert (await under_fix.diff())["outcomes"][0]["fork"] == "done"
+        with pytest.raises(errors.InvalidInput):
+            await y.failures(T).fork(failure.id, event={"payload": {}}, patch={"payload": {}})
+
+        # The fix, applied live through the replay: the instance now is what the fork said.
+        await y.failures(T).replay(failure.id, patch={"payload": {"poison": None}}, wait=True)
+        await y.wait_idle(timeout_s=60)
+        assert (await y.instances(T).state(iid))[0]["lines"] == len(lines)
+        assert (await (await y.instances(T).fork(iid)).diff())["changed"] is False

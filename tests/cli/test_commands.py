@@ -260,6 +260,8 @@ def test_json_output_of_every_command(cli, server, tmp_path):
     assert js("failures", "show", failure["id"])["error"] == failure["error"]
     assert js("failures", "replay", failure["id"])["action"] == "replayed"  # fails again: parked again
     wait_for(lambda: js("failures", "list", "--instance", flaky), "parked again")
+    forked = js("failures", "fork", failure["id"], "--event", '{"type": "flaky.heal"}')
+    assert forked["upto"] == 2 and forked["edits"][0]["type"] == "flaky.heal"
     assert js("failures", "discard", failure["id"], "--reason", "json")["action"] == "discarded"
     # The flaky run's input, kept: dead-lettered (its replay too), its event as sent.
     kept = js("instances", "inputs", flaky)
@@ -268,7 +270,7 @@ def test_json_output_of_every_command(cli, server, tmp_path):
     # A fork of it, with the failing event dropped: its state is the live one's, its runs one fewer.
     fork = js("instances", "fork", flaky, "--drop", "1")
     assert fork["summary"]["runs"] == 1 and fork["edits"] == [{"seq": 1, "action": "drop"}]
-    assert [f["fork_id"] for f in js("forks", "list", "--instance", flaky)] == [fork["fork_id"]]
+    assert [f["fork_id"] for f in js("forks", "list", "--instance", flaky)] == sorted([fork["fork_id"], forked["fork_id"]])
     assert js("forks", "show", fork["fork_id"]) == fork
     assert [r["seq"] for r in js("forks", "runs", fork["fork_id"])["runs"]] == [2]
     assert js("forks", "state", fork["fork_id"]) == {"value": None, "version": 0}

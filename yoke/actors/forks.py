@@ -76,7 +76,8 @@ class Fork:
 def check_edits(edits: Any) -> list[dict[str, Any]]:
     """``[{"seq": k, "action": "replace", "payload": ...}, {"seq": k, "action":
     "drop"}, {"seq": k, "action": "insert", "event": {...}}]``: replace input
-    k's payload, drop input k, or insert an event before input k."""
+    k's payload (and, if given, its ``type`` and ``metadata``), drop input k,
+    or insert an event before input k."""
     if edits is None:
         return []
     if not isinstance(edits, list) or len(edits) > MAX_EDITS:
@@ -91,16 +92,18 @@ def check_edits(edits: Any) -> list[dict[str, Any]]:
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
             raise errors.InvalidInput("an edit's seq is an input number (1 or more)", field="edits")
         action = edit["action"]
-        allowed = {"seq", "action"} | {"replace": {"payload"}, "drop": set(), "insert": {"event"}}[action]
+        allowed = {"seq", "action"} | {"replace": {"payload", "type", "metadata"}, "drop": set(),
+                                       "insert": {"event"}}[action]
         if set(edit) - allowed:
             raise errors.InvalidInput(
                 f"a {action} edit takes {', '.join(sorted(allowed))}, not {', '.join(sorted(set(edit) - allowed))}",
                 field="edits",
             )
         if action == "replace":
-            if "payload" not in edit:
-                raise errors.InvalidInput("a replace edit gives the input's new payload", field="edits")
-            prepare({"type": "x", "payload": edit["payload"]})  # a payload the API would take
+            if not {"payload", "type", "metadata"} & set(edit):
+                raise errors.InvalidInput("a replace edit gives the input's new payload (type, metadata)", field="edits")
+            # A payload, type and metadata the API would take.
+            prepare({"type": edit.get("type", "x"), "payload": edit.get("payload"), "metadata": edit.get("metadata") or {}})
         if action == "insert":
             event = edit.get("event")
             if not isinstance(event, dict):
@@ -117,13 +120,13 @@ def edited(records: list[InputRecord], edits: list[dict[str, Any]], now_ms: int)
         if edit["seq"] not in known:
             raise errors.InvalidInput(f"edit of input {edit['seq']}: the fork does not replay it", field="edits")
     inserts: dict[int, list[dict[str, Any]]] = {}
-    replaced: dict[int, Any] = {}
+    replaced: dict[int, dict[str, Any]] = {}
     dropped: set[int] = set()
     for edit in edits:
         if edit["action"] == "insert":
             inserts.setdefault(edit["seq"], []).append(edit["event"])
         elif edit["action"] == "replace":
-            replaced[edit["seq"]] = edit["payload"]
+            replaced[edit["seq"]] = {k: v for k, v in edit.items() if k in ("payload", "type", "metadata")}
         else:
             dropped.add(edit["seq"])
     out: list[dict[str, Any]] = []
@@ -141,7 +144,7 @@ def edited(records: list[InputRecord], edits: list[dict[str, Any]], now_ms: int)
             continue
         event = dict(r.event)
         if r.seq in replaced:
-            event["payload"] = replaced[r.seq]
+            event.update(replaced[r.seq])
         out.append({"record": r, "event": event, "seq": r.seq, "label": r.seq, "edited": r.seq in replaced})
     return out
 
@@ -199,6 +202,23 @@ class Forks:
         )
         await self._kernel.forks().save(row)
         return Fork(row, self)
+
+    async def at_dead_letter(
+        self, instance_id: str, qid: int, correction: dict[str, Any] | None = None, *, app: App | str | None = None,
+    ) -> Fork:
+        """A fork through the input a dead letter (queue row ``qid``) left,
+        under ``app``, that input corrected by ``correction`` (``{type?,
+        payload?, metadata?}``): what the fix would do, before it is
+        replayed live (docs/advanced/forks.md#from-the-failures-inbox)."""
+        records = await self._records(instance_id, None)
+        dead = [r for r in records if r.qid == qid and r.outcome == "dead"]
+        if not dead:
+            raise errors.InvalidInput(
+                f"the dead letter's input (queue row {qid}) is not kept: it was pruned", field="failure"
+            )
+        seq = dead[-1].seq
+        edits = [] if not correction else [{"seq": seq, "action": "replace", **correction}]
+        return await self.create(instance_id, upto=seq, app=app, edits=edits)
 
     async def _application(self, app: App | str | None) -> App:
         if app is None:
@@ -281,6 +301,22 @@ class Forks:
 
     # --- comparing ---------------------------------------------------------------
 
+    async def _live_at(self, fork: ForkRow, records: list[InputRecord]) -> bytes:
+        """The live instance's database where the fork stopped: as it is now
+        when the fork replayed every input kept; else as the inputs through
+        ``upto`` left it, replayed unedited under the runtime's application
+        (the live history's own code) in a sandbox."""
+        last = await self._kernel.inputs().inputs(self.tenant, fork.instance_id, after=records[-1].seq if records else 0,
+                                                  limit=1)
+        if fork.upto is None or not last.inputs:
+            return await self._live_image(fork.instance_id)
+        if self._app is None:
+            raise errors.InvalidInput(
+                "this process runs no application to replay the live history to the fork's upto with", field="upto"
+            )
+        instance = await self._instance(fork.instance_id)
+        return (await replay(self._kernel, self._app, instance, edited(records, [], self._kernel.now_ms()))).image
+
     async def diff(self, fork_id: str, against: str | None = None) -> dict[str, Any]:
         """The fork against the live instance (``against`` None) or another
         fork: state, tables, and per input the effects and outcomes.
@@ -290,8 +326,8 @@ class Forks:
         fork = await self._row(fork_id, whole=True)
         fork_runs = _by_input(fork.report or [])
         if against is None:
-            live_image = await self._live_image(fork.instance_id)
             records = await self._records(fork.instance_id, fork.upto)
+            live_image = await self._live_at(fork, records)
             live_runs = {
                 r.seq: {"outcome": "failed" if r.outcome == "dead" else "done", "error": r.error,
                         "effects": effects_of((r.tape or {}).get("ops", []))}

@@ -1,5 +1,6 @@
-"""Fork commands over HTTP (docs/advanced/forks.md): ``instances fork`` makes
-one; ``forks list|show|runs|state|sql|diff|discard`` read and discard them."""
+"""Fork commands over HTTP (docs/advanced/forks.md): ``instances fork`` and
+``failures fork`` make one; ``forks list|show|runs|state|sql|diff|discard``
+read and discard them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import click
 
 from .actors import INSTANCE_ID_HELP, first_line, instance_id_of, instances, sql_lines
+from .failures import failures
 from .common import Column, Remote, argument, compact, emit, fail, group, http_command, parse_json, table, when
 
 FORK_ID_HELP = "a fork's id (fork_..., see `yoke forks list`)"
@@ -111,6 +113,28 @@ def instances_fork(client: Remote, as_json: bool, instance_id: str, upto: int | 
     edits = edits_of(replace, drop, insert)
     made = client.fork(instance_id_of(client, instance_id), upto, app_spec, edits or None)
     emit(made, as_json, lambda f: fork_lines(f) + f"\n(next: yoke forks diff {f['fork_id']})")
+
+
+@failures.command("fork")
+@argument("failure_id", "a dead letter's failure id (see `yoke failures list`)")
+@click.option("--patch", "patch_json", default=None, metavar="JSON", help="A JSON Merge Patch of the failed event.")
+@click.option("--event", "event_json", default=None, metavar="JSON",
+              help='The failed event\'s fields replaced whole: {"type", "payload", "metadata"}.')
+@click.option("--app", "app_spec", default=None, metavar="MODULE:APP",
+              help="Replay under this code, loaded by the server (admin scope).")
+@http_command
+def failures_fork(client: Remote, as_json: bool, failure_id: str, patch_json: str | None, event_json: str | None,
+                  app_spec: str | None) -> None:
+    """Fork a dead letter's instance through the failed input, corrected as
+    `failures replay` would correct it, or under other code: see what the fix
+    does (`yoke forks diff`) before you replay it live."""
+    if patch_json is not None and event_json is not None:
+        raise click.UsageError("give --patch or --event, not both")
+    patch = parse_json(patch_json, "--patch") if patch_json is not None else None
+    event = parse_json(event_json, "--event") if event_json is not None else None
+    made = client.fork_failure(failure_id, event, patch, app_spec)
+    emit(made, as_json, lambda f: fork_lines(f) + f"\n(next: yoke forks diff {f['fork_id']}, then yoke failures replay"
+                                              f" {failure_id} with the same correction)")
 
 
 @group()

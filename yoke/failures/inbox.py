@@ -182,6 +182,28 @@ class Failures:
             assert failure.path is not None
             return Resolution(failure.id, "replayed", failure.path, offset, delivered, failure=failure)
 
+    async def fork(
+        self, failure_id: str, event: dict[str, Any] | None = None, *, patch: dict[str, Any] | None = None,
+        app: Any = None,
+    ) -> Any:
+        """A dead letter's instance forked through the failed input, that
+        input corrected as ``replay`` would correct it (``event`` or
+        ``patch``) and under ``app`` (default: the application's code):
+        look at its diff, then ``replay`` the fix live (docs/advanced/forks.md)."""
+        services = self.services
+        check_one_correction(event, patch)
+        correction = None if event is None else check_correction(event, services.max_event_bytes)
+        patch = None if patch is None else check_patch(patch)
+        failure = await self.get(failure_id)
+        if failure.kind != DEAD_LETTER or failure.instance_id is None:
+            raise errors.InvalidInput("only a dead letter's instance can be forked", field="failure")
+        if services.forks is None:
+            raise errors.InvalidInput("this process cannot make forks", field="failure")
+        if patch is not None:
+            correction = check_correction(patched(failure.event or {}, patch), services.max_event_bytes)
+        qid = parse_id(failure_id)[1][0]
+        return await services.forks(self.tenant).at_dead_letter(failure.instance_id, qid, correction, app=app)
+
     async def discard(self, failure_id: str, reason: str) -> Resolution:
         """Give up on the failure, saying why: the dead letter is deleted, a
         halted subscription resumes after the event, a skip is closed. A

@@ -37,6 +37,7 @@ from ..tracing import Tracing
 if TYPE_CHECKING:
     import httpx
 
+    from ..actors.forks import Forks
     from ..routing.evaluation import Evaluations
     from ..signals import Signals
     from ..store import OpenStore
@@ -50,7 +51,8 @@ class FailureServices:
     failure changed the subscription), and what delivering an event once
     more takes: the evaluations (filter, transform), a copy's target, the
     application's receiver functions, the running deliveries' webhook client
-    (None when this process delivers none) and the settings values."""
+    (None when this process delivers none), the settings values, and the
+    tenants' forks (a dead letter forked at its input)."""
 
     store: OpenStore
     appends: AppendService
@@ -63,6 +65,8 @@ class FailureServices:
     subscription_timeout_s: float
     clock: Clock = SYSTEM  # the runtime's: what the resolutions stamp
     tracing: Tracing = Tracing()  # a replay's span, linked to the failure's trace
+    # A tenant's forks (actors/forks.py): a dead letter forked at its input.
+    forks: Callable[[str], Forks] | None = None
 
 
 DEAD_LETTER = "dead_letter"

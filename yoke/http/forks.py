@@ -2,8 +2,9 @@
 
 ``POST /v1/instances/{id}/forks`` makes one (``append`` scope; naming the
 code to replay with, ``app``, imports it into the server, so that needs
-``admin``); ``/v1/forks`` lists, shows, reads, diffs (``read``) and
-discards (``append``) them. The routes call ``runtime.forks(tenant)``, as
+``admin``); ``/v1/failures/{id}/fork`` forks a dead letter's instance
+through its input, corrected as a replay would correct it; ``/v1/forks``
+lists, shows, reads, diffs (``read``) and discards (``append``) them. The routes call ``runtime.forks(tenant)``, as
 Python does.
 """
 
@@ -15,10 +16,12 @@ from starlette.responses import Response
 from .. import errors
 from ..actors.forks import Forks
 from .actors import default, instance_id_of, optional_json_body
+from .failures import refuse_corrections_of_pinned
+from .pinned_listings import PinnedPaths
 from .auth import APPEND, READ, Principal, runtime_of
 from .responses import ERROR_RESPONSES, json_body, json_response
 from .schemas import (
-    ForkCreated, ForkDiff, ForkList, ForkRequest, ForkRuns, InstanceState, SqlQuery, SqlResult, answer, request_body,
+    FailureForkRequest, ForkCreated, ForkDiff, ForkList, ForkRequest, ForkRuns, InstanceState, SqlQuery, SqlResult, answer, request_body,
 )
 from .streams import object_body
 
@@ -38,6 +41,16 @@ def fork_id_of(value: str) -> str:
     return value
 
 
+def check_app(app: object, principal: Principal) -> None:
+    """Other code to replay with is imported into this server: admin only."""
+    if app is None:
+        return
+    if not isinstance(app, str) or not 1 <= len(app) <= 500:
+        raise errors.InvalidInput("app is module:attribute (or a JavaScript module's path)", field="app")
+    if "admin" not in principal.scopes:
+        raise errors.Forbidden("forking under other code (app) needs the 'admin' scope", scope="admin")
+
+
 @router.post(
     "/v1/instances/{instance_id}/forks", status_code=201, openapi_extra=request_body(ForkRequest, required=False),
     responses={201: answer(ForkCreated, "The fork, made and kept")},
@@ -46,15 +59,27 @@ def fork_id_of(value: str) -> str:
 async def create(request: Request, instance_id: str = Path(description="The instance id"),
                  principal: Principal = APPEND) -> Response:
     body = object_body(await optional_json_body(request), {"upto", "app", "edits"})
-    app = body.get("app")
-    if app is not None:
-        if not isinstance(app, str) or not 1 <= len(app) <= 500:
-            raise errors.InvalidInput("app is module:attribute (or a JavaScript module's path)", field="app")
-        if "admin" not in principal.scopes:  # it imports code into this server
-            raise errors.Forbidden("forking under other code (app) needs the 'admin' scope", scope="admin")
+    check_app(body.get("app"), principal)
     fork = await forks_of(request, principal).create(
-        instance_id_of(instance_id), upto=body.get("upto"), app=app, edits=body.get("edits"),
+        instance_id_of(instance_id), upto=body.get("upto"), app=body.get("app"), edits=body.get("edits"),
     )
+    return json_response(fork.as_dict(), status_code=201)
+
+
+@router.post(
+    "/v1/failures/{failure_id}/fork", status_code=201,
+    openapi_extra=request_body(FailureForkRequest, required=False, description="No body: the input as it failed"),
+    responses={201: answer(ForkCreated, "The fork, through the failed input")},
+    summary="Fork a dead letter's instance through its input, corrected or under other code",
+)
+async def fork_failure(request: Request, failure_id: str = Path(description="The failure id"),
+                       principal: Principal = APPEND) -> Response:
+    body = object_body(await optional_json_body(request), {"event", "patch", "app"})
+    check_app(body.get("app"), principal)
+    inbox = runtime_of(request).failures(principal.tenant)
+    if body.get("event") is not None or body.get("patch") is not None:
+        await refuse_corrections_of_pinned(request, principal, [await inbox.get(failure_id)])
+    fork = await inbox.fork(failure_id, body.get("event"), patch=body.get("patch"), app=body.get("app"))
     return json_response(fork.as_dict(), status_code=201)
 
 
@@ -87,6 +112,10 @@ async def runs(
 ) -> Response:
     every = await forks_of(request, principal).runs(fork_id_of(fork_id))
     page = every[after: after + limit]
+    pins = PinnedPaths(runtime_of(request), principal.tenant)
+    for run in page:
+        if await pins.pinned(run["event"].get("path")):  # as its kept input shows: without its texts
+            run.update(event=None, error=None, traceback=None, ops=[])
     return json_response({"runs": page, "next_after": after + limit if after + limit < len(every) else None})
 
 

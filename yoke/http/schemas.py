@@ -974,6 +974,13 @@ class ForkRequest(BaseModel):
     edits: list[ForkEdit] | None = Field(default=None, description="Edits of the inputs before they replay")
 
 
+class FailureForkRequest(BaseModel):
+    model_config = closed_config({"patch": {"payload": {"total": 10}}}, {"app": "shop.fixed:app"})
+    event: JsonObject | None = Field(default=None, description="The input's fields replaced whole: type, payload, metadata")
+    patch: JsonObject | None = Field(default=None, description="A JSON Merge Patch of the input's event")
+    app: str | None = Field(default=None, description="The code to replay with, module:attribute (admin scope)")
+
+
 class ForkCreated(BaseModel):
     model_config = config(FORK_EXAMPLE)
     fork_id: str
