@@ -19,6 +19,7 @@ from . import errors, metrics
 from .applications import load
 from .actors.app import App, app_spec, per_actor_retry, with_retry_settings
 from .actors.forks import Forks
+from .actors.deploy_check import check_deploy
 from .actors.executor import Executor
 from .actors.instances import Instances
 from .actors.kernel import ActorKernel, ActorSettings
@@ -318,6 +319,24 @@ class Runtime:
         """Forks of ``tenant``'s instances: made, listed, diffed, discarded
         (docs/advanced/forks.md)."""
         return self.instances(tenant).forks()
+
+    async def check_deploy(
+        self, candidate: App | str, *, current: App | str | None = None, actors: Sequence[str] | None = None,
+        instances: int = 100, inputs: int = 1000, tenants: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """The deploy check (docs/advanced/forks.md#the-deploy-check) over
+        every tenant with instances (or ``tenants``): ``{"diverged", "checked",
+        "tenants": [...]}``, each tenant's as actors/deploy_check.py makes it."""
+        new = await asyncio.to_thread(load, candidate) if isinstance(candidate, str) else candidate
+        now = None if current is None else (
+            await asyncio.to_thread(load, current) if isinstance(current, str) else current)
+        chosen = list(tenants) if tenants else await self.store.actors.tenants()
+        reports = [
+            await check_deploy(self.instances(t), new, current=now, actors=actors, sample=instances, inputs=inputs)
+            for t in chosen
+        ]
+        return {"diverged": sum(r["diverged"] for r in reports), "checked": sum(r["checked"] for r in reports),
+                "errors": sum(len(a["errors"]) for r in reports for a in r["actors"].values()), "tenants": reports}
 
     def failures(self, tenant: str = "default") -> Failures:
         """The failures inbox of ``tenant``: dead letters, halted subscriptions

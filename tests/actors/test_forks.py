@@ -4,6 +4,7 @@ instance or another fork; nothing live changes; on both backends."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import asyncpg
@@ -52,6 +53,7 @@ def instance_files(tmp_path) -> dict[str, bytes]:
 async def placed(y, actor: str = "order", lines=LINES) -> str:
     await y.stream("/orders", T).append_many([{"type": f"{actor_type(actor)}", "payload": p} for p in lines])
     await y.wait_idle(timeout_s=60)
+    await y.sql_settled()  # the SQL catalogue's mirror written: live_rows reads it too
     inst = await y.instances(T).find(actor, "A")
     assert inst is not None
     return inst.instance_id
@@ -258,3 +260,57 @@ async def test_a_dead_letter_forked_at_its_input_then_fixed_live(fresh_url: str,
         await y.wait_idle(timeout_s=60)
         assert (await y.instances(T).state(iid))[0]["lines"] == len(lines)
         assert (await (await y.instances(T).fork(iid)).diff())["changed"] is False
+
+
+def check_deploy_cli(url: str, data_dir: str, *args: str) -> tuple[int, str]:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("YOKE_")}
+    env["YOKE_DATA_DIR"] = data_dir  # where the server kept the instance files (SQLite)
+    done = subprocess.run(
+        [sys.executable, "-m", "yoke.cli", "check-deploy", "--db", url, *args], cwd=root, env=env,
+        capture_output=True, text=True, timeout=300,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+async def test_the_deploy_check(fresh_url: str, tmp_path) -> None:
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        await placed(y)
+        await y.stream("/orders", T).append_many(
+            [{"type": "order.line", "payload": {"id": f"K{n}", "sku": "apple", "qty": n}} for n in range(1, 4)]
+        )
+        await y.wait_idle(timeout_s=60)
+        await y.sql_settled()
+        before = await live_rows(fresh_url, tmp_path)
+
+        # In Python: the same code does not diverge; the fix does, on every instance.
+        same = await y.check_deploy(app, actors=["order"])
+        assert (same["diverged"], same["checked"], same["errors"]) == (0, 4, 0)
+        fixed = await y.check_deploy(fixed_app, actors=["order"], instances=2, inputs=2)
+        [tenant] = fixed["tenants"]
+        assert tenant["tenant"] == T and fixed["checked"] == 2 and fixed["diverged"] == 2
+        for d in tenant["actors"]["order"]["diverged"]:
+            assert d["first_input"] is not None and d["state_differs"]
+        assert await live_rows(fresh_url, tmp_path) == before
+    before = await live_rows(fresh_url, tmp_path)  # with the runtime closed
+
+    # The command, as a CI job runs it: 0, 1, 2.
+    data, only = str(tmp_path), ["--tenant", T]
+    code, out = check_deploy_cli(fresh_url, data, "--app", "tests.actors.fork_app:app", "--actor", "order", *only)
+    assert code == 0 and "no instance diverges (4 checked)" in out, out
+    code, out = check_deploy_cli(fresh_url, data, "--app", "tests.actors.fork_app:fixed_app", "--actor", "order",
+                                 "--json", *only)
+    assert code == 1 and json.loads(out)["diverged"] == 4, out
+    code, out = check_deploy_cli(fresh_url, data, "--app", "tests.actors.fork_app:fixed_app", "--current",
+                                 "tests.actors.fork_app:app", "--actor", "order", "--instances", "1", *only)
+    assert code == 1 and "1 instance(s) diverge (1 checked)" in out and "first at input" in out, out
+    code, out = check_deploy_cli(fresh_url, data, "--app", "tests.actors.nowhere:app")
+    assert code == 2 and "error:" in out, out
+    code, out = check_deploy_cli(fresh_url, data, "--app", "tests.actors.fork_app:app", "--actor", "nope")
+    assert code == 2 and "invalid_input" in out, out
+    assert await live_rows(fresh_url, tmp_path) == before

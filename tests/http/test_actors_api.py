@@ -361,6 +361,14 @@ def test_forks_over_http_with_their_scopes(tenant, actors_server):
             other.close()
         for bad in ({"upto": -1}, {"edits": [{"seq": 1, "action": "bend"}]}, {"colour": 1}, {"app": 7}):
             assert error_of(tenant.http.post(f"/v1/instances/{iid}/forks", json=bad)) == (400, "invalid_input"), bad
+        # The deploy check over HTTP (admin: it loads the candidate code), in the token's tenant.
+        check = tenant.http.post("/v1/deploy-checks", json={"app": APP, "actors": ["counter"]})
+        assert check.status_code == 200, check.text
+        assert (check.json()["diverged"], check.json()["checked"]) == (0, 1)
+        assert [t["tenant"] for t in check.json()["tenants"]] == [tenant.name]
+        assert error_of(appender.post("/v1/deploy-checks", json={"app": APP})) == (403, "forbidden")
+        for bad in ({}, {"app": APP, "instances": 0}, {"app": APP, "actors": "counter"}, {"app": APP, "x": 1}):
+            assert error_of(tenant.http.post("/v1/deploy-checks", json=bad)) == (400, "invalid_input"), bad
         assert error_of(reader.delete(f"/v1/forks/{fid}")) == (403, "forbidden")
         assert appender.delete(f"/v1/forks/{fid}").json()["fork_id"] == fid
         assert error_of(reader.get(f"/v1/forks/{fid}")) == (404, "fork_not_found")

@@ -178,6 +178,14 @@ class Forks:
         """Replay the instance's inputs 1..``upto`` (all: None) in a sandbox
         under ``app`` (an App, ``"module:attribute"``, or None: the
         runtime's), with ``edits``; keep the fork and return it."""
+        row = await self._replayed(instance_id, upto, app, edits)
+        await self._kernel.forks().save(row)
+        return Fork(row, self)
+
+    async def _replayed(
+        self, instance_id: str, upto: int | None, app: App | str | None, edits: Sequence[dict[str, Any]] | None,
+    ) -> ForkRow:
+        """A fork made, not kept."""
         if upto is not None and (isinstance(upto, bool) or not isinstance(upto, int) or upto < 0):
             raise errors.InvalidInput("upto must be an input number (0 or more)", field="upto")
         checked = check_edits(None if edits is None else list(edits))
@@ -194,14 +202,12 @@ class Forks:
             )
         now = self._kernel.now_ms()
         done = await replay(self._kernel, application, instance, edited(records, checked, now))
-        row = ForkRow(
+        return ForkRow(
             tenant=self.tenant, fork_id="fork_" + secrets.token_hex(10), instance_id=instance_id,
             actor=instance.actor, key=instance.key, upto=upto, app=spec, edits=checked,
             summary={**done.summary, "inputs": len(records), "through": records[-1].seq if records else 0},
             created_at=now, expires_at=now + int(self.ttl_s * 1000), report=done.runs, image=done.image,
         )
-        await self._kernel.forks().save(row)
-        return Fork(row, self)
 
     async def at_dead_letter(
         self, instance_id: str, qid: int, correction: dict[str, Any] | None = None, *, app: App | str | None = None,
@@ -324,37 +330,66 @@ class Forks:
         no edits, under the code that ran every input it replayed, differs
         from the live instance, so the handler read something outside ctx."""
         fork = await self._row(fork_id, whole=True)
-        fork_runs = _by_input(fork.report or [])
-        if against is None:
-            records = await self._records(fork.instance_id, fork.upto)
-            live_image = await self._live_at(fork, records)
-            live_runs = {
-                r.seq: {"outcome": "failed" if r.outcome == "dead" else "done", "error": r.error,
-                        "effects": effects_of((r.tape or {}).get("ops", []))}
-                for r in records
-            }
-            other_image = live_image
-            versions = {r.code_version for r in records}
-        else:
+        other = None
+        if against is not None:
             other = await self._row(against, whole=True)
             if other.instance_id != fork.instance_id:
                 raise errors.InvalidInput("a fork compares with a fork of the same instance", field="against")
-            live_runs, other_image, versions = _by_input(other.report or []), other.image or b"", set()
+        return await self._compare(fork, other)
+
+    async def _compare(self, fork: ForkRow, other: ForkRow | None, *, after: int = 0) -> dict[str, Any]:
+        """``fork`` against ``other`` (None: the live instance); runs of
+        inputs after ``after`` only."""
+        fork_runs = _by_input(fork.report or [], after)
+        if other is None:
+            records = await self._records(fork.instance_id, fork.upto)
+            other_image = await self._live_at(fork, records)
+            other_runs = {
+                r.seq: {"outcome": "failed" if r.outcome == "dead" else "done", "error": r.error,
+                        "effects": effects_of((r.tape or {}).get("ops", []))}
+                for r in records if r.seq > after
+            }
+            versions = {r.code_version for r in records}
+        else:
+            other_runs, other_image, versions = _by_input(other.report or [], after), other.image or b"", set()
         d = diff_images(other_image, fork.image or b"")
-        effects, outcomes = diff_runs(live_runs, fork_runs)
+        effects, outcomes = diff_runs(other_runs, fork_runs)
         changed = bool(d["state"]["added"] or d["state"]["removed"] or d["state"]["changed"] or d["tables"]
                        or effects or outcomes)
         same_code = fork.app is None and len(versions) <= 1
         return {
-            "fork_id": fork.fork_id, "against": against or "live", "instance_id": fork.instance_id,
-            "changed": changed, "nondeterministic": changed and against is None and not fork.edits and same_code,
+            "fork_id": fork.fork_id, "against": "live" if other is None else other.fork_id,
+            "instance_id": fork.instance_id, "changed": changed,
+            "nondeterministic": changed and other is None and not fork.edits and same_code,
             "state": d["state"], "tables": d["tables"], "effects": effects, "outcomes": outcomes,
         }
 
+    async def check(
+        self, instance_id: str, candidate: App, *, current: App | None = None, inputs: int = 1000,
+    ) -> dict[str, Any]:
+        """The deploy check of one instance (deploy_check.py): its history
+        replayed under ``candidate`` against the same under ``current`` (None:
+        against the live instance, which the deployed code made), neither
+        kept; runs compared over the last ``inputs`` inputs, state and tables
+        at the end. ``first_input``: the first input whose runs differ."""
+        fork = await self._replayed(instance_id, None, candidate, None)
+        other = None if current is None else await self._replayed(instance_id, None, current, None)
+        through = fork.summary["through"]
+        d = await self._compare(fork, other, after=max(through - inputs, 0))
+        differing = sorted(x["seq"] for x in (*d["effects"], *d["outcomes"]) if isinstance(x["seq"], int))
+        return {
+            "instance_id": instance_id, "key": fork.key, "inputs": through, "diverged": d["changed"],
+            "first_input": differing[0] if differing else None,
+            "state_differs": bool(d["state"]["added"] or d["state"]["removed"] or d["state"]["changed"] or d["tables"]),
+            "diff": {k: d[k] for k in ("state", "tables", "effects", "outcomes")},
+        }
 
-def _by_input(runs: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+
+def _by_input(runs: list[dict[str, Any]], after: int = 0) -> dict[Any, dict[str, Any]]:
     out: dict[Any, dict[str, Any]] = {}
     for r in runs:
+        if r["seq"] is not None and r["seq"] <= after:
+            continue
         out[r["seq"] if r["seq"] is not None else r["label"]] = {
             "outcome": r["outcome"], "error": r["error"], "effects": effects_of(r["ops"]),
         }

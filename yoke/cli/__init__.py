@@ -8,6 +8,7 @@
     actors.py         instances list|create|show|inputs, dlq list|redrive|drop
     forks.py          instances fork, forks list|show|runs|state|sql|diff|discard
     failures.py       failures list|show|replay|discard
+    deploy_check.py   check-deploy                      (the database)
     demo.py           demo                              (in-process, no server)
     common.py         click classes, output helpers, http_command
 
@@ -28,6 +29,7 @@ from .actors import dlq, instances
 from .backup import backup, restore
 from .common import Group
 from .demo import demo
+from .deploy_check import check_deploy
 from .failures import failures
 from .forks import forks
 from .server import migrate, serve, worker
@@ -40,7 +42,7 @@ SECTIONS = [
     ("Start here", [demo, serve]),
     ("Streams (over HTTP)", [append, read, tail, streams, stream]),
     ("Subscriptions and actors (over HTTP)", [subscriptions, instances, dlq, forks, failures, sql]),
-    ("Operations (on the database)", [worker, migrate, tokens, backup, restore]),
+    ("Operations (on the database)", [worker, migrate, tokens, backup, restore, check_deploy]),
 ]
 
 

@@ -4,7 +4,8 @@
 code to replay with, ``app``, imports it into the server, so that needs
 ``admin``); ``/v1/failures/{id}/fork`` forks a dead letter's instance
 through its input, corrected as a replay would correct it; ``/v1/forks``
-lists, shows, reads, diffs (``read``) and discards (``append``) them. The routes call ``runtime.forks(tenant)``, as
+lists, shows, reads, diffs (``read``) and discards (``append``) them;
+``/v1/deploy-checks`` runs the deploy check in the token's tenant (``admin``). The routes call ``runtime.forks(tenant)``, as
 Python does.
 """
 
@@ -18,10 +19,10 @@ from ..actors.forks import Forks
 from .actors import default, instance_id_of, optional_json_body
 from .failures import refuse_corrections_of_pinned
 from .pinned_listings import PinnedPaths
-from .auth import APPEND, READ, Principal, runtime_of
+from .auth import ADMIN, APPEND, READ, Principal, runtime_of
 from .responses import ERROR_RESPONSES, json_body, json_response
 from .schemas import (
-    FailureForkRequest, ForkCreated, ForkDiff, ForkList, ForkRequest, ForkRuns, InstanceState, SqlQuery, SqlResult, answer, request_body,
+    DeployCheckRequest, DeployCheckResult, FailureForkRequest, ForkCreated, ForkDiff, ForkList, ForkRequest, ForkRuns, InstanceState, SqlQuery, SqlResult, answer, request_body,
 )
 from .streams import object_body
 
@@ -161,3 +162,24 @@ async def discard(request: Request, fork_id: str = FORK_ID, principal: Principal
     fork = await forks.get(fork_id_of(fork_id))
     await forks.discard(fork.fork_id)
     return json_response(fork.as_dict())
+
+
+@router.post(
+    "/v1/deploy-checks", openapi_extra=request_body(DeployCheckRequest),
+    responses={200: answer(DeployCheckResult, "Where the candidate code diverges")},
+    summary="The deploy check: a sample of instances forked under candidate code (admin)",
+)
+async def deploy_check(request: Request, principal: Principal = ADMIN) -> Response:
+    body = object_body(await json_body(request), {"app", "current", "actors", "instances", "inputs"})
+    for field in ("app", "current"):
+        value = body.get(field)
+        if (field == "app" or value is not None) and (not isinstance(value, str) or not 1 <= len(value) <= 500):
+            raise errors.InvalidInput(f"{field} is module:attribute (or a JavaScript module's path)", field=field)
+    actors = body.get("actors")
+    if actors is not None and (not isinstance(actors, list) or not all(isinstance(a, str) for a in actors)):
+        raise errors.InvalidInput("actors is a list of actor names", field="actors")
+    report = await runtime_of(request).check_deploy(
+        body["app"], current=body.get("current"), actors=actors, instances=body.get("instances", 100),
+        inputs=body.get("inputs", 1000), tenants=[principal.tenant],
+    )
+    return json_response(report)

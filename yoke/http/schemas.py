@@ -974,6 +974,27 @@ class ForkRequest(BaseModel):
     edits: list[ForkEdit] | None = Field(default=None, description="Edits of the inputs before they replay")
 
 
+class DeployCheckRequest(BaseModel):
+    model_config = closed_config({"app": "shop.next:app", "instances": 20, "inputs": 500})
+    app: str = Field(description="The candidate code, module:attribute")
+    current: str | None = Field(default=None, description="The deployed code (default: the live instances)")
+    actors: list[str] | None = Field(default=None, description="Only these actors (default: all the candidate's)")
+    instances: int = Field(default=100, ge=1, description="Instances of each actor, drawn at random")
+    inputs: int = Field(default=1000, ge=1, description="Runs compared: each instance's last inputs")
+
+
+class DeployCheckResult(BaseModel):
+    model_config = config({"diverged": 1, "checked": 20, "errors": 0, "tenants": [{
+        "tenant": "default", "diverged": 1, "checked": 20, "actors": {"order": {
+            "instances": 412, "checked": 20, "errors": [], "diverged": [{
+                "instance_id": "inst_1f0c2a9d3e4b5c6d7e8f", "key": "A-1", "inputs": 31, "diverged": True,
+                "first_input": 12, "state_differs": True, "diff": {}}]}}}]})
+    diverged: int = Field(description="Instances whose state, tables or effects diverge")
+    checked: int
+    errors: int = Field(description="Instances that could not be checked (see each actor's errors)")
+    tenants: list[JsonObject]
+
+
 class FailureForkRequest(BaseModel):
     model_config = closed_config({"patch": {"payload": {"total": 10}}}, {"app": "shop.fixed:app"})
     event: JsonObject | None = Field(default=None, description="The input's fields replaced whole: type, payload, metadata")
