@@ -181,11 +181,17 @@ class Probe:
         await y.wait_idle(timeout_s=WAIT_IDLE_S)
 
 
+# --keep-inputs: the actor's keep_inputs (None: every input kept, the default;
+# 0: none written, docs/advanced/forks.md#what-it-costs).
+KEEP_INPUTS: int | None = None
+
+
 def make_app(routing: str, probe: Probe, concurrency: int = 1) -> App:
     app = App()
     actor_filter = Filter(types=["bench.work"], key="payload.k") if routing == "key" else None
 
-    @app.actor(ACTOR, filter=actor_filter, concurrency=concurrency, max_attempts=5, timeout_s=30)
+    @app.actor(ACTOR, filter=actor_filter, concurrency=concurrency, max_attempts=5, timeout_s=30,
+               keep_inputs=KEEP_INPUTS)
     async def process(ctx, event) -> None:  # noqa: ANN001
         now = time.time()
         if not probe.processed:
@@ -1185,6 +1191,8 @@ async def main(argv: list[str] | None = None) -> None:
                         help="also profile latency and backlog (first backend, first routing)")
     parser.add_argument("--profile-only", action="store_true", help="only the profile")
     parser.add_argument("--quick", action="store_true", help="2,000 events, 50 latency samples")
+    parser.add_argument("--keep-inputs", type=int, default=None, metavar="N",
+                        help="the actor's keep_inputs (default: keep every input; 0: write none)")
     parser.add_argument("--isolation", action="store_true",
                         help="only the isolation row: in-process and in host processes")
     parser.add_argument("--hosts", type=int, default=4, help="host processes for --isolation")
@@ -1199,6 +1207,8 @@ async def main(argv: list[str] | None = None) -> None:
                         help="--workers: sample the busiest worker with py-spy (installed by hand) and"
                              " print its profile; the figures of such a run are not the clean ones")
     args = parser.parse_args(argv)
+    global KEEP_INPUTS
+    KEEP_INPUTS = args.keep_inputs
     if args.quick:
         args.events, args.samples = 2000, 50
     cfg = Config(args.instances, args.events, args.batch, args.samples)

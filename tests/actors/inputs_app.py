@@ -24,6 +24,7 @@ for name, options in {
     "atomic": {"effects": "atomic"},
     "bounded": {"keep_inputs": 2},
     "aged": {"keep_inputs_s": 60},
+    "unkept": {"keep_inputs": 0},
 }.items():
     app.actor(name, filter=Filter(types=[f"{name}.*"], key="payload.k"), max_attempts=2, retry_base_s=0.01,
               retry_max_s=0.02, **options)(count)

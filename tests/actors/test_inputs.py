@@ -125,7 +125,7 @@ async def test_retention_by_count_and_age_and_removal(fresh_url: str, tmp_path) 
             await stream.append_many([{"type": f"{actor}.go", "payload": {"k": "r", "n": n}} for n in range(1, 6)])
         await y.wait_idle(timeout_s=60)
         retention = y.executor.history_retention
-        assert [a.name for a in retention.bounded] == ["bounded", "aged"]
+        assert [a.name for a in retention.bounded] == ["bounded", "aged", "unkept"]
 
         assert await retention.prune_once() == 3  # bounded keeps its newest 2; aged's are new
         assert [i["seq"] for i in await kept(y, "bounded", "r")] == [4, 5]
@@ -150,6 +150,17 @@ async def test_retention_by_count_and_age_and_removal(fresh_url: str, tmp_path) 
         inst = await y.instances(T).find("counter", "r")
         await y.instances(T).remove(inst.instance_id)
         assert (await y.store.inputs.inputs(T, inst.instance_id)).inputs == []
+
+
+async def test_an_actor_that_keeps_no_inputs_writes_none(fresh_url: str, tmp_path) -> None:
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        await y.stream("/in", T).append_many([{"type": "unkept.go", "payload": {"k": "u", "n": n}} for n in (1, 2)])
+        await y.wait_idle(timeout_s=60)
+        assert await kept(y, "unkept", "u") == []
+        inst = await y.instances(T).find("unkept", "u")
+        assert (await y.instances(T).state(inst.instance_id))[0] == {"n": 2}
+        with pytest.raises(errors.InputsPruned):
+            await y.instances(T).fork(inst.instance_id)
 
 
 def test_retention_settings_are_checked() -> None:

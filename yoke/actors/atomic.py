@@ -212,6 +212,7 @@ class AtomicRun:
         run = RunCommit(
             self.row.qid, self.row.attempts, self.instance.instance_id, state=image,
             code_version=None if kept is None else kept.code_version, tape=None if kept is None else kept.tape,
+            keep=True if kept is None else kept.keep,
         )
         for r in self.records:
             op = r["op"]

@@ -194,6 +194,12 @@ class Forks:
         spec = app if isinstance(app, str) else None if app is None or app is self._app else (
             find_spec(app) or "(an App given in Python)")
         application = await self._application(app)
+        definition = application.actors.get(instance.actor)
+        if definition is not None and definition.keep_inputs == 0:
+            raise errors.InputsPruned(
+                f"actor {instance.actor!r} keeps no inputs (keep_inputs=0): its instances cannot be forked",
+                instance_id=instance_id,
+            )
         records = await self._records(instance_id, upto)
         if records and records[0].seq != 1:
             raise errors.InputsPruned(

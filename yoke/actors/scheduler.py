@@ -377,7 +377,11 @@ class Scheduler:
         await self._settle(row, loop, definition, ok, error, tb, tape, completed=atomic is not None)
 
     def _kept(self, row: QueueRow, tape: Tape) -> Completion:
-        """Row ``row``'s run ended: the input to keep (store/inputs.py)."""
+        """Row ``row``'s run ended: the input to keep (store/inputs.py), unless
+        its actor keeps none (``keep_inputs=0``: writing it costs the
+        scheduler about a fifth of its runs per second, docs/advanced/forks.md)."""
+        if self._app.actors[row.actor].keep_inputs == 0:
+            return Completion(row.qid, row.attempts, keep=False)
         return Completion(row.qid, row.attempts, self.kernel.now_ms(), self.code_version, tape.json())
 
     async def _settle(

@@ -207,9 +207,10 @@ class RunCommit:
     # The row kept as the instance's input (store/inputs.py): by what code, with what tape.
     code_version: str | None = None
     tape: str | None = None
+    keep: bool = True
 
     def completion(self) -> Completion:
-        return Completion(self.qid, self.attempts, 0, self.code_version, self.tape)
+        return Completion(self.qid, self.attempts, 0, self.code_version, self.tape, self.keep)
 
     def by_stream(self) -> list[tuple[str, list[RunAppend]]]:
         """The appends per stream, streams in path order (the order their

@@ -26,13 +26,15 @@ _MESSAGE_EVENT = "conversation.message.posted"
 class Completion(NamedTuple):
     """A run that returned: queue row ``qid`` claimed at ``attempts`` goes,
     kept as an input finished at ``processed_at`` (ms; 0: the store's now)
-    by code ``code_version``, with its ``tape`` (JSON text or None)."""
+    by code ``code_version``, with its ``tape`` (JSON text or None), unless
+    ``keep`` is False (its actor keeps no inputs: ``keep_inputs=0``)."""
 
     qid: int
     attempts: int
     processed_at: int = 0
     code_version: str | None = None
     tape: str | None = None
+    keep: bool = True
 
 
 @dataclass(frozen=True, slots=True)

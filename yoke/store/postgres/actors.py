@@ -70,7 +70,8 @@ DB_NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 # begins after the group where this worker's last pass stopped and returns,
 # with each row it claimed, the group the next pass begins after.
 CLAIM = (
-    "SELECT * FROM yoke_complete_and_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+    "SELECT * FROM yoke_complete_and_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,"
+    " $17)"
 )
 # The first key of the two-key advisory lock on a worker's claims (the second
 # is a hash of its id): shared by the claims, exclusive in release_excess.
@@ -316,7 +317,8 @@ class PgActorStore:
             [p.actor for p in policies], [p.concurrency for p in policies],
             [p.lease_ms for p in policies], now, limit,
             [d.qid for d in done], [d.attempts for d in done], [d.processed_at or at for d in done],
-            [d.code_version for d in done], [d.tape for d in done], shard[0], shard[1], *start,
+            [d.code_version for d in done], [d.tape for d in done], [d.keep for d in done], shard[0], shard[1],
+            *start,
         )
         if limit > 0:
             # Each row names the group the next pass begins after; none: from the first.

@@ -33,6 +33,8 @@ async def record(
     conn: asyncpg.Connection, tenant: str, done: Completion, now: int, outcome: str = "done",
     error: str | None = None,
 ) -> None:
+    if not done.keep:
+        return
     await conn.execute(
         RECORD, tenant, done.qid, done.attempts, outcome, done.processed_at or now, done.code_version, done.tape,
         error,

@@ -34,7 +34,8 @@ def record(
 ) -> None:
     conn.executemany(
         RECORD,
-        [(outcome, c.processed_at or now, c.code_version, c.tape, error, tenant, c.qid, c.attempts) for c in done],
+        [(outcome, c.processed_at or now, c.code_version, c.tape, error, tenant, c.qid, c.attempts)
+         for c in done if c.keep],
     )
 
 

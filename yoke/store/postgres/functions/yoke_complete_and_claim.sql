@@ -2,7 +2,7 @@
 -- to define it is migrations/0033_actor_inputs.sql). Migrations install it; this
 -- file is the text to read: tests/store/test_functions.py checks that it
 -- equals what a migrated database holds.
-CREATE OR REPLACE FUNCTION public.yoke_complete_and_claim(p_tenant text, p_worker text, p_actors text[], p_conc integer[], p_lease bigint[], p_now bigint, p_limit integer, p_done bigint[], p_done_attempts integer[], p_done_at bigint[], p_done_versions text[], p_done_tapes text[], p_shard integer, p_shards integer, p_from_instance text, p_from_group text)
+CREATE OR REPLACE FUNCTION public.yoke_complete_and_claim(p_tenant text, p_worker text, p_actors text[], p_conc integer[], p_lease bigint[], p_now bigint, p_limit integer, p_done bigint[], p_done_attempts integer[], p_done_at bigint[], p_done_versions text[], p_done_tapes text[], p_done_kept boolean[], p_shard integer, p_shards integer, p_from_instance text, p_from_group text)
  RETURNS TABLE(o_qid bigint, o_tenant text, o_instance text, o_group text, o_priority integer, o_path text, o_seq bigint, o_event json, o_status text, o_attempts integer, o_available_at bigint, o_lease_until bigint, o_worker text, o_enqueued_at bigint, o_started_at bigint, o_error text, o_traceback text, o_actor text, o_next_instance text, o_next_group text)
  LANGUAGE plpgsql
 AS $function$
@@ -21,10 +21,11 @@ BEGIN
                  + row_number() OVER (PARTITION BY q.instance_id ORDER BY d.n),
                q.qid, q.path, q.seq, q.event, q.attempts, 'done', q.enqueued_at, q.started_at,
                d.at, d.version, d.tape::json
-        FROM unnest(p_done, p_done_attempts, p_done_at, p_done_versions, p_done_tapes)
-             WITH ORDINALITY AS d(qid, attempts, at, version, tape, n)
+        FROM unnest(p_done, p_done_attempts, p_done_at, p_done_versions, p_done_tapes, p_done_kept)
+             WITH ORDINALITY AS d(qid, attempts, at, version, tape, kept, n)
         JOIN actor_queue q ON q.tenant_id = p_tenant AND q.qid = d.qid AND q.attempts = d.attempts
-                          AND q.status = 'processing';
+                          AND q.status = 'processing'
+        WHERE d.kept;
     END IF;
     RETURN QUERY SELECT * FROM yoke_claim_in_turns(p_tenant, p_worker, p_actors, p_conc, p_lease, p_now, p_limit,
                                                    p_done, p_done_attempts, p_shard, p_shards,
