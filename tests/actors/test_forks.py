@@ -314,3 +314,22 @@ async def test_the_deploy_check(fresh_url: str, tmp_path) -> None:
     code, out = check_deploy_cli(fresh_url, data, "--app", "tests.actors.fork_app:app", "--actor", "nope")
     assert code == 2 and "invalid_input" in out, out
     assert await live_rows(fresh_url, tmp_path) == before
+
+
+async def test_a_node_actor_replays_in_a_node_host(fresh_url: str, tmp_path) -> None:
+    from tests.actors.node_app import app as node_app
+
+    async with yoke.open(fresh_url, app=node_app, data_dir=str(tmp_path)) as y:
+        inst = await y.instances(T).create("js", key="k", filter={"types": ["go"]})
+        await y.stream("/node", T).append_many(
+            [{"type": "go", "payload": {}}, {"type": "go", "payload": {"what": "surface"}}, {"type": "go", "payload": {}}]
+        )
+        await y.wait_idle(timeout_s=60)
+        fork = await y.instances(T).fork(inst.instance_id)
+        assert fork.row.summary["runs"] == 3 and fork.row.summary["failed"] == 0
+        d = await fork.diff()
+        # The same runs, tables and effects; only what the script reads of
+        # its own process (its pid) differs: shown as the handler reading
+        # something outside ctx.
+        assert d["nondeterministic"] and list(d["state"]["changed"]) == ["pid"], d
+        assert d["tables"] == {} and d["effects"] == [] and d["outcomes"] == []

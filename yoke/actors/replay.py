@@ -19,9 +19,10 @@ and the real op handler:
 - ``ctx.now()`` gives the original run's readings in turn, ``ctx.random()``
   draws from the original run's seed.
 
-Runs of every actor replay in this process, the actor's Python handler
-(an actor isolated in host processes too); its timeout applies. Atomic
-actors' runs commit their state writes together or not at all, as live.
+A Python actor's runs replay in this process, its handler (an actor
+isolated in host processes too); a Node actor's in a Node host started
+for the replay, as live. The actor's timeout applies. Atomic actors' runs
+commit their state writes together or not at all, as live.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ import orjson
 
 from .. import errors
 from ..events import MAX_DEPTH, json_bytes, new_event_id
+from ..hosts.languages import node_launch
+from ..hosts.pool import HandlerFailed, HostFailure, HostPool
 from ..hosts.wire import yoke_error
 from ..store.actors import InstanceInfo
 from ..store.inputs import InputRecord
@@ -191,6 +194,12 @@ class ForkOps:
     def clock_reading(self) -> tuple[float, bool]:
         return self.now(), False
 
+    def seed(self) -> int:
+        """A host run's seed: the original run's, or one from the input's place."""
+        if self.answers.seed is not None:
+            return self.answers.seed
+        return random.Random(self._place).getrandbits(64)
+
     def random(self) -> float:
         if self._rng is None:
             # The original run's seed; a run that drew nothing live (an
@@ -224,27 +233,35 @@ async def replay(
     "seq": int | None}``, in order) through ``instance``'s actor of ``app``
     on a sandbox database."""
     definition = app.actors.get(instance.actor)
-    if definition is None or definition.handler is None:
+    if definition is None or (definition.handler is None and definition.script is None):
         raise errors.InvalidInput(
-            f"the application has no Python actor {instance.actor!r} to replay this instance with",
+            f"the application has no actor {instance.actor!r} to replay this instance with",
             field="app", actor=instance.actor,
         )
     databases = StateDatabases(SandboxStorage(), threads=1, clock=kernel.clock)
     sandbox = sandbox_kernel(kernel, databases)
     db = databases.get(instance.tenant, instance.instance_id)
     done = Replayed()
+    # An actor of another language runs where it would run: in a host of its
+    # own for this replay (a Python actor replays its handler here).
+    pool = None
+    if definition.handler is None:
+        pool = HostPool(node_launch({definition.name: definition.script}, kernel.settings.host_memory_mb), size=1,
+                        memory_limit_bytes=kernel.settings.host_memory_mb * 2**20)
     try:
         for item in inputs:
-            done.runs.append(await _run_one(sandbox, app, definition, instance, db, item))
+            done.runs.append(await _run_one(sandbox, app, definition, instance, db, item, pool))
         done.image = await db.image()
     finally:
+        if pool is not None:
+            await pool.close()
         await databases.close()
     return done
 
 
 async def _run_one(
     kernel: ActorKernel, app: App, definition: ActorDef, instance: InstanceInfo, db: InstanceDatabase,
-    item: dict[str, Any],
+    item: dict[str, Any], pool: HostPool | None,
 ) -> dict[str, Any]:
     record: InputRecord | None = item["record"]
     qid = record.qid if record is not None else 0
@@ -260,8 +277,12 @@ async def _run_one(
             if atomic:
                 await db.begin_run()
             try:
-                ctx = Context(ops, instance, event, attempt, qid or None)  # type: ignore[arg-type]
-                await definition.handler(ctx, ctx.event)  # type: ignore[misc]
+                if pool is not None:
+                    host = await pool.acquire()
+                    await pool.process(host, ops, instance, event, attempt)  # type: ignore[arg-type]
+                else:
+                    ctx = Context(ops, instance, event, attempt, qid or None)  # type: ignore[arg-type]
+                    await definition.handler(ctx, ctx.event)  # type: ignore[misc]
                 if atomic:
                     await db.commit_run(qid, None)
             finally:
@@ -270,6 +291,10 @@ async def _run_one(
                     db.end_run()
     except TimeoutError:
         error, tb = f"process() timed out after {definition.timeout_s:g}s", traceback.format_exc()
+    except HandlerFailed as exc:  # raised in its host: the host's traceback
+        error, tb = exc.message, exc.traceback
+    except HostFailure as exc:
+        error, tb = f"host failure: {exc}", ""
     except Exception as exc:  # the run's failure, in the report
         error, tb = f"{type(exc).__name__}: {exc}", traceback.format_exc()
     return {
