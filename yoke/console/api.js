@@ -90,3 +90,9 @@ export function instanceUrl(id, action, query) {
   if (query) url += '?' + new URLSearchParams(query).toString();
   return url;
 }
+
+export function forkUrl(id, action, query) {
+  let url = `/v1/forks/${encodeURIComponent(id)}${action ? '/' + action : ''}`;
+  if (query) url += '?' + new URLSearchParams(query).toString();
+  return url;
+}

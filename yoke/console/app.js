@@ -8,6 +8,7 @@ import * as stream from './pages/stream.js';
 import * as event from './pages/event.js';
 import * as actors from './pages/actors.js';
 import * as instance from './pages/instance.js';
+import * as fork from './pages/fork.js';
 import * as subscriptions from './pages/subscriptions.js';
 import * as subscription from './pages/subscription.js';
 import * as tokens from './pages/tokens.js';
@@ -16,7 +17,7 @@ import * as failure from './pages/failure.js';
 import * as sql from './pages/sql.js';
 
 const PAGES = {
-  '': overview, streams, stream, event, actors, instance, subscriptions, subscription, failures, failure, sql, tokens,
+  '': overview, streams, stream, event, actors, instance, fork, subscriptions, subscription, failures, failure, sql, tokens,
 };
 const main = document.getElementById('main');
 let cleanup = null;
@@ -41,7 +42,7 @@ async function show() {
   for (const a of document.querySelectorAll('#nav a')) {
     if (a.dataset.page === page || (page === 'stream' && a.dataset.page === 'streams')
         || (page === 'event' && a.dataset.page === 'streams')
-        || (page === 'instance' && a.dataset.page === 'actors')
+        || ((page === 'instance' || page === 'fork') && a.dataset.page === 'actors')
         || (page === 'subscription' && a.dataset.page === 'subscriptions')
         || (page === 'failure' && a.dataset.page === 'failures')) {
       a.setAttribute('aria-current', 'page');

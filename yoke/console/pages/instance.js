@@ -1,13 +1,15 @@
 // One actor instance: config and filter, state, queue rows, dead letters
-// (redrive and drop, one or in bulk), schedules, and a read-only SQL box
-// over its SQLite database.
+// (redrive and drop, one or in bulk), schedules, its kept inputs, its forks
+// (and a form to make one), and a read-only SQL box over its SQLite database.
 
 import { api, get, can, instanceUrl } from '../api.js';
+import { forkForm, forksTable } from './fork.js';
 import {
   h, link, num, table, time, json, empty, errorBox, confirmDialog, actionButton, copyButton,
 } from '../dom.js';
 
-const TABS = [['state', 'State'], ['queue', 'Queue'], ['dead', 'Dead letters'], ['schedules', 'Schedules'], ['sql', 'SQL']];
+const TABS = [['state', 'State'], ['queue', 'Queue'], ['dead', 'Dead letters'], ['schedules', 'Schedules'], ['inputs', 'Inputs'],
+  ['forks', 'Forks'], ['sql', 'SQL']];
 
 export async function render(main, params, { signal }) {
   const id = params.get('id') || '';
@@ -28,6 +30,8 @@ export async function render(main, params, { signal }) {
   if (tab === 'queue') return queueTab(body, id, signal);
   if (tab === 'dead') return deadTab(body, id, signal);
   if (tab === 'schedules') return schedulesTab(body, id, signal);
+  if (tab === 'inputs') return inputsTab(body, id, params, signal);
+  if (tab === 'forks') return forksTab(body, id, signal);
   if (tab === 'sql') return sqlTab(body, id);
   body.append(h('div', { class: 'grid2' },
     h('section', { class: 'card' }, h('h2', null, 'State ', h('span', { class: 'muted' }, `version ${shown.state.version}`)),
@@ -129,4 +133,32 @@ function sqlTab(body, id) {
     }
   });
   body.append(form, result);
+}
+
+async function inputsTab(body, id, params, signal) {
+  const after = Number(params.get('after') || 0);
+  const page = await get(instanceUrl(id, 'inputs', { after, limit: 100 }), { signal });
+  if (!page.inputs.length) {
+    body.append(empty('No inputs kept. Every event, message and schedule firing a run finished with is kept here in order (unless the actor keeps none).'));
+    return;
+  }
+  body.append(table(['#', 'Kind', 'Event', 'Type', 'Outcome', 'Attempts', 'Ops', 'Processed', 'Code'],
+    page.inputs.map((i) => h('tr', { 'data-seq': i.seq },
+      h('td', { class: 'num' }, i.seq),
+      h('td', null, i.kind),
+      h('td', null, i.path ? link(`${i.path} @${i.offset}`, 'event', { path: i.path, offset: i.offset }) : '—'),
+      h('td', null, h('code', null, i.event?.type ?? '—')),
+      h('td', null, i.outcome === 'done' ? h('span', { class: 'badge' }, 'done')
+        : h('span', { class: 'badge bad', title: i.error || '' }, 'dead')),
+      h('td', { class: 'num' }, i.attempts),
+      h('td', null, i.ops.length ? h('details', null, h('summary', null, i.ops.map((o) => o.op).join(', ')), json(i.ops)) : '—'),
+      h('td', null, time(i.processed_at)),
+      h('td', { class: 'mono' }, i.code_version ?? '—'))), { id: 'inputs' }));
+  if (page.next_after !== null) body.append(h('p', null, link('Next page', 'instance', { id, tab: 'inputs', after: page.next_after })));
+}
+
+async function forksTab(body, id, signal) {
+  const { forks } = await get(`/v1/forks?${new URLSearchParams({ instance_id: id })}`, { signal });
+  if (can('append')) body.append(forkForm(id));
+  body.append(forks.length ? forksTable(forks) : empty('No forks of this instance. A fork replays its kept inputs in a sandbox, under this code or another, edited or not, and shows what differs.'));
 }
