@@ -18,7 +18,7 @@ from typing import Any
 from . import errors, metrics
 from .applications import load
 from .actors.app import App, app_spec, per_actor_retry, with_retry_settings
-from .actors.forks import Forks
+from .actors.forks import Forks, load_named
 from .actors.deploy_check import check_deploy
 from .actors.executor import Executor
 from .actors.instances import Instances
@@ -327,9 +327,9 @@ class Runtime:
         """The deploy check (docs/advanced/forks.md#the-deploy-check) over
         every tenant with instances (or ``tenants``): ``{"diverged", "checked",
         "tenants": [...]}``, each tenant's as actors/deploy_check.py makes it."""
-        new = await asyncio.to_thread(load, candidate) if isinstance(candidate, str) else candidate
+        new = await load_named(load, candidate) if isinstance(candidate, str) else candidate
         now = None if current is None else (
-            await asyncio.to_thread(load, current) if isinstance(current, str) else current)
+            await load_named(load, current) if isinstance(current, str) else current)
         chosen = list(tenants) if tenants else await self.store.actors.tenants()
         reports = [
             await check_deploy(self.instances(t), new, current=now, actors=actors, sample=instances, inputs=inputs)

@@ -359,7 +359,8 @@ def test_forks_over_http_with_their_scopes(tenant, actors_server):
             assert error_of(other.post(f"/v1/instances/{iid}/forks")) == (404, "instance_not_found")
         finally:
             other.close()
-        for bad in ({"upto": -1}, {"edits": [{"seq": 1, "action": "bend"}]}, {"colour": 1}, {"app": 7}):
+        for bad in ({"upto": -1}, {"edits": [{"seq": 1, "action": "bend"}]}, {"colour": 1}, {"app": 7},
+                    {"app": "no_such_module_anywhere:app"}, {"app": "os:path"}):
             assert error_of(tenant.http.post(f"/v1/instances/{iid}/forks", json=bad)) == (400, "invalid_input"), bad
         # The deploy check over HTTP (admin: it loads the candidate code), in the token's tenant.
         check = tenant.http.post("/v1/deploy-checks", json={"app": APP, "actors": ["counter"]})

@@ -149,6 +149,18 @@ def edited(records: list[InputRecord], edits: list[dict[str, Any]], now_ms: int)
     return out
 
 
+async def load_named(load_app: Callable[[str], App], spec: str) -> App:
+    """The application ``spec`` names, loaded off the event loop (it imports,
+    or runs node); one that does not load is invalid input, with why."""
+    try:
+        return await asyncio.to_thread(load_app, spec)
+    except errors.YokeError:
+        raise
+    except Exception as exc:  # ImportError, or whatever the module raised as it loaded
+        raise errors.InvalidInput(f"app {spec!r} does not load: {type(exc).__name__}: {exc}"[:1000],
+                                  field="app") from None
+
+
 class Forks:
     """Forks of one tenant. ``instance``: the tenant's instance by id (or
     InstanceNotFound); ``live_image``: an instance's database as an image,
@@ -242,7 +254,7 @@ class Forks:
         if isinstance(app, str):
             if self._load_app is None:
                 raise errors.InvalidInput("this process cannot load an application by name", field="app")
-            return await asyncio.to_thread(self._load_app, app)  # imports (or runs node) for a while
+            return await load_named(self._load_app, app)
         return app
 
     async def _records(self, instance_id: str, upto: int | None) -> list[InputRecord]:
