@@ -22,7 +22,8 @@ from .pinned_listings import PinnedPaths
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
 from .responses import ERROR_RESPONSES, json_body, json_response
 from .schemas import (
-    DeployCheckRequest, DeployCheckResult, FailureForkRequest, ForkCreated, ForkDiff, ForkList, ForkRequest, ForkRuns, InstanceState, SqlQuery, SqlResult, answer, request_body,
+    DeployCheckRequest, DeployCheckResult, FailureForkRequest, ForkCreated, ForkDiff, ForkList, ForkRequest,
+    ForkRuns, InstanceState, SqlQuery, SqlResult, answer, request_body,
 )
 from .streams import object_body
 

@@ -842,6 +842,7 @@ class InstanceCreated(Instance):
 
 
 class InstanceState(BaseModel):
+    model_config = config({"value": {"total": 12, "lines": 3}, "version": 3})
     value: Json
     version: int
 
