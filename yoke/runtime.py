@@ -126,7 +126,6 @@ class Runtime:
             stream=self.stream, appended=self.appends.appended, hub=self.hub, signals=self.signals,
             evaluations=self.evaluations, state_databases=self.state_databases, state_home=self.state_home,
             settings=ActorSettings.from_settings(settings), clock=clock, tracing=self.tracing,
-            load_app=load,
         )
         self.protocol_streams = ProtocolStreams(lambda: self.store.protocol, self.hub, self.stream, clock)
         self.tokens = Tokens(self._store, clock)
@@ -313,7 +312,11 @@ class Runtime:
         """Actor instances of ``tenant``: create, list, inspect, dead letters."""
         if not self._started:
             raise errors.RuntimeClosed("the runtime is not open")
-        return Instances(self.actor_kernel, tenant, app=self.app, worker_id=self.worker_id)
+        return Instances(self.actor_kernel, tenant, app=self.app, worker_id=self.worker_id, forks=self._forks_of)
+
+    def _forks_of(self, instances: Instances) -> Forks:
+        return Forks(self.actor_kernel, instances.tenant, instances.get, instances.image, app=self.app,
+                     load_app=load, ttl_s=self.settings.fork_ttl_s)
 
     def forks(self, tenant: str = "default") -> Forks:
         """Forks of ``tenant``'s instances: made, listed, diffed, discarded

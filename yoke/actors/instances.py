@@ -21,7 +21,6 @@ from .state import InstanceDatabase, QueryResult, check_query
 
 if TYPE_CHECKING:
     from .app import App
-    from .forks import Fork, Forks
     from .kernel import ActorKernel
 
 MAX_QID = 2**63 - 1
@@ -51,15 +50,18 @@ def check_limit(limit: Any) -> int:
 class Instances:
     """``app``: the application whose actors' definitions (singleton, keyed,
     filters) apply; ``worker_id``: this process's executor, which new
-    instances go to (None: none runs here, they wait to be adopted)."""
+    instances go to (None: none runs here, they wait to be adopted);
+    ``forks``: makes the tenant's forks for this handle."""
 
     def __init__(
-        self, kernel: ActorKernel, tenant: str, *, app: App | None = None, worker_id: str | None = None
+        self, kernel: ActorKernel, tenant: str, *, app: App | None = None, worker_id: str | None = None,
+        forks: Callable[[Instances], Any] | None = None,
     ) -> None:
         validate_tenant(tenant)
         self._kernel = kernel
         self._app = app
         self._worker_id = worker_id
+        self._forks = forks  # makes this tenant's Forks (the runtime's; None: no forks from here)
         self.tenant = tenant
 
     @property
@@ -219,17 +221,17 @@ class Instances:
         """The instance's database as one serialized image (a fork's diff)."""
         return await self._on_database(instance_id, lambda db: db.image())
 
-    def forks(self) -> Forks:
-        """The tenant's forks (docs/advanced/forks.md)."""
-        from .forks import Forks  # forks.py builds on this module
-
-        return Forks(self._kernel, self.tenant, self.get, self.image, app=self._app,
-                     load_app=self._kernel.load_app, ttl_s=self._kernel.settings.fork_ttl_s)
+    def forks(self) -> Any:
+        """The tenant's forks (actors/forks.py, docs/advanced/forks.md), as
+        the runtime makes them for this handle."""
+        if self._forks is None:
+            raise errors.InvalidInput("this handle of the instances makes no forks")
+        return self._forks(self)
 
     async def fork(
         self, instance_id: str, upto: int | None = None, app: App | str | None = None,
         edits: Sequence[dict[str, Any]] | None = None,
-    ) -> Fork:
+    ) -> Any:
         """A sandboxed replay of the instance's inputs 1..``upto`` (all:
         None) under ``app`` (default: this runtime's application), with
         ``edits``: its handle (docs/advanced/forks.md)."""

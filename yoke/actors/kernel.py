@@ -25,8 +25,6 @@ that a test moves).
   (opened on first use); ``state_home``: the guard that checks where they
   live before one is read.
 - ``tracing``: where run attempts' spans go (``tracing.py``).
-- ``load_app``: loads an application by ``"module:attribute"`` (a fork
-  under other code).
 """
 
 from __future__ import annotations
@@ -45,7 +43,6 @@ if TYPE_CHECKING:
     from ..store.actors import ActorStore
     from ..store.forks import ForkStore
     from ..store.inputs import InputStore
-    from .app import App
     from ..store.contract import ReadPage
     from ..streams.stream import Stream
     from ..streams.rules import Caller
@@ -74,7 +71,6 @@ class ActorSettings:
     worker_heartbeat_s: float = 1.0
     worker_stale_s: float = 10.0
     deploy_version: str = ""
-    fork_ttl_s: float = 7 * 86400.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ActorSettings:
@@ -97,7 +93,6 @@ class ActorKernel:
     settings: ActorSettings
     clock: Clock = SYSTEM
     tracing: Tracing = Tracing()  # run attempts' spans (off unless a provider is installed)
-    load_app: Callable[[str], App] | None = None  # an application by "module:attribute" (a fork's)
 
     def now_ms(self) -> int:
         """The clock's wall time in milliseconds, as the store keeps it."""
