@@ -274,7 +274,7 @@ async def test_a_claim_in_flight_when_the_worker_stops_is_seen_through(pg_actors
                     await admin.fetchval("SELECT count(*) FROM actor_queue") == 2
                     and await admin.fetchval(
                         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                        " AND query LIKE '%yoke_claim%' AND datname = current_database()"
+                        " AND query LIKE '%yoke_complete_and_claim%' AND datname = current_database()"
                     )
                 ):
                     await asyncio.sleep(0.02)

@@ -21,7 +21,7 @@ import click
 import yoke
 from yoke.cli import main
 
-from .conftest import FAST, Cli, clean_env, yoke as run_yoke
+from .conftest import FAST, ROOT, Cli, clean_env, yoke as run_yoke
 
 
 def fresh(prefix: str) -> str:
@@ -287,6 +287,9 @@ def test_json_output_of_every_command(cli, server, tmp_path):
         "revoked": new["token_id"], "tenant": "jsonland"
     }
     assert js("migrate", db=True)["applied"] == []
+    checked = js("check-deploy", "--app", "tests.http.actor_app:app", "--actor", "counter", "--instances", "3", db=True,
+                 PYTHONPATH=str(ROOT))
+    assert checked["diverged"] == 0 and checked["errors"] == 0 and checked["checked"] >= 1
     # backup of the running server, then restore into a new place.
     backed = js("backup", str(tmp_path / "bk"), db=True)
     assert backed["database"] == "yoke.db" and backed["instances"] >= 0

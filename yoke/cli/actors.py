@@ -196,11 +196,16 @@ def instances_inputs(client: Remote, as_json: bool, instance_id: str, after: int
 def instances_sql(client: Remote, as_json: bool, instance_id: str, sql: str, params_json: str | None,
                   max_rows: int | None) -> None:
     """A read-only SQL query on the instance's own SQLite database."""
+    emit(client.instance_sql(instance_id_of(client, instance_id), sql, sql_params(params_json), max_rows), as_json,
+         sql_lines)
+
+
+def sql_params(params_json: str | None) -> list[Any] | None:
+    """--params: a JSON list, or None."""
     params = parse_json(params_json, "--params") if params_json is not None else None
     if params is not None and not isinstance(params, list):
         fail("--params is a JSON list, like '[\"a\", 2]'")
-    result = client.instance_sql(instance_id_of(client, instance_id), sql, params, max_rows)
-    emit(result, as_json, sql_lines)
+    return params
 
 
 def sql_cell(value: Any) -> str:

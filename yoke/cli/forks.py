@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from .actors import INSTANCE_ID_HELP, first_line, instance_id_of, instances, sql_lines
+from .actors import INSTANCE_ID_HELP, first_line, instance_id_of, instances, sql_lines, sql_params
 from .failures import failures
 from .common import Column, Remote, argument, compact, emit, fail, group, http_command, parse_json, table, when
 
@@ -198,10 +198,7 @@ def forks_state(client: Remote, as_json: bool, fork_id: str) -> None:
 def forks_sql(client: Remote, as_json: bool, fork_id: str, sql: str, params_json: str | None,
               max_rows: int | None) -> None:
     """A read-only SQL query on the fork's SQLite database."""
-    params = parse_json(params_json, "--params") if params_json is not None else None
-    if params is not None and not isinstance(params, list):
-        fail("--params is a JSON list")
-    emit(client.fork_sql(fork_id, sql, params, max_rows), as_json, sql_lines)
+    emit(client.fork_sql(fork_id, sql, sql_params(params_json), max_rows), as_json, sql_lines)
 
 
 @forks.command("diff")

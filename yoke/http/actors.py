@@ -8,6 +8,8 @@ The routes call the same ``runtime.instances(tenant)`` methods as Python.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -16,6 +18,7 @@ from starlette.responses import Response
 from .. import errors
 from ..actors.instances import Instances
 from ..actors.ops import instance_dict
+from ..actors.state import QueryResult
 from ..events import check_text, json_text
 from ..store.actors import InstanceInfo, QueueRow, Schedule
 from .auth import ADMIN, READ, Principal, runtime_of
@@ -230,11 +233,16 @@ async def inputs(
     summary="A read-only SQL query on the instance's SQLite database",
 )
 async def sql(request: Request, instance_id: str = INSTANCE_ID, principal: Principal = READ) -> Response:
+    return await read_only_query(request, functools.partial(instances_of(request, principal).query,
+                                                            instance_id_of(instance_id)))
+
+
+async def read_only_query(request: Request, query: Callable[..., Awaitable[QueryResult]]) -> Response:
+    """``{"sql", "params", "max_rows", "timeout_s"}`` run by ``query`` (an
+    instance's database, a fork's): its columns and rows."""
     body = object_body(await json_body(request), {"sql", "params", "max_rows", "timeout_s"})
     options = {k: body[k] for k in ("max_rows", "timeout_s") if body.get(k) is not None}
-    result = await instances_of(request, principal).query(
-        instance_id_of(instance_id), body.get("sql"), default(body.get("params"), []), **options
-    )
+    result = await query(body.get("sql"), default(body.get("params"), []), **options)
     return json_response({"columns": result.columns, "rows": result.rows, "truncated": result.truncated})
 
 

@@ -11,12 +11,14 @@ Python does.
 
 from __future__ import annotations
 
+import functools
+
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
 from .. import errors
 from ..actors.forks import Forks
-from .actors import default, instance_id_of, optional_json_body
+from .actors import instance_id_of, optional_json_body, read_only_query
 from .failures import refuse_corrections_of_pinned
 from .pinned_listings import PinnedPaths
 from .auth import ADMIN, APPEND, READ, Principal, runtime_of
@@ -136,12 +138,7 @@ async def state(request: Request, fork_id: str = FORK_ID, principal: Principal =
     summary="A read-only SQL query on a fork's database",
 )
 async def sql(request: Request, fork_id: str = FORK_ID, principal: Principal = READ) -> Response:
-    body = object_body(await json_body(request), {"sql", "params", "max_rows", "timeout_s"})
-    options = {k: body[k] for k in ("max_rows", "timeout_s") if body.get(k) is not None}
-    result = await forks_of(request, principal).query(
-        fork_id_of(fork_id), body.get("sql"), default(body.get("params"), []), **options
-    )
-    return json_response({"columns": result.columns, "rows": result.rows, "truncated": result.truncated})
+    return await read_only_query(request, functools.partial(forks_of(request, principal).query, fork_id_of(fork_id)))
 
 
 @router.get(

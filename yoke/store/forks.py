@@ -9,8 +9,11 @@ SQLite database it ended with, and when it expires.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import orjson
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,3 +56,14 @@ class ForkStore(Protocol):
     async def expire(self, tenant: str, now: int, limit: int) -> int:
         """Delete up to ``limit`` forks that expired at ``now``; how many."""
         ...
+
+
+def fork_from_row(row: Sequence[Any], whole: bool = False) -> ForkRow:
+    """A fork from the columns both drivers read, in this order: tenant_id,
+    fork_id, instance_id, actor, key, upto, app, edits, summary, created_at,
+    expires_at (then, ``whole``, report and image); JSON as text."""
+    return ForkRow(
+        tenant=row[0], fork_id=row[1], instance_id=row[2], actor=row[3], key=row[4], upto=row[5], app=row[6],
+        edits=orjson.loads(row[7]), summary=orjson.loads(row[8]), created_at=row[9], expires_at=row[10],
+        report=orjson.loads(row[11]) if whole else None, image=bytes(row[12]) if whole else None,
+    )

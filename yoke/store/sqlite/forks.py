@@ -7,20 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..forks import ForkRow
+from ..forks import ForkRow, fork_from_row
 
 if TYPE_CHECKING:
     from .connection import SqliteDb
 
 COLUMNS = "tenant_id, fork_id, instance_id, actor, key, upto, app, edits, summary, created_at, expires_at"
-
-
-def fork_from_row(row: Any, whole: bool = False) -> ForkRow:
-    return ForkRow(
-        tenant=row[0], fork_id=row[1], instance_id=row[2], actor=row[3], key=row[4], upto=row[5], app=row[6],
-        edits=orjson.loads(row[7]), summary=orjson.loads(row[8]), created_at=row[9], expires_at=row[10],
-        report=orjson.loads(row[11]) if whole else None, image=bytes(row[12]) if whole else None,
-    )
 
 
 class SqliteForks:
