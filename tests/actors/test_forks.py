@@ -333,3 +333,28 @@ async def test_a_node_actor_replays_in_a_node_host(fresh_url: str, tmp_path) -> 
         # something outside ctx.
         assert d["nondeterministic"] and list(d["state"]["changed"]) == ["pid"], d
         assert d["tables"] == {} and d["effects"] == [] and d["outcomes"] == []
+
+
+@pytest.mark.parametrize("postgres", [False, True], ids=["sqlite", "postgres"])
+async def test_every_instance_of_the_example_application_forks_without_a_difference(
+    postgres: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """yoke/examples/orders.py (make run): orders placed, paid, shipped by a
+    schedule, a conversation message; every instance it made (the orders,
+    the payments desk, the statistics) forks with no difference."""
+    from tests.conftest import PG_ADMIN_URL
+    from yoke.examples.orders import app as orders_app
+    from yoke.testing import env
+
+    monkeypatch.setenv("YOKE_TEST_PG_URL", PG_ADMIN_URL)
+    async with env(orders_app, postgres=postgres) as e:
+        for order_id, total in (("A-1", 42), ("B-2", 7)):
+            await e.y.stream(f"/orders/{order_id}").append(
+                {"type": "order.placed", "payload": {"order_id": order_id, "items": ["tea"], "total": total}})
+        await e.advance(seconds=3)  # the ship schedules fire
+        assert (await e.state("order", "A-1"))["status"] == "shipped"
+        instances = await e.y.instances().list()
+        assert {i.actor for i in instances} == {"order", "payments", "stats"}
+        for inst in instances:
+            d = await (await e.y.instances().fork(inst.instance_id)).diff()
+            assert d["changed"] is False, (inst.actor, inst.key, d)

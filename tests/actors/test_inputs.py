@@ -10,6 +10,7 @@ import pytest
 
 import yoke
 from yoke import errors
+from yoke.actors.app import code_of
 from yoke.clock import VirtualClock
 from yoke.testing import env
 
@@ -73,7 +74,10 @@ async def test_a_tape_keeps_clock_readings_and_in_process_runs_keep_them(fresh_u
         inst = await y.instances(T).find("counter", "c")
         [record] = (await y.instances(T).inputs(inst.instance_id)).inputs
         assert record.tape is not None and record.tape["now"] == [1_000_000_000.0]
-        assert record.processed_at == 1_000_000_000_000 and record.code_version is None
+        assert record.processed_at == 1_000_000_000_000
+        # No version named: the actor's own code, hashed (docs/advanced/forks.md).
+        assert record.code_version is not None and record.code_version.startswith("code:")
+        assert record.code_version == code_of(app.actors["counter"])
 
 
 @pytest.mark.parametrize("postgres", [False, True], ids=["sqlite", "postgres"])

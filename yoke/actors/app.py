@@ -13,11 +13,13 @@ and ``yoke worker --app`` run it.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import inspect
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from .. import errors
@@ -458,6 +460,21 @@ def with_retry_settings(app: App, every: Mapping[str, Any], per_actor: Mapping[s
 def check_isolation(isolation: str | None) -> None:
     if isolation is not None and isolation not in ISOLATIONS:
         raise errors.InvalidInput(f"isolation is one of {', '.join(ISOLATIONS)}", field="isolation")
+
+
+def code_of(definition: ActorDef) -> str | None:
+    """What the actor's code is, as a kept input records it when the
+    deployment names no version: ``code:`` and 12 hex digits of a hash of
+    its handler's source (a Node actor's: its script), None when there is
+    none to read."""
+    try:
+        if definition.script is not None:
+            text = Path(definition.script).read_bytes()
+        else:
+            text = inspect.getsource(definition.handler).encode()  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return None
+    return "code:" + hashlib.sha256(text).hexdigest()[:12]
 
 
 def find_spec(app: App) -> str | None:

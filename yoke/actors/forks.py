@@ -23,7 +23,7 @@ from ..events import prepare
 from ..store.forks import ForkRow
 from ..store.actors import InstanceInfo
 from ..store.inputs import InputRecord
-from .app import find_spec
+from .app import code_of, find_spec
 from .fork_diff import diff_images, diff_runs, effects_of
 from .replay import SandboxStorage, replay
 from .state import InstanceDatabase, QueryResult, StateDatabases, check_query
@@ -374,13 +374,20 @@ class Forks:
         effects, outcomes = diff_runs(other_runs, fork_runs)
         changed = bool(d["state"]["added"] or d["state"]["removed"] or d["state"]["changed"] or d["tables"]
                        or effects or outcomes)
-        same_code = fork.app is None and len(versions) <= 1
+        same_code = fork.app is None and versions <= {self._code_version(fork.actor)}
         return {
             "fork_id": fork.fork_id, "against": "live" if other is None else other.fork_id,
             "instance_id": fork.instance_id, "changed": changed,
             "nondeterministic": changed and other is None and not fork.edits and same_code,
             "state": d["state"], "tables": d["tables"], "effects": effects, "outcomes": outcomes,
         }
+
+    def _code_version(self, actor: str) -> str | None:
+        """The version of the runtime's code for ``actor``, as its runs keep it."""
+        definition = None if self._app is None else self._app.actors.get(actor)
+        if definition is None:
+            return None
+        return self._kernel.settings.deploy_version or self._app.version or code_of(definition)  # type: ignore[union-attr]
 
     async def check(
         self, instance_id: str, candidate: App, *, current: App | None = None, inputs: int = 1000,

@@ -26,7 +26,7 @@ from ..store.actors import InstanceInfo, Policy, QueueRow
 from ..store.inputs import Completion
 from ..store.faults import log_retried
 from ..hosts.pool import HandlerFailed, HostFailure, HostPool, RunOutput
-from .app import ActorDef, App
+from .app import ActorDef, App, code_of
 from .atomic import AtomicRun
 from .context import Context
 from .journal import Journal
@@ -181,8 +181,10 @@ class Scheduler:
         shards: int = 2, pools: dict[str, HostPool] | None = None, code_version: str | None = None,
     ) -> None:
         self.kernel = kernel
-        # What each input it finishes is kept as having run on (store/inputs.py).
+        # What each input it finishes is kept as having run on (store/inputs.py):
+        # the deployment's version, else each actor's own code.
         self.code_version = code_version
+        self.code_of = {name: code_of(d) for name, d in app.actors.items()}
         # Actors whose process() runs in a host, and their pools (docs/advanced/hosts.md).
         self.pools = pools or {}
         self._app = app
@@ -382,7 +384,8 @@ class Scheduler:
         scheduler about a fifth of its runs per second, docs/advanced/forks.md)."""
         if self._app.actors[row.actor].keep_inputs == 0:
             return Completion(row.qid, row.attempts, keep=False)
-        return Completion(row.qid, row.attempts, self.kernel.now_ms(), self.code_version, tape.json())
+        return Completion(row.qid, row.attempts, self.kernel.now_ms(), self.code_version or self.code_of.get(row.actor),
+                          tape.json())
 
     async def _settle(
         self, row: QueueRow, loop: _ClaimLoop, definition: ActorDef, ok: bool, error: str, tb: str,
