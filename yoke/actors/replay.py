@@ -19,9 +19,9 @@ and the real op handler:
 - ``ctx.now()`` gives the original run's readings in turn, ``ctx.random()``
   draws from the original run's seed.
 
-A Python actor's runs replay in this process, its handler (an actor
-isolated in host processes too); a Node actor's in a Node host started
-for the replay, as live. The actor's timeout applies. Atomic actors' runs
+Runs replay where they ran live: a Node actor's, and an isolated Python
+actor's (``isolation="process"``, its App importable by name), in a host
+started for the replay; the others' in this process. The actor's timeout applies. Atomic actors' runs
 commit their state writes together or not at all, as live.
 """
 
@@ -41,11 +41,12 @@ import orjson
 
 from .. import errors
 from ..events import MAX_DEPTH, json_bytes, new_event_id
-from ..hosts.languages import node_launch
+from ..hosts.languages import node_launch, python_launch
 from ..hosts.pool import HandlerFailed, HostFailure, HostPool
 from ..hosts.wire import yoke_error
 from ..store.actors import InstanceInfo
 from ..store.inputs import InputRecord
+from .app import find_spec
 from .context import Context
 from .journal import EFFECT_OPS, Journal, digest
 from .ops import PARAMS_WRAPPING, OpHandler, instance_dict
@@ -242,12 +243,18 @@ async def replay(
     sandbox = sandbox_kernel(kernel, databases)
     db = databases.get(instance.tenant, instance.instance_id)
     done = Replayed()
-    # An actor of another language runs where it would run: in a host of its
-    # own for this replay (a Python actor replays its handler here).
+    # The runs go where they would run: a Node actor's and an isolated
+    # Python actor's in a host of their own for this replay, the others here.
     pool = None
+    settings = kernel.settings
     if definition.handler is None:
-        pool = HostPool(node_launch({definition.name: definition.script}, kernel.settings.host_memory_mb), size=1,
-                        memory_limit_bytes=kernel.settings.host_memory_mb * 2**20)
+        launch = node_launch({definition.name: definition.script}, settings.host_memory_mb)  # type: ignore[dict-item]
+    elif (definition.isolation or settings.isolation) == "process" and find_spec(app) is not None:
+        launch = python_launch(find_spec(app))  # type: ignore[arg-type]
+    else:
+        launch = None
+    if launch is not None:
+        pool = HostPool(launch, size=1, memory_limit_bytes=settings.host_memory_mb * 2**20)
     try:
         for item in inputs:
             done.runs.append(await _run_one(sandbox, app, definition, instance, db, item, pool))
