@@ -316,7 +316,8 @@ class Runtime:
 
     def _forks_of(self, instances: Instances) -> Forks:
         return Forks(self.actor_kernel, instances.tenant, instances.get, instances.image, app=self.app,
-                     load_app=load, ttl_s=self.settings.fork_ttl_s)
+                     load_app=load, ttl_s=self.settings.fork_ttl_s,
+                     reload_version=lambda: self.code.version if self.code is not None else None)
 
     def forks(self, tenant: str = "default") -> Forks:
         """Forks of ``tenant``'s instances: made, listed, diffed, discarded

@@ -358,3 +358,37 @@ async def test_every_instance_of_the_example_application_forks_without_a_differe
         for inst in instances:
             d = await (await e.y.instances().fork(inst.instance_id)).diff()
             assert d["changed"] is False, (inst.actor, inst.key, d)
+
+
+async def test_inputs_after_the_fork_are_not_differences_and_incomplete_histories_are_refused(
+    fresh_url: str, tmp_path
+) -> None:
+    async with yoke.open(fresh_url, app=app, data_dir=str(tmp_path)) as y:
+        iid = await placed(y, lines=LINES[:2])
+        fork = await y.instances(T).fork(iid)
+        await y.stream("/orders", T).append({"type": "order.line", "payload": {"id": "A", "sku": "kiwi", "qty": 1}})
+        await y.wait_idle(timeout_s=60)
+        # The live history to the fork's last input (replayed), not the instance now.
+        assert (await fork.diff())["changed"] is False
+        assert (await y.check_deploy(app, actors=["order"]))["diverged"] == 0
+
+        with pytest.raises(errors.InvalidInput):
+            await y.instances(T).fork(iid, upto=2**63)
+        # An instance whose actor kept no inputs for a while (or that existed
+        # before they were kept) has no complete history: no fork.
+        assert await y.store.inputs.mark_incomplete(T, "order") == 1
+        with pytest.raises(errors.InputsPruned):
+            await y.instances(T).fork(iid)
+
+
+def test_a_redriven_dead_letter_replays_once() -> None:
+    from yoke.actors.forks import edited, superseded
+    from yoke.store.inputs import InputRecord
+
+    def record(seq: int, qid: int, outcome: str) -> InputRecord:
+        return InputRecord(T, "inst", seq, qid, "/s", seq, {"type": "x", "payload": {}}, 1, outcome,  # type: ignore[arg-type]
+                           0, 0, 0, None, None, None)
+
+    records = [record(1, 10, "dead"), record(2, 11, "done"), record(3, 10, "done"), record(4, 12, "dead")]
+    assert superseded(records) == {1}
+    assert [i["seq"] for i in edited(records, [], 0)] == [2, 3, 4]

@@ -145,6 +145,11 @@ async def test_retention_by_count_and_age_and_removal(fresh_url: str, tmp_path) 
         assert [i["seq"] for i in await kept(y, "aged", "r")] == [6]
         assert len(await kept(y, "counter", "r")) == 5  # no retention: everything is kept
 
+        # Every input of an instance older than the bound: its newest stays (the next is numbered after it).
+        clock.set(1_000_000_000.0 + 200)
+        await retention.prune_once()
+        assert [i["seq"] for i in await kept(y, "aged", "r")] == [6]
+
         # Seq numbers go on after pruning.
         await stream.append({"type": "bounded.go", "payload": {"k": "r", "n": 9}})
         await y.wait_idle(timeout_s=60)

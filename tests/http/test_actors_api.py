@@ -360,7 +360,7 @@ def test_forks_over_http_with_their_scopes(tenant, actors_server):
         finally:
             other.close()
         for bad in ({"upto": -1}, {"edits": [{"seq": 1, "action": "bend"}]}, {"colour": 1}, {"app": 7},
-                    {"app": "no_such_module_anywhere:app"}, {"app": "os:path"}):
+                    {"app": "no_such_module_anywhere:app"}, {"app": "os:path"}, {"upto": 2**63}):
             assert error_of(tenant.http.post(f"/v1/instances/{iid}/forks", json=bad)) == (400, "invalid_input"), bad
         # The deploy check over HTTP (admin: it loads the candidate code), in the token's tenant.
         check = tenant.http.post("/v1/deploy-checks", json={"app": APP, "actors": ["counter"]})

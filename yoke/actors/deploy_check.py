@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .instances import Instances
 
 LIST_PAGE = 1000
+MAX_SAMPLE = 10_000  # instances of one actor one check forks
 
 
 async def check_deploy(
@@ -31,9 +32,9 @@ async def check_deploy(
 ) -> dict[str, Any]:
     """One tenant's check: ``{"tenant", "diverged", "checked", "actors":
     {name: {"instances", "checked", "diverged": [...], "errors": [...]}}}``."""
-    if isinstance(sample, bool) or not isinstance(sample, int) or sample < 1:
-        raise errors.InvalidInput("instances must be a positive number", field="instances")
-    if isinstance(inputs, bool) or not isinstance(inputs, int) or inputs < 1:
+    if isinstance(sample, bool) or not isinstance(sample, int) or not 1 <= sample <= MAX_SAMPLE:
+        raise errors.InvalidInput(f"instances must be 1-{MAX_SAMPLE}", field="instances")
+    if isinstance(inputs, bool) or not isinstance(inputs, int) or not 1 <= inputs < 2**63:
         raise errors.InvalidInput("inputs must be a positive number", field="inputs")
     names = list(actors) if actors else sorted(candidate.actors)
     unknown = [n for n in names if n not in candidate.actors]

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .kernel import ActorKernel
 
 MAX_EDITS = 1000
+MAX_FORK_INPUTS = 100_000  # inputs one fork replays (about a minute; its report is kept whole)
 PAGE = 1000  # inputs read per round trip
 EDIT_ACTIONS = ("replace", "drop", "insert")
 
@@ -113,8 +114,22 @@ def check_edits(edits: Any) -> list[dict[str, Any]]:
     return checked
 
 
+def superseded(records: list[InputRecord]) -> set[int]:
+    """Dead-lettered inputs whose queue row was redriven and ran again later
+    (the same row, kept again): replayed once, as the later input."""
+    later: set[int] = set()
+    gone: set[int] = set()
+    for r in reversed(records):
+        if r.outcome == "dead" and r.qid in later:
+            gone.add(r.seq)
+        later.add(r.qid)
+    return gone
+
+
 def edited(records: list[InputRecord], edits: list[dict[str, Any]], now_ms: int) -> list[dict[str, Any]]:
-    """The inputs a fork replays: ``records`` with ``edits`` applied."""
+    """The inputs a fork replays: ``records`` with ``edits`` applied (a
+    redriven dead letter once, as its later run)."""
+    skipped = superseded(records)
     known = {r.seq for r in records}
     for edit in edits:
         if edit["seq"] not in known:
@@ -140,7 +155,7 @@ def edited(records: list[InputRecord], edits: list[dict[str, Any]], now_ms: int)
                 "idempotency_key": None, "path": None,
             }
             out.append({"record": None, "event": document, "seq": None, "label": f"inserted before {r.seq} #{i + 1}"})
-        if r.seq in dropped:
+        if r.seq in dropped or r.seq in skipped:
             continue
         event = dict(r.event)
         if r.seq in replaced:
@@ -166,12 +181,14 @@ class Forks:
     InstanceNotFound); ``live_image``: an instance's database as an image,
     read where it is current; ``app``: the application forks replay with
     when none is given (the runtime's); ``load_app``: how an ``app`` given as
-    ``"module:attribute"`` is loaded; ``ttl_s``: how long a fork is kept."""
+    ``"module:attribute"`` is loaded; ``ttl_s``: how long a fork is kept;
+    ``reload_version``: the code's version under --reload (as the scheduler
+    keeps it with each input)."""
 
     def __init__(
         self, kernel: ActorKernel, tenant: str, instance: Callable[[str], Awaitable[InstanceInfo]],
         live_image: Callable[[str], Awaitable[bytes]], *, app: App | None,
-        load_app: Callable[[str], App] | None, ttl_s: float,
+        load_app: Callable[[str], App] | None, ttl_s: float, reload_version: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._kernel = kernel
         self.tenant = tenant
@@ -180,6 +197,7 @@ class Forks:
         self._app = app
         self._load_app = load_app
         self.ttl_s = ttl_s
+        self._reload_version = reload_version  # the code's version under --reload (hosts/reload.py)
 
     # --- making ------------------------------------------------------------------
 
@@ -198,7 +216,7 @@ class Forks:
         self, instance_id: str, upto: int | None, app: App | str | None, edits: Sequence[dict[str, Any]] | None,
     ) -> ForkRow:
         """A fork made, not kept."""
-        if upto is not None and (isinstance(upto, bool) or not isinstance(upto, int) or upto < 0):
+        if upto is not None and (isinstance(upto, bool) or not isinstance(upto, int) or not 0 <= upto < 2**63):
             raise errors.InvalidInput("upto must be an input number (0 or more)", field="upto")
         checked = check_edits(None if edits is None else list(edits))
         instance = await self._instance(instance_id)
@@ -212,7 +230,17 @@ class Forks:
                 f"actor {instance.actor!r} keeps no inputs (keep_inputs=0): its instances cannot be forked",
                 instance_id=instance_id,
             )
+        if not await self._kernel.inputs().complete(self.tenant, instance_id):
+            raise errors.InputsPruned(
+                f"{instance_id} ran inputs that were not kept (it existed before inputs were kept, or its actor"
+                " kept none): a fork replays from the instance's creation", instance_id=instance_id,
+            )
         records = await self._records(instance_id, upto)
+        if len(records) > MAX_FORK_INPUTS:
+            raise errors.InvalidInput(
+                f"{instance_id} has {len(records)} inputs: a fork replays at most {MAX_FORK_INPUTS:,}"
+                " (give upto)", field="upto",
+            )
         if records and records[0].seq != 1:
             raise errors.InputsPruned(
                 f"the inputs of {instance_id} before {records[0].seq} were pruned (the actor's keep_inputs"
@@ -326,17 +354,24 @@ class Forks:
     # --- comparing ---------------------------------------------------------------
 
     async def _live_at(self, fork: ForkRow, records: list[InputRecord]) -> bytes:
-        """The live instance's database where the fork stopped: as it is now
-        when the fork replayed every input kept; else as the inputs through
-        ``upto`` left it, replayed unedited under the runtime's application
-        (the live history's own code) in a sandbox."""
-        last = await self._kernel.inputs().inputs(self.tenant, fork.instance_id, after=records[-1].seq if records else 0,
-                                                  limit=1)
-        if fork.upto is None or not last.inputs:
-            return await self._live_image(fork.instance_id)
+        """The live instance's database where the fork stopped (its input
+        ``through``): as it is now while no input came after that one; else
+        as the inputs through it left it, replayed unedited under the
+        runtime's application (the live history's own code) in a sandbox."""
+        through = records[-1].seq if records else 0
+
+        async def later() -> bool:
+            page = await self._kernel.inputs().inputs(self.tenant, fork.instance_id, after=through, limit=1)
+            return bool(page.inputs)
+
+        if not await later():
+            image = await self._live_image(fork.instance_id)
+            if not await later():  # no run ended while the image was read
+                return image
         if self._app is None:
             raise errors.InvalidInput(
-                "this process runs no application to replay the live history to the fork's upto with", field="upto"
+                "this process runs no application to replay the live history to the fork's last input with",
+                field="fork",
             )
         instance = await self._instance(fork.instance_id)
         return (await replay(self._kernel, self._app, instance, edited(records, [], self._kernel.now_ms()))).image
@@ -360,12 +395,15 @@ class Forks:
         inputs after ``after`` only."""
         fork_runs = _by_input(fork.report or [], after)
         if other is None:
-            records = await self._records(fork.instance_id, fork.upto)
+            # The live history up to the input the fork replayed last: inputs
+            # kept since it was made are not differences.
+            records = await self._records(fork.instance_id, fork.summary.get("through", 0))
             other_image = await self._live_at(fork, records)
+            skipped = superseded(records)
             other_runs = {
                 r.seq: {"outcome": "failed" if r.outcome == "dead" else "done", "error": r.error,
                         "effects": effects_of((r.tape or {}).get("ops", []))}
-                for r in records if r.seq > after
+                for r in records if r.seq > after and r.seq not in skipped
             }
             versions = {r.code_version for r in records}
         else:
@@ -387,7 +425,8 @@ class Forks:
         definition = None if self._app is None else self._app.actors.get(actor)
         if definition is None:
             return None
-        return self._kernel.settings.deploy_version or self._app.version or code_of(definition)  # type: ignore[union-attr]
+        return (self._kernel.settings.deploy_version or self._app.version  # type: ignore[union-attr]
+                or self._reload_version() or code_of(definition))
 
     async def check(
         self, instance_id: str, candidate: App, *, current: App | None = None, inputs: int = 1000,

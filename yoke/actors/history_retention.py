@@ -47,6 +47,8 @@ class HistoryRetention:
                 if n < self.slice_rows:
                     break
             for actor in self.bounded:
+                if actor.keep_inputs == 0:  # its instances' histories have gaps from now on
+                    await self._kernel.inputs().mark_incomplete(tenant, actor.name)
                 before = None if actor.keep_inputs_s is None else now_ms - int(actor.keep_inputs_s * 1000)
                 while True:
                     n = await self._kernel.inputs().prune(

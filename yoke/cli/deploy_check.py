@@ -37,7 +37,7 @@ def report_lines(report: dict[str, Any]) -> str:
 @click.option("--current", "current_spec", default=None, metavar="MODULE:APP",
               help="The deployed code to compare with (default: the live instances, which it made).")
 @click.option("--actor", "actors", multiple=True, metavar="NAME", help="Only this actor (repeatable; default: all).")
-@click.option("--instances", "sample", default=100, show_default=True, type=click.IntRange(1), metavar="N",
+@click.option("--instances", "sample", default=100, show_default=True, type=click.IntRange(1, 10_000), metavar="N",
               help="Instances of each actor, drawn at random.")
 @click.option("--inputs", default=1000, show_default=True, type=click.IntRange(1), metavar="K",
               help="Runs compared: each instance's last K inputs (its state and tables at the end).")

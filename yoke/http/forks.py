@@ -150,7 +150,20 @@ async def diff(
     against: str | None = Query(None, max_length=MAX_ID_CHARS, description="Another fork's id (default: live)"),
     principal: Principal = READ,
 ) -> Response:
-    return json_response(await forks_of(request, principal).diff(fork_id_of(fork_id), against))
+    forks = forks_of(request, principal)
+    d = await forks.diff(fork_id_of(fork_id), against)
+    pins = PinnedPaths(runtime_of(request), principal.tenant)
+    for fork in (fork_id, against):
+        if fork is not None and any([await pins.pinned(r["event"].get("path")) for r in await forks.runs(fork)]):
+            # Effects and errors often quote the events: as the runs show them, without.
+            for e in d["effects"]:
+                for side in ("only_live", "only_fork"):
+                    e[side] = [{"op": x["op"], "params": None} for x in e[side]]
+                e["changed"] = [{"op": x["op"], "live": None, "fork": None} for x in e["changed"]]
+            for o in d["outcomes"]:
+                o["live_error"] = o["fork_error"] = None
+            break
+    return json_response(d)
 
 
 @router.delete("/v1/forks/{fork_id}", responses={200: answer(ForkCreated, "The discarded fork")},

@@ -105,8 +105,19 @@ class InputStore(Protocol):
         self, tenant: str, actor: str, *, keep: int | None, before_ms: int | None, limit: int,
     ) -> int:
         """Delete up to ``limit`` inputs of ``actor``'s instances beyond the
-        newest ``keep`` of each instance, or finished before ``before_ms``;
+        newest ``keep`` of each instance, or finished before ``before_ms``
+        (but an instance's newest, which the next one is numbered after);
         the number deleted."""
+        ...
+
+    async def complete(self, tenant: str, instance_id: str) -> bool:
+        """Whether every input the instance ever had was kept (none before
+        inputs were kept, none while its actor kept none): a fork replays
+        from its creation only then."""
+        ...
+
+    async def mark_incomplete(self, tenant: str, actor: str) -> int:
+        """``actor`` keeps no inputs: its instances' histories are not complete."""
         ...
 
 

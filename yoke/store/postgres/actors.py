@@ -333,17 +333,23 @@ class PgActorStore:
         traceback: str, kept: Completion | None = None,
     ) -> None:
         async with self._tx(tenant) as conn:
-            if retry_at is None:  # buried: kept as the instance's input
-                await inputs.record(conn, tenant, kept or Completion(qid, attempts), self._db.now_ms(),
-                                    "dead", error)
-            await conn.execute(
+            if retry_at is None:  # buried: kept as its instance's input, numbered under its lock
+                instance_id = await conn.fetchval(
+                    "SELECT instance_id FROM actor_queue WHERE tenant_id=$1 AND qid=$2", tenant, qid
+                )
+                if instance_id is not None:
+                    await inputs.lock_instance(conn, tenant, instance_id)
+            row = await conn.fetchrow(
                 "UPDATE actor_queue SET status=CASE WHEN $3::bigint IS NULL THEN 'dead' ELSE 'pending' END,"
                 " available_at=coalesce($3, available_at), lease_until=NULL, worker_id=NULL,"
                 f" last_error=$5, last_traceback=$6, attempt_errors={APPEND_ATTEMPT.format('$7')}"
-                " WHERE tenant_id=$1 AND qid=$2 AND attempts=$4 AND status='processing'",
+                " WHERE tenant_id=$1 AND qid=$2 AND attempts=$4 AND status='processing'" + inputs.RETURNING,
                 tenant, qid, retry_at, attempts, error, traceback,
                 attempt_error(attempts, self._db.now_ms(), error),
             )
+            if retry_at is None and row is not None:
+                await inputs.record(conn, tenant, row, kept or Completion(qid, attempts), self._db.now_ms(),
+                                    "dead", error)
             if retry_at is not None:
                 await conn.execute("SELECT pg_notify($1, $2)", QUEUE_CHANNEL, tenant)
 
@@ -763,13 +769,15 @@ class PgActorStore:
     async def commit_run(self, tenant: str, run: RunCommit, now: int) -> tuple[str, str | None]:
         try:
             async with self._tx(tenant) as conn:
-                await inputs.record(conn, tenant, run.completion(), now)
-                if await conn.execute(
+                await inputs.lock_instance(conn, tenant, run.instance_id)  # its input numbered under its lock
+                gone = await conn.fetchrow(
                     "DELETE FROM actor_queue WHERE tenant_id=$1 AND qid=$2 AND attempts=$3"
-                    " AND status='processing'",
+                    " AND status='processing'" + inputs.RETURNING,
                     tenant, run.qid, run.attempts,
-                ) != "DELETE 1":
+                )
+                if gone is None:
                     raise RunUndone("lost")
+                await inputs.record(conn, tenant, gone, run.completion(), now)
                 for path, appends in run.by_stream():
                     result = await self._appends.commit_batch(
                         conn, tenant, path, [a.event for a in appends], now, run.stream_ids[path]

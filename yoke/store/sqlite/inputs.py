@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..inputs import INPUT_COLUMNS, Completion, InputPage, input_from_row
 
@@ -68,11 +68,32 @@ class SqliteInputs:
                     " SELECT a.input_id FROM actor_inputs a JOIN actor_instances i"
                     "  ON i.tenant_id = a.tenant_id AND i.instance_id = a.instance_id"
                     " WHERE a.tenant_id=? AND i.actor=?"
-                    "  AND ((? IS NOT NULL AND a.processed_at < ?)"
+                    "  AND ((? IS NOT NULL AND a.processed_at < ? AND a.seq < (SELECT max(b.seq) FROM actor_inputs b"
+                    "        WHERE b.tenant_id = a.tenant_id AND b.instance_id = a.instance_id))"
                     "   OR (? IS NOT NULL AND a.seq <= (SELECT max(b.seq) FROM actor_inputs b"
                     "        WHERE b.tenant_id = a.tenant_id AND b.instance_id = a.instance_id) - ?))"
                     " LIMIT ?)",
                     (tenant, actor, before_ms, before_ms, keep, keep, limit),
+                ).rowcount
+
+        return await self._db.write(run)
+
+    async def complete(self, tenant: str, instance_id: str) -> bool:
+        def read() -> Any:
+            return self._db.reader().execute(
+                "SELECT inputs_incomplete FROM actor_instances WHERE tenant_id=? AND instance_id=?",
+                (tenant, instance_id),
+            ).fetchone()
+
+        row = await self._db.read(read)
+        return row is not None and not row[0]
+
+    async def mark_incomplete(self, tenant: str, actor: str) -> int:
+        def run() -> int:
+            with self._db.transaction() as conn:
+                return conn.execute(
+                    "UPDATE actor_instances SET inputs_incomplete = 1 WHERE tenant_id=? AND actor=?"
+                    " AND inputs_incomplete = 0", (tenant, actor),
                 ).rowcount
 
         return await self._db.write(run)

@@ -13,22 +13,35 @@ BEGIN
         -- yoke_claim_in_turns) loses the input with the delete: the row runs
         -- again and is kept when it ends.
         PERFORM set_config('synchronous_commit', 'off', true);
+        -- The instances' inputs are numbered one transaction at a time (a
+        -- buried row's, an atomic run's): their locks first, in one order.
+        PERFORM pg_advisory_xact_lock(24066, hashtext(p_tenant || '/' || i.instance_id))
+        FROM (SELECT DISTINCT q.instance_id FROM actor_queue q
+              WHERE q.tenant_id = p_tenant AND q.qid = ANY(p_done) ORDER BY 1) i;
+        -- Each finished row that is still the claim that ran (processing, at
+        -- its attempts) is deleted and kept as its instance's next input, in
+        -- one statement: kept exactly when its row is gone.
+        WITH gone AS (
+            DELETE FROM actor_queue q
+            USING unnest(p_done, p_done_attempts, p_done_at, p_done_versions, p_done_tapes, p_done_kept)
+                  WITH ORDINALITY AS d(qid, attempts, at, version, tape, kept, n)
+            WHERE q.tenant_id = p_tenant AND q.qid = d.qid AND q.attempts = d.attempts AND q.status = 'processing'
+            RETURNING q.tenant_id, q.instance_id, q.qid, q.path, q.seq, q.event, q.attempts, q.enqueued_at,
+                      q.started_at, d.at, d.version, d.tape, d.kept, d.n
+        )
         INSERT INTO actor_inputs (tenant_id, instance_id, seq, qid, path, stream_seq, event, attempts, outcome,
                                   enqueued_at, started_at, processed_at, code_version, tape)
-        SELECT q.tenant_id, q.instance_id,
+        SELECT g.tenant_id, g.instance_id,
                coalesce((SELECT max(a.seq) FROM actor_inputs a
-                         WHERE a.tenant_id = p_tenant AND a.instance_id = q.instance_id), 0)
-                 + row_number() OVER (PARTITION BY q.instance_id ORDER BY d.n),
-               q.qid, q.path, q.seq, q.event, q.attempts, 'done', q.enqueued_at, q.started_at,
-               d.at, d.version, d.tape::json
-        FROM unnest(p_done, p_done_attempts, p_done_at, p_done_versions, p_done_tapes, p_done_kept)
-             WITH ORDINALITY AS d(qid, attempts, at, version, tape, kept, n)
-        JOIN actor_queue q ON q.tenant_id = p_tenant AND q.qid = d.qid AND q.attempts = d.attempts
-                          AND q.status = 'processing'
-        WHERE d.kept;
+                         WHERE a.tenant_id = p_tenant AND a.instance_id = g.instance_id), 0)
+                 + row_number() OVER (PARTITION BY g.instance_id ORDER BY g.n),
+               g.qid, g.path, g.seq, g.event, g.attempts, 'done', g.enqueued_at, g.started_at,
+               g.at, g.version, g.tape::json
+        FROM gone g
+        WHERE g.kept;
     END IF;
     RETURN QUERY SELECT * FROM yoke_claim_in_turns(p_tenant, p_worker, p_actors, p_conc, p_lease, p_now, p_limit,
-                                                   p_done, p_done_attempts, p_shard, p_shards,
+                                                   '{}'::bigint[], '{}'::integer[], p_shard, p_shards,
                                                    p_from_instance, p_from_group);
 END
 $function$;

@@ -3,8 +3,8 @@
 -- completes the row (yoke_complete_and_claim, commit_run) or buries it as
 -- dead (fail), so an input is kept exactly when its row is gone.
 --   seq           the instance's input number, 1, 2, ... in the order runs
---                 ended (a rare tie, two workers handing an instance over,
---                 is ordered by input_id)
+--                 ended; the transactions that number an instance's inputs
+--                 take its advisory lock (24066, hashtext(tenant/instance))
 --   path, stream_seq  the stream and offset the event came from (NULL: sent
 --                 to the instance directly, a schedule's firing)
 --   event         the event document as the run got it
@@ -35,7 +35,7 @@ CREATE TABLE actor_inputs (
     last_error   text,
     PRIMARY KEY (tenant_id, input_id)
 );
-CREATE INDEX actor_inputs_instance ON actor_inputs (tenant_id, instance_id, seq);
+CREATE UNIQUE INDEX actor_inputs_instance ON actor_inputs (tenant_id, instance_id, seq);
 CREATE INDEX actor_inputs_age ON actor_inputs (tenant_id, processed_at);
 
 ALTER TABLE actor_inputs ENABLE ROW LEVEL SECURITY;
@@ -44,6 +44,12 @@ CREATE POLICY tenant_isolation ON actor_inputs
     USING (tenant_id = current_setting('yoke.tenant', true))
     WITH CHECK (tenant_id = current_setting('yoke.tenant', true));
 GRANT SELECT, INSERT, DELETE ON actor_inputs TO yoke_runtime;
+
+-- Instances that existed before their inputs were kept (or whose actor kept
+-- none for a while) have no complete history: a fork of one, which replays
+-- from the creation, is refused.
+ALTER TABLE actor_instances ADD COLUMN inputs_incomplete boolean NOT NULL DEFAULT false;
+UPDATE actor_instances SET inputs_incomplete = true;
 
 -- Forks of instances (yoke/store/forks.py, docs/advanced/forks.md): a
 -- sandboxed replay of an instance's inputs 1..upto (NULL: all) under the
@@ -95,22 +101,35 @@ BEGIN
         -- yoke_claim_in_turns) loses the input with the delete: the row runs
         -- again and is kept when it ends.
         PERFORM set_config('synchronous_commit', 'off', true);
+        -- The instances' inputs are numbered one transaction at a time (a
+        -- buried row's, an atomic run's): their locks first, in one order.
+        PERFORM pg_advisory_xact_lock(24066, hashtext(p_tenant || '/' || i.instance_id))
+        FROM (SELECT DISTINCT q.instance_id FROM actor_queue q
+              WHERE q.tenant_id = p_tenant AND q.qid = ANY(p_done) ORDER BY 1) i;
+        -- Each finished row that is still the claim that ran (processing, at
+        -- its attempts) is deleted and kept as its instance's next input, in
+        -- one statement: kept exactly when its row is gone.
+        WITH gone AS (
+            DELETE FROM actor_queue q
+            USING unnest(p_done, p_done_attempts, p_done_at, p_done_versions, p_done_tapes, p_done_kept)
+                  WITH ORDINALITY AS d(qid, attempts, at, version, tape, kept, n)
+            WHERE q.tenant_id = p_tenant AND q.qid = d.qid AND q.attempts = d.attempts AND q.status = 'processing'
+            RETURNING q.tenant_id, q.instance_id, q.qid, q.path, q.seq, q.event, q.attempts, q.enqueued_at,
+                      q.started_at, d.at, d.version, d.tape, d.kept, d.n
+        )
         INSERT INTO actor_inputs (tenant_id, instance_id, seq, qid, path, stream_seq, event, attempts, outcome,
                                   enqueued_at, started_at, processed_at, code_version, tape)
-        SELECT q.tenant_id, q.instance_id,
+        SELECT g.tenant_id, g.instance_id,
                coalesce((SELECT max(a.seq) FROM actor_inputs a
-                         WHERE a.tenant_id = p_tenant AND a.instance_id = q.instance_id), 0)
-                 + row_number() OVER (PARTITION BY q.instance_id ORDER BY d.n),
-               q.qid, q.path, q.seq, q.event, q.attempts, 'done', q.enqueued_at, q.started_at,
-               d.at, d.version, d.tape::json
-        FROM unnest(p_done, p_done_attempts, p_done_at, p_done_versions, p_done_tapes, p_done_kept)
-             WITH ORDINALITY AS d(qid, attempts, at, version, tape, kept, n)
-        JOIN actor_queue q ON q.tenant_id = p_tenant AND q.qid = d.qid AND q.attempts = d.attempts
-                          AND q.status = 'processing'
-        WHERE d.kept;
+                         WHERE a.tenant_id = p_tenant AND a.instance_id = g.instance_id), 0)
+                 + row_number() OVER (PARTITION BY g.instance_id ORDER BY g.n),
+               g.qid, g.path, g.seq, g.event, g.attempts, 'done', g.enqueued_at, g.started_at,
+               g.at, g.version, g.tape::json
+        FROM gone g
+        WHERE g.kept;
     END IF;
     RETURN QUERY SELECT * FROM yoke_claim_in_turns(p_tenant, p_worker, p_actors, p_conc, p_lease, p_now, p_limit,
-                                                   p_done, p_done_attempts, p_shard, p_shards,
+                                                   '{}'::bigint[], '{}'::integer[], p_shard, p_shards,
                                                    p_from_instance, p_from_group);
 END
 $function$;

@@ -19,7 +19,7 @@ CREATE TABLE actor_inputs (
     tape         TEXT,
     last_error   TEXT
 );
-CREATE INDEX actor_inputs_instance ON actor_inputs (tenant_id, instance_id, seq);
+CREATE UNIQUE INDEX actor_inputs_instance ON actor_inputs (tenant_id, instance_id, seq);
 CREATE INDEX actor_inputs_age ON actor_inputs (tenant_id, processed_at);
 
 CREATE TABLE actor_forks (
@@ -40,3 +40,6 @@ CREATE TABLE actor_forks (
 ) WITHOUT ROWID;
 CREATE INDEX actor_forks_instance ON actor_forks (tenant_id, instance_id, fork_id);
 CREATE INDEX actor_forks_expiry ON actor_forks (expires_at);
+
+ALTER TABLE actor_instances ADD COLUMN inputs_incomplete INTEGER NOT NULL DEFAULT 0;
+UPDATE actor_instances SET inputs_incomplete = 1;
