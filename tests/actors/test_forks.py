@@ -8,6 +8,7 @@ import json
 import sqlite3
 
 import asyncpg
+import orjson
 import pytest
 
 import yoke
@@ -392,3 +393,35 @@ def test_a_redriven_dead_letter_replays_once() -> None:
     records = [record(1, 10, "dead"), record(2, 11, "done"), record(3, 10, "done"), record(4, 12, "dead")]
     assert superseded(records) == {1}
     assert [i["seq"] for i in edited(records, [], 0)] == [2, 3, 4]
+
+
+async def test_rows_the_build_before_completes_leave_their_instance_without_a_complete_history(
+    pg_actors_db: str, tmp_path
+) -> None:
+    """During a rolling upgrade the build before completes rows with
+    yoke_claim_in_turns, keeping no input: their instance is marked, and not
+    forked (docs/production/upgrades.md)."""
+    from tests.conftest import empty_database, now_ms
+
+    await empty_database(pg_actors_db)
+    async with yoke.open(pg_actors_db, app=app, data_dir=str(tmp_path), executor=False) as y:
+        inst = await y.instances(T).create("order", key="old")
+        assert await y.store.inputs.complete(T, inst.instance_id)
+        from yoke.store.actors import Policy, QueueItem
+
+        await y.store.actors.enqueue(T, [QueueItem(orjson.dumps({"type": "x"}).decode(), instance_id=inst.instance_id)],
+                                     now_ms())
+        conn = await asyncpg.connect(pg_actors_db)
+        try:
+            await conn.execute("UPDATE actor_instances SET worker_id = 'w-old'")
+            [row] = await y.store.actors.claim(T, "w-old", [Policy("order", 1, 30_000)], now_ms(), 1)
+            await conn.execute(  # as the build before completes it
+                "SELECT * FROM yoke_claim_in_turns($1, 'w-old', ARRAY['order'], ARRAY[1], ARRAY[30000::bigint], $2, 0,"
+                " ARRAY[$3::bigint], ARRAY[$4::integer], 0, 1, '', '')", T, now_ms(), row.qid, row.attempts,
+            )
+            assert await conn.fetchval("SELECT count(*) FROM actor_queue") == 0
+        finally:
+            await conn.close()
+        assert not await y.store.inputs.complete(T, inst.instance_id)
+        with pytest.raises(errors.InputsPruned):
+            await y.instances(T).fork(inst.instance_id)

@@ -1,5 +1,5 @@
 -- yoke_claim_in_turns: the current definition, as the migrations leave it (the last
--- to define it is migrations/0030_claim_in_turns.sql). Migrations install it; this
+-- to define it is migrations/0033_actor_inputs.sql). Migrations install it; this
 -- file is the text to read: tests/store/test_functions.py checks that it
 -- equals what a migrated database holds.
 CREATE OR REPLACE FUNCTION public.yoke_claim_in_turns(p_tenant text, p_worker text, p_actors text[], p_conc integer[], p_lease bigint[], p_now bigint, p_limit integer, p_done bigint[], p_done_attempts integer[], p_shard integer, p_shards integer, p_from_instance text, p_from_group text)
@@ -21,10 +21,19 @@ BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
     IF cardinality(p_done) > 0 THEN
         -- Found by primary key (qid = ANY), then fenced by the claim's attempts.
-        DELETE FROM actor_queue q
-        WHERE q.tenant_id = p_tenant AND q.qid = ANY(p_done) AND q.status = 'processing'
-          AND q.attempts = (SELECT d.attempts FROM unnest(p_done, p_done_attempts) AS d(qid, attempts)
-                            WHERE d.qid = q.qid LIMIT 1);
+        -- Only a build that keeps no inputs completes rows here (the build
+        -- after calls yoke_complete_and_claim): their instances' kept
+        -- histories have a gap from now on, and forks refuse them.
+        WITH gone AS (
+            DELETE FROM actor_queue q
+            WHERE q.tenant_id = p_tenant AND q.qid = ANY(p_done) AND q.status = 'processing'
+              AND q.attempts = (SELECT d.attempts FROM unnest(p_done, p_done_attempts) AS d(qid, attempts)
+                                WHERE d.qid = q.qid LIMIT 1)
+            RETURNING q.instance_id
+        )
+        UPDATE actor_instances i SET inputs_incomplete = true
+        FROM (SELECT DISTINCT instance_id FROM gone) g
+        WHERE i.tenant_id = p_tenant AND i.instance_id = g.instance_id AND NOT i.inputs_incomplete;
     END IF;
     IF p_limit <= 0 THEN
         RETURN;
