@@ -263,6 +263,7 @@ async def test_sqlite_files_from_before_the_record_are_taken_as_applied(tmp_path
 UNDO_LATER = {
     "0017_token_expiry.sql": "ALTER TABLE tokens DROP COLUMN expires_at",
     "0018_subscription_error_time.sql": "ALTER TABLE subscriptions DROP COLUMN last_error_at",
+    "0020_actor_inputs.sql": "ALTER TABLE actor_instances DROP COLUMN inputs_incomplete",
 }
 
 

@@ -90,7 +90,7 @@ def check_edits(edits: Any) -> list[dict[str, Any]]:
                 'an edit is {"seq": N, "action": "replace" | "drop" | "insert", ...}', field="edits"
             )
         seq = edit.get("seq")
-        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq < 2**63:
             raise errors.InvalidInput("an edit's seq is an input number (1 or more)", field="edits")
         action = edit["action"]
         allowed = {"seq", "action"} | {"replace": {"payload", "type", "metadata"}, "drop": set(),
@@ -218,7 +218,7 @@ class Forks:
         """A fork made, not kept."""
         if upto is not None and (isinstance(upto, bool) or not isinstance(upto, int) or not 0 <= upto < 2**63):
             raise errors.InvalidInput("upto must be an input number (0 or more)", field="upto")
-        checked = check_edits(None if edits is None else list(edits))
+        checked = check_edits(list(edits) if isinstance(edits, tuple) else edits)
         instance = await self._instance(instance_id)
         # What the fork says it ran (None: the runtime's own application).
         spec = app if isinstance(app, str) else None if app is None or app is self._app else (

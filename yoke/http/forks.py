@@ -110,7 +110,7 @@ async def show(request: Request, fork_id: str = FORK_ID, principal: Principal = 
 )
 async def runs(
     request: Request, fork_id: str = FORK_ID,
-    after: int = Query(0, ge=0, description="Runs after this many"),
+    after: int = Query(0, ge=0, le=2**63 - 1, description="Runs after this many"),
     limit: int = Query(100, ge=1, le=1000),
     principal: Principal = READ,
 ) -> Response:

@@ -962,7 +962,7 @@ FORK_EXAMPLE = {
 
 class ForkEdit(BaseModel):
     model_config = closed_config({"seq": 2, "action": "replace", "payload": {"total": 10}})
-    seq: int = Field(ge=1, description="The input it edits (insert: the input it goes before)")
+    seq: int = Field(ge=1, le=MAX_INT, description="The input it edits (insert: the input it goes before)")
     action: Literal["replace", "drop", "insert"]
     payload: Json | None = Field(default=None, description="replace: the input's new payload")
     event: JsonObject | None = Field(default=None, description="insert: the event to insert")
@@ -970,7 +970,7 @@ class ForkEdit(BaseModel):
 
 class ForkRequest(BaseModel):
     model_config = closed_config({"upto": 40}, {"edits": [{"seq": 2, "action": "drop"}]})
-    upto: int | None = Field(default=None, ge=0, description="Replay inputs 1..upto (default: all)")
+    upto: int | None = Field(default=None, ge=0, le=MAX_INT, description="Replay inputs 1..upto (default: all)")
     app: str | None = Field(default=None, description="The code to replay with, module:attribute (admin scope)")
     edits: list[ForkEdit] | None = Field(default=None, description="Edits of the inputs before they replay")
 
@@ -980,8 +980,8 @@ class DeployCheckRequest(BaseModel):
     app: str = Field(description="The candidate code, module:attribute")
     current: str | None = Field(default=None, description="The deployed code (default: the live instances)")
     actors: list[str] | None = Field(default=None, description="Only these actors (default: all the candidate's)")
-    instances: int = Field(default=100, ge=1, description="Instances of each actor, drawn at random")
-    inputs: int = Field(default=1000, ge=1, description="Runs compared: each instance's last inputs")
+    instances: int = Field(default=100, ge=1, le=10_000, description="Instances of each actor, drawn at random")
+    inputs: int = Field(default=1000, ge=1, le=MAX_INT, description="Runs compared: each instance's last inputs")
 
 
 class DeployCheckResult(BaseModel):
