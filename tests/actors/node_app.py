@@ -16,6 +16,8 @@ app.node_actor("js", HERE / "worker.mjs", timeout_s=3, max_attempts=2, retry_bas
 # The same script in atomic mode (docs/advanced/effects.md).
 app.node_actor("js_atomic", HERE / "worker.mjs", timeout_s=3, max_attempts=2, retry_base_s=0.05, retry_max_s=0.1,
                effects="atomic")
+# Keeps what its runs draw with ctx.random() (tests/actors/test_forks.py).
+app.node_actor("lucky", HERE / "lucky.mjs", timeout_s=3)
 
 
 @app.actor("patient")

@@ -335,6 +335,15 @@ async def test_a_node_actor_replays_in_a_node_host(fresh_url: str, tmp_path) -> 
         assert d["nondeterministic"] and list(d["state"]["changed"]) == ["pid"], d
         assert d["tables"] == {} and d["effects"] == [] and d["outcomes"] == []
 
+        # ctx.random() in a Node host: the fork draws what the live runs drew.
+        lucky = await y.instances(T).create("lucky", key="k", filter={"types": ["draw"]})
+        await y.stream("/node", T).append_many([{"type": "draw", "payload": {}}] * 2)
+        await y.wait_idle(timeout_s=60)
+        luck = (await y.instances(T).state(lucky.instance_id))[0]["luck"]
+        assert len(luck) == 4 and len(set(luck)) == 4 and all(0 <= x < 1 for x in luck)
+        d = await (await y.instances(T).fork(lucky.instance_id)).diff()
+        assert d["changed"] is False, d
+
 
 @pytest.mark.parametrize("postgres", [False, True], ids=["sqlite", "postgres"])
 async def test_every_instance_of_the_example_application_forks_without_a_difference(

@@ -260,7 +260,7 @@ async function run(params) {
   if (typeof handler === "string") throw new Refused(HANDLER_FAILED, handler, { type: "Error", traceback: handler });
   const ctx = new Context((method, p) => op(params.run, method, p), lockFor(params.instance.instance_id), {
     tenant: params.tenant, instance: params.instance, event: params.event, attempt: params.attempt,
-    queueRow: params.queue_row, clock: params.clock, trace: params.trace,
+    queueRow: params.queue_row, clock: params.clock, trace: params.trace, seed: params.seed,
   });
   let call = () => handler(ctx, params.event);
   const traced = otel === null ? null : traceContext(params.trace);

@@ -198,6 +198,8 @@ export declare class Context<P = Json> {
   readonly conversations: Conversations;
   /** A key for a call to the outside world, the same on every retry of this row (docs/advanced/effects.md). */
   idempotencyKey(name?: string): string;
+  /** A number in [0, 1) from the run's seed: a fork of the instance replays the same draws (docs/advanced/forks.md). */
+  random(): number;
   /** The current time by the runtime's clock (a test's virtual clock moves it; Date.now() stays the machine's). */
   now(): Date;
   /** Append to one of the tenant's streams (default "/"); resolves once durable. */

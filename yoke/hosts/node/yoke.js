@@ -241,11 +241,30 @@ class BaseContext {
   }
 }
 
+/** Numbers in [0, 1) from a 64-bit seed (SplitMix64): the same seed, the same numbers. */
+function splitmix64(seed) {
+  let state = BigInt.asUintN(64, BigInt(Math.floor(Number(seed))));
+  return () => {
+    state = BigInt.asUintN(64, state + 0x9E3779B97F4A7C15n);
+    let z = state;
+    z = BigInt.asUintN(64, (z ^ (z >> 30n)) * 0xBF58476D1CE4E5B9n);
+    z = BigInt.asUintN(64, (z ^ (z >> 27n)) * 0x94D049BB133111EBn);
+    z ^= z >> 31n;
+    return Number(z >> 11n) / 2 ** 53;
+  };
+}
+
 /** The context of one process() call; `lock(fn)` runs fn alone among this
  * instance's state updates in this host. */
 export class Context extends BaseContext {
-  constructor(ops, lock, { tenant, instance, event, attempt, queueRow, clock, trace }) {
+  #seed;
+  #draw = null;
+
+  constructor(ops, lock, { tenant, instance, event, attempt, queueRow, clock, trace, seed }) {
     super(ops, { tenant, clock });
+    // The run's seed (the kernel keeps it with the run's input): a fork of
+    // the instance replays the same draws (docs/advanced/forks.md).
+    this.#seed = seed ?? Math.floor(Math.random() * 2 ** 53);
     this.instance = instance;
     this.event = event;
     this.attempt = attempt;
@@ -257,6 +276,13 @@ export class Context extends BaseContext {
     this.sqlite = new Sqlite(ops);
     this.schedules = new Schedules(ops);
     Object.freeze(this);
+  }
+
+  /** A number in [0, 1) drawn from the run's seed: what Math.random()
+   * would be, but a fork of the instance replays the same draws. */
+  random() {
+    if (this.#draw === null) this.#draw = splitmix64(this.#seed);
+    return this.#draw();
   }
 
   /** A key for a call to the outside world: the same on every retry and
