@@ -288,6 +288,7 @@ def test_json_output_of_every_command(cli, server, tmp_path):
         "revoked": new["token_id"], "tenant": "jsonland"
     }
     assert js("migrate", db=True)["applied"] == []
+    js("instances", "create", "counter", "--key", uuid.uuid4().hex[:8])  # one to check, whatever ran before
     checked = js("check-deploy", "--app", "tests.http.actor_app:app", "--actor", "counter", "--instances", "3", db=True,
                  PYTHONPATH=str(ROOT))
     assert checked["diverged"] == 0 and checked["errors"] == 0 and checked["checked"] >= 1

@@ -97,9 +97,10 @@ def _json_value(value: Any) -> Any:
 
 def diff_tables(live: sqlite3.Connection, fork: sqlite3.Connection) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for table in sorted(set(_tables(live)) | set(_tables(fork))):
-        a = _rows(live, table) if table in _tables(live) else {}
-        b = _rows(fork, table) if table in _tables(fork) else {}
+    in_live, in_fork = set(_tables(live)), set(_tables(fork))
+    for table in sorted(in_live | in_fork):
+        a = _rows(live, table) if table in in_live else {}
+        b = _rows(fork, table) if table in in_fork else {}
         added = [{"key": orjson.loads(k), "row": b[k]} for k in sorted(set(b) - set(a))]
         removed = [{"key": orjson.loads(k), "row": a[k]} for k in sorted(set(a) - set(b))]
         changed = [

@@ -342,14 +342,12 @@ class Forks:
         finally:
             await databases.close()
 
-    async def discard(self, fork_id: str) -> None:
-        await self._row(fork_id)
+    async def discard(self, fork_id: str) -> Fork:
+        """Delete the fork; what it was."""
+        row = await self._row(fork_id)
         if not await self._kernel.forks().delete(self.tenant, fork_id):
             raise errors.ForkNotFound(fork_id=fork_id)
-
-    async def expire(self) -> int:
-        """Delete this tenant's expired forks now; how many."""
-        return await self._kernel.forks().expire(self.tenant, self._kernel.now_ms(), 1000)
+        return Fork(row, self)
 
     # --- comparing ---------------------------------------------------------------
 

@@ -196,17 +196,16 @@ class ForkOps:
         return self.now(), False
 
     def seed(self) -> int:
-        """A host run's seed: the original run's, or one from the input's place."""
+        """The run's seed (ctx.random(), a host's too): the original run's; a
+        run that drew nothing live (an inserted event, a run that failed
+        first) draws the same in every fork, from the input's place."""
         if self.answers.seed is not None:
             return self.answers.seed
         return random.Random(self._place).getrandbits(64)
 
     def random(self) -> float:
         if self._rng is None:
-            # The original run's seed; a run that drew nothing live (an
-            # inserted event, a run that failed first) draws the same in
-            # every fork: from the input's place.
-            self._rng = random.Random(self.answers.seed if self.answers.seed is not None else self._place)
+            self._rng = random.Random(self.seed())
         return self._rng.random()
 
 

@@ -169,10 +169,7 @@ async def diff(
 @router.delete("/v1/forks/{fork_id}", responses={200: answer(ForkCreated, "The discarded fork")},
                summary="Discard a fork")
 async def discard(request: Request, fork_id: str = FORK_ID, principal: Principal = APPEND) -> Response:
-    forks = forks_of(request, principal)
-    fork = await forks.get(fork_id_of(fork_id))
-    await forks.discard(fork.fork_id)
-    return json_response(fork.as_dict())
+    return json_response((await forks_of(request, principal).discard(fork_id_of(fork_id))).as_dict())
 
 
 @router.post(
