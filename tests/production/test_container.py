@@ -235,10 +235,35 @@ def test_compose_runs_yoke_on_postgresql_and_a_worker_takes_over(
                     break
             except httpx.TransportError:
                 pass
-            assert time.monotonic() < deadline, podman("logs", containers().get("api", "?"), check=False).stderr[-3000:]
+            assert time.monotonic() < deadline, state()
             time.sleep(0.2)
         token = podman("exec", containers()["api"], "cat", "/var/lib/yoke/.yoke/token-8080").stdout.strip()
         return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+    def state() -> dict[str, str]:
+        """every container of the project, stopped too, with its status, restarts and last log lines
+        (the image logs to stdout): what a failed wait reports"""
+        report = {"ps -a": podman("ps", "-a", "--filter", f"label=io.podman.compose.project={project}",
+                                  "--format", "{{.Names}} {{.Status}}", check=False).stdout}
+        for service, cid in containers(stopped=True).items():
+            logs = podman("logs", cid, check=False)
+            restarts = podman("inspect", cid, "--format", "{{.RestartCount}}", check=False).stdout.strip()
+            report[service] = f"restarts={restarts} " + (logs.stdout + logs.stderr)[-1500:]
+        return report
+
+    def workers_started() -> dict[str, str]:
+        """service -> hostname of the two workers, once both run and have said so in their logs
+        (compose's `up -d` returns when they were started, not when they joined)"""
+        deadline = time.monotonic() + 120
+        while True:
+            running = {s: c for s, c in containers().items() if s.startswith("worker")}
+            if len(running) == 2 and all(
+                "yoke worker wrk_" in podman("logs", c, check=False).stdout for c in running.values()
+            ):
+                return {s: podman("inspect", c, "--format", "{{.Config.Hostname}}").stdout.strip()
+                        for s, c in running.items()}
+            assert time.monotonic() < deadline, state()
+            time.sleep(0.2)
 
     def seen(http: httpx.Client, n: int) -> dict:
         deadline = time.monotonic() + 60
@@ -247,8 +272,7 @@ def test_compose_runs_yoke_on_postgresql_and_a_worker_takes_over(
                      if e["payload"].get("n") == n]
             if found:
                 return found[0]
-            assert time.monotonic() < deadline, {s: podman("logs", c, check=False).stderr[-1500:]
-                                                 for s, c in containers().items() if s.startswith("worker")}
+            assert time.monotonic() < deadline, state()
             time.sleep(0.1)
 
     anonymous: set[str] = set()  # the image's VOLUME, made for each container compose starts
@@ -261,18 +285,17 @@ def test_compose_runs_yoke_on_postgresql_and_a_worker_takes_over(
     compose("up", "-d")
     try:
         with client() as http:
+            hosts = workers_started()
             assert http.post("/v1/streams/who/-/events", json={"type": "who", "payload": {"n": 1}}).status_code == 201
             first = seen(http, 1)["host"]
-            hosts = {s: podman("inspect", c, "--format", "{{.Config.Hostname}}").stdout.strip()
-                     for s, c in containers().items() if s.startswith("worker")}
-            assert first in hosts.values() and len(hosts) == 2
+            assert first in hosts.values(), (first, hosts, state())
             (ran,) = [s for s, h in hosts.items() if h == first]
             note_volumes()
             podman("kill", containers()[ran])  # no goodbye: its lease must run out
             podman("rm", "-f", containers().get(ran, ran), check=False)  # and no restart
             assert http.post("/v1/streams/who/-/events", json={"type": "who", "payload": {"n": 2}}).status_code == 201
             second = seen(http, 2)["host"]
-            assert second != first and second in hosts.values()
+            assert second != first and second in hosts.values(), (first, second, hosts, state())
         compose("down")  # the volumes stay
         compose("up", "-d")
         with client() as http:
