@@ -184,6 +184,9 @@ class Probe:
 # --keep-inputs: the actor's keep_inputs (None: every input kept, the default;
 # 0: none written, docs/advanced/forks.md#what-it-costs).
 KEEP_INPUTS: int | None = None
+# --state: each run also adds to its instance's durable state (with keyed
+# routing and many instances: what a new instance's database costs).
+WRITE_STATE = False
 
 
 def make_app(routing: str, probe: Probe, concurrency: int = 1) -> App:
@@ -193,6 +196,8 @@ def make_app(routing: str, probe: Probe, concurrency: int = 1) -> App:
     @app.actor(ACTOR, filter=actor_filter, concurrency=concurrency, max_attempts=5, timeout_s=30,
                keep_inputs=KEEP_INPUTS)
     async def process(ctx, event) -> None:  # noqa: ANN001
+        if WRITE_STATE:
+            await ctx.state.update(lambda s: {"n": s.get("n", 0) + 1})
         now = time.time()
         if not probe.processed:
             probe.first_start = now
@@ -1193,6 +1198,8 @@ async def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="2,000 events, 50 latency samples")
     parser.add_argument("--keep-inputs", type=int, default=None, metavar="N",
                         help="the actor's keep_inputs (default: keep every input; 0: write none)")
+    parser.add_argument("--state", action="store_true",
+                        help="each run also updates its instance's durable state (ctx.state.update)")
     parser.add_argument("--isolation", action="store_true",
                         help="only the isolation row: in-process and in host processes")
     parser.add_argument("--hosts", type=int, default=4, help="host processes for --isolation")
@@ -1207,8 +1214,8 @@ async def main(argv: list[str] | None = None) -> None:
                         help="--workers: sample the busiest worker with py-spy (installed by hand) and"
                              " print its profile; the figures of such a run are not the clean ones")
     args = parser.parse_args(argv)
-    global KEEP_INPUTS
-    KEEP_INPUTS = args.keep_inputs
+    global KEEP_INPUTS, WRITE_STATE
+    KEEP_INPUTS, WRITE_STATE = args.keep_inputs, args.state
     if args.quick:
         args.events, args.samples = 2000, 50
     cfg = Config(args.instances, args.events, args.batch, args.samples)

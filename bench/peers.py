@@ -196,7 +196,7 @@ def restate(workdir: Path, env: dict[str, str]) -> Iterator[System]:
 def yoke(backend: str, workdir: Path, env: dict[str, str]) -> Iterator[System]:
     with backend_database(backend, workdir) as db_url:
         server = start_server(db_url, workdir, args=("--app", "yoke_counter:app"), cwd=PEERS,
-                              extra_env={**env, "PYTHONPATH": str(PEERS)})
+                              extra_env={**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(PEERS), os.environ.get("PYTHONPATH", "")]))})
         try:
             headers = {"Authorization": f"Bearer {server.token}"}
 
@@ -274,6 +274,16 @@ class Figures:
     cpu_ms_per_1000: float = 0.0
     cores_busy: float = 0.0
     loadgen_cores: float = 0.0
+    peak_rss_mib: float = 0.0
+
+
+def peak_rss_kib(pid: int) -> int:
+    """The process's peak resident memory (VmHWM; the database server's is not counted)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
 
 
 async def throughput(
@@ -329,6 +339,7 @@ async def throughput(
     figures.cpu_ms_per_1000 = cpu / events * 1000 * 1000
     figures.cores_busy = cpu / (loop.time() - start)
     figures.loadgen_cores = own / (loop.time() - start)
+    figures.peak_rss_mib = sum(peak_rss_kib(pid) for pid in system.pids) / 1024
     print(f"    sent {events} in {sent_s:.1f} s, all done after {wall_s:.1f} s", flush=True)
 
     expected = {key_of(i, keys): 0 for i in range(keys)}
@@ -404,6 +415,7 @@ COLUMNS = [
     ("CPU ms / 1,000 ev", "cpu_ms_per_1000", "{:,.0f}"),
     ("cores busy", "cores_busy", "{:.2f}"),
     ("load gen cores", "loadgen_cores", "{:.2f}"),
+    ("peak RSS MiB", "peak_rss_mib", "{:,.0f}"),
 ]
 
 

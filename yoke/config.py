@@ -184,6 +184,10 @@ class Settings:
     actor_retry_base_s: float = 1.0
     actor_retry_max_s: float = 300.0
     actor_retry: str = ""
+    # How many instance databases this process keeps open at once (the least
+    # recently used idle ones close past it; docs/production/memory.md);
+    # 0: up to 1,000, as the file-descriptor limit allows.
+    actor_open_databases: int = 0
     # Subscriptions declared on the App (docs/basics/subscriptions.md):
     # secrets their webhooks name with secret_from_setting (a JSON object of
     # name to secret), and whether a subscription the app declared once and

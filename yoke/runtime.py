@@ -25,7 +25,7 @@ from .actors.instances import Instances
 from .actors.kernel import ActorKernel, ActorSettings
 from .failures import Failures, FailureServices
 from .actors.sql_mirror import SqlMirror
-from .actors.state import StateDatabases, make_storage
+from .actors.state import StateDatabases, make_storage, max_open_databases
 from .catalogue import SqlCatalogue
 from .actors.state_home import Guard as StateHomeGuard
 from .clock import SYSTEM, Clock, wall_ms
@@ -356,7 +356,9 @@ class Runtime:
                 settings=self.settings, postgres=not self.settings.database_url.startswith("sqlite"),
                 clock=self.clock,
             )
-            self._state_dbs = StateDatabases(storage, clock=self.clock)
+            self._state_dbs = StateDatabases(
+                storage, clock=self.clock, max_connections=max_open_databases(self.settings.actor_open_databases)
+            )
             if self.settings.sql_mirror:
                 self._sql_mirror = SqlMirror(self._state_dbs, lambda: self.store.catalogue)
                 self._sql_mirror.start()

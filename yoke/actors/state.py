@@ -38,11 +38,11 @@ import orjson
 from .. import errors
 from ..clock import SYSTEM, Clock, wall_ms
 from ..events import MAX_DEPTH, json_text
-from ..files import private_dir, private_file
+from ..files import private_dir
 from ..store.actors import ActorStore
 from ..store.catalogue import InstanceRows, QueryResult, bounded_sqlite_query
 from . import crash_points
-from .state_capture import SEQ_TABLE, Capture
+from .state_capture import SEQ_SCHEMA, SEQ_TABLE, Capture
 
 T = TypeVar("T")
 log = logging.getLogger("yoke.actors.state")
@@ -92,8 +92,68 @@ class StateStorage(Protocol):
 
 
 def _configure(conn: sqlite3.Connection) -> sqlite3.Connection:
-    conn.execute(SCHEMA)
+    """The kernel's tables, made where missing: the state's, and the change
+    counter the SQL catalogue's mirror reads (state_capture.py), in one
+    transaction (a new database's one commit)."""
+    conn.execute("BEGIN")
+    try:
+        conn.execute(SCHEMA)
+        conn.execute(SEQ_SCHEMA)
+        conn.execute(f"INSERT OR IGNORE INTO {SEQ_TABLE} VALUES (1, 0)")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.rollback()
+        raise
     return conn
+
+
+def _template() -> bytes:
+    """A new instance database's file, made once: the kernel's tables, in
+    WAL mode (the file format's versions 2)."""
+    global _TEMPLATE
+    if _TEMPLATE is None:
+        conn = sqlite3.connect(":memory:", isolation_level=None)
+        try:
+            image = bytearray(_configure(conn).serialize())
+        finally:
+            conn.close()
+        image[18] = image[19] = 2
+        _TEMPLATE = bytes(image)
+    return _TEMPLATE
+
+
+_TEMPLATE: bytes | None = None
+
+
+def _create_from_template(path: Path) -> bool:
+    """Make a new database at ``path`` (mode 0600, and so its -wal and -shm)
+    from the template; False when it exists. One write and one fsync:
+    SQLite making the file itself (its switch to WAL through a rollback
+    journal's transaction, then the schema) took eight fsyncs and several
+    milliseconds of CPU, the most of a new keyed instance's cost. Written
+    and synced under a name of its own, then linked into place whole: a
+    crash leaves no part of a file, and a WAL is never beside a file not
+    yet synced (SQLite deletes a WAL next to an empty file when it opens)."""
+    if path.exists():
+        return False
+    new = path.with_name(f".{path.name}.{secrets.token_hex(4)}.new")
+    fd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # the umask may have taken bits off: be exact
+        data = memoryview(_template())
+        while data:
+            data = data[os.write(fd, data):]
+        os.fdatasync(fd)
+        os.close(fd)
+        fd = -1
+        os.link(new, path)
+    except FileExistsError:  # made meanwhile (by a database opened elsewhere)
+        return False
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        new.unlink(missing_ok=True)
+    return True
 
 
 def _safe(part: str) -> str:
@@ -117,15 +177,16 @@ class FileStorage:
     def open(self, tenant: str, instance_id: str) -> sqlite3.Connection:
         path = self.path(tenant, instance_id)
         private_dir(path.parent)
-        private_file(path)  # 0600, and so its -wal and -shm
+        created = _create_from_template(path)
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        # A new database's schema commits without waiting for the disk (an
-        # fsync saved per instance created): lost in a crash, the next open
-        # makes it again, and the first commit after it, durable, syncs the
-        # WAL it is in.
-        conn.execute("PRAGMA synchronous=OFF")
-        _configure(conn)
+        conn.execute("PRAGMA journal_mode=WAL")  # (a file from the template is in WAL mode already)
+        if not created:
+            # A database of an older build may lack a table of the kernel's:
+            # made without waiting for the disk (lost in a crash, the next
+            # open makes it again, and the first durable commit after it
+            # syncs the WAL it is in).
+            conn.execute("PRAGMA synchronous=OFF")
+            _configure(conn)
         conn.execute("PRAGMA synchronous=FULL")
         return conn
 
@@ -710,14 +771,27 @@ def _check_sql(sql: str) -> None:
         )
 
 
-def default_max_connections() -> int:
-    """How many instance databases may hold a connection at once: a file
-    connection takes three descriptors (the file, its -wal and -shm), and the
-    process needs others (sockets, the store's files); at most 1,000."""
+OPEN_DATABASES = 1_000  # the default bound of instance databases open at once
+
+
+def max_open_databases(asked: int = 0) -> int:
+    """How many instance databases may hold a connection at once: ``asked``
+    (the ``actor_open_databases`` setting; 0: ``OPEN_DATABASES``), within
+    what the descriptor limit leaves: a file connection takes three (the
+    file, its -wal and -shm), and the process needs others (sockets, the
+    store's files)."""
+    wanted = asked if asked > 0 else OPEN_DATABASES
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
-        return 1000
-    return max(16, min(1000, (soft - 256) // 4))
+        return wanted
+    fit = max(16, (soft - 256) // 4)
+    if asked > fit:
+        log.warning(
+            "actor_open_databases=%d needs %d file descriptors and the limit is %d: %d instance databases stay"
+            " open at most (raise the limit: ulimit -n, LimitNOFILE= in a systemd unit)",
+            asked, asked * 4 + 256, soft, fit,
+        )
+    return min(wanted, fit)
 
 
 class StateDatabases:
@@ -736,7 +810,7 @@ class StateDatabases:
         self.clock = clock  # the runtime's: when a run's marker was applied
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="yoke-actor-sqlite")
         self._open: dict[tuple[str, str], InstanceDatabase] = {}
-        self.max_connections = max_connections or default_max_connections()
+        self.max_connections = max_connections or max_open_databases()
         self.connections = 0  # open now (changed on pool threads: under _count_lock)
         self._count_lock = threading.Lock()
         # Databases that may hold a connection, least recently used first.

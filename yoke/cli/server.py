@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import heap
+from .. import descriptors, heap
 from .common import DB_OPTION, JSON_OPTION, SettingsCommand, command, emit, fail
 
 if TYPE_CHECKING:
@@ -256,6 +256,7 @@ def serve(
         cors_origins=cors_origins, tracing=tracing,
     )
     setup_logging(settings)
+    descriptors.raise_soft_limit()  # instance databases: three descriptors each
     from ..http.addresses import url_host
     from ..http.cors import CorsPolicy
     from ..http.server import bind_socket, is_loopback
@@ -464,6 +465,7 @@ def worker(
         metrics_port=metrics_port, metrics_host=metrics_host, tracing=tracing,
     )
     setup_logging(settings)
+    descriptors.raise_soft_limit()  # instance databases: three descriptors each
     sock = None
     if settings.metrics_port:
         from ..http.server import bind_socket
