@@ -94,9 +94,11 @@ def test_the_split_scrapes_actors_and_subscriptions_from_the_worker(kind: str, t
 
             ok = f'yoke_actor_processed_total{{actor="counter",outcome="ok",tenant="{t.name}"}}'
             delivered = f'yoke_subscription_delivered_total{{name="archive",path="",tenant="{t.name}"}}'
-            # The counter counts the copies too (count.* on any stream): 3 at least, each way.
+            # The counter counts the copies too (count.* on any stream): 3 at least, each way; and the
+            # database's gauges, present once a sampling pass of the worker's worked (metrics.md).
             text = wait_for(lambda: (s := scraped()) and (value(s, ok) or 0) >= 3 and (value(s, delivered) or 0) >= 3
-                            and s, "the worker's actor and subscription series")
+                            and value(s, "yoke_metrics_sample_ok") == 1 and s,
+                            "the worker's actor and subscription series and a sampling pass that worked")
             assert t.show(inst["id"])["state"]["value"]["n"] >= 3
             # The operations series of a worker.
             newest = read_migrations(f"yoke.store.{'sqlite' if kind == 'sqlite' else 'postgres'}")[-1].version
