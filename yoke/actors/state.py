@@ -92,18 +92,9 @@ class StateStorage(Protocol):
 
 
 def _configure(conn: sqlite3.Connection) -> sqlite3.Connection:
-    """The kernel's tables, made where missing: the state's, and the change
-    counter the SQL catalogue's mirror reads (state_capture.py), in one
-    transaction (a new database's one commit)."""
-    conn.execute("BEGIN")
-    try:
-        conn.execute(SCHEMA)
-        conn.execute(SEQ_SCHEMA)
-        conn.execute(f"INSERT OR IGNORE INTO {SEQ_TABLE} VALUES (1, 0)")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.rollback()
-        raise
+    # A read where the table exists: a process reading a database another
+    # one owns and writes takes no write lock here.
+    conn.execute(SCHEMA)
     return conn
 
 
@@ -114,7 +105,10 @@ def _template() -> bytes:
     if _TEMPLATE is None:
         conn = sqlite3.connect(":memory:", isolation_level=None)
         try:
-            image = bytearray(_configure(conn).serialize())
+            _configure(conn)
+            conn.execute(SEQ_SCHEMA)  # the SQL catalogue's change counter (state_capture.py)
+            conn.execute(f"INSERT INTO {SEQ_TABLE} VALUES (1, 0)")
+            image = bytearray(conn.serialize())
         finally:
             conn.close()
         image[18] = image[19] = 2
@@ -181,10 +175,11 @@ class FileStorage:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")  # (a file from the template is in WAL mode already)
         if not created:
-            # A database of an older build may lack a table of the kernel's:
-            # made without waiting for the disk (lost in a crash, the next
-            # open makes it again, and the first durable commit after it
-            # syncs the WAL it is in).
+            # A file SQLite made (an older build's; or empty, left by a crash
+            # before its first commit) may lack the state's table: made
+            # without waiting for the disk (lost in a crash, the next open
+            # makes it again, and the first durable commit after it syncs
+            # the WAL it is in).
             conn.execute("PRAGMA synchronous=OFF")
             _configure(conn)
         conn.execute("PRAGMA synchronous=FULL")

@@ -62,8 +62,8 @@ class Capture:
         # A REPLACE's deletes of the rows it replaces fire the delete
         # triggers only so (otherwise the replaced row stays in the mirror).
         conn.execute("PRAGMA recursive_triggers = ON")
-        # The counter is made with the state's table where the kernel opens a
-        # database (state._configure): no write here then.
+        # A new instance's file has the counter (state._template): no write
+        # here then.
         conn.execute(SEQ_SCHEMA)
         if conn.execute(f"SELECT 1 FROM {SEQ_TABLE} WHERE id = 1").fetchone() is None:
             conn.execute(f"INSERT OR IGNORE INTO {SEQ_TABLE} VALUES (1, 0)")
