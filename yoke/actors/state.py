@@ -20,6 +20,7 @@ at once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import re
@@ -98,25 +99,20 @@ def _configure(conn: sqlite3.Connection) -> sqlite3.Connection:
     return conn
 
 
+@functools.cache
 def _template() -> bytes:
     """A new instance database's file, made once: the kernel's tables, in
     WAL mode (the file format's versions 2)."""
-    global _TEMPLATE
-    if _TEMPLATE is None:
-        conn = sqlite3.connect(":memory:", isolation_level=None)
-        try:
-            _configure(conn)
-            conn.execute(SEQ_SCHEMA)  # the SQL catalogue's change counter (state_capture.py)
-            conn.execute(f"INSERT INTO {SEQ_TABLE} VALUES (1, 0)")
-            image = bytearray(conn.serialize())
-        finally:
-            conn.close()
-        image[18] = image[19] = 2
-        _TEMPLATE = bytes(image)
-    return _TEMPLATE
-
-
-_TEMPLATE: bytes | None = None
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        _configure(conn)
+        conn.execute(SEQ_SCHEMA)  # the SQL catalogue's change counter (state_capture.py)
+        conn.execute(f"INSERT INTO {SEQ_TABLE} VALUES (1, 0)")
+        image = bytearray(conn.serialize())
+    finally:
+        conn.close()
+    image[18] = image[19] = 2
+    return bytes(image)
 
 
 def _create_from_template(path: Path) -> bool:
